@@ -1,0 +1,35 @@
+// Vectorisable elementwise math for the CPU kernels. glibc's expf/tanhf are scalar calls that stop
+// the compiler from vectorising a loop; these are branch-free polynomials the compiler turns into
+// SIMD code inside `#pragma omp simd` loops. Deterministic: pure functions of their input.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace gpt2::cpu {
+
+// exp(x) for x in [-87.3, 88.7] to within 2 ulp (Cephes expf polynomial); clamps outside, so
+// exp(-inf) -> ~0 (1e-38), which is what softmax needs.
+inline float fast_expf(float x) {
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  float n = std::nearbyint(x * 1.44269504088896341f);  // round(x / ln 2)
+  float r = x - n * 0.693359375f;                       // Cody-Waite: ln2 = hi + lo
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// tanh(x) = 1 - 2 / (exp(2x) + 1); saturates correctly for large |x| thanks to the clamp in exp.
+inline float fast_tanhf(float x) { return 1.0f - 2.0f / (fast_expf(2.0f * x) + 1.0f); }
+
+}  // namespace gpt2::cpu

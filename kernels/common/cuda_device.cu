@@ -1,0 +1,38 @@
+// Device discovery and a smoke kernel: proves the CUDA toolchain, the architectures and the runtime
+// link work, and lets tests skip cleanly ("no GPU") on machines without a driver.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/device.hpp"
+#include "kernels/common/cuda_check.cuh"
+
+namespace gpt2 {
+
+int gpu_count(std::string* why) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    if (why) *why = std::string("no GPU (cudaGetDeviceCount: ") + cudaGetErrorString(err) + ")";
+    cudaGetLastError();  // clear the sticky error so later CPU work is not affected
+    return 0;
+  }
+  if (n == 0 && why) *why = "no GPU (cudaGetDeviceCount returned 0 devices)";
+  return n;
+}
+
+namespace {
+__global__ void axpy_kernel(float* y, const float* x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+}  // namespace
+
+// y += a * x on the device; used by the GPU smoke test against a CPU loop.
+void axpy_device(float* y, const float* x, float a, int n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  axpy_kernel<<<(n + kBlock - 1) / kBlock, kBlock, 0, stream>>>(y, x, a, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gpt2

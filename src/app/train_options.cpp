@@ -1,0 +1,224 @@
+#include "app/train_options.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "model/config.hpp"
+
+namespace po = boost::program_options;
+
+namespace gpt2 {
+
+namespace {
+
+// Levenshtein distance, for "did you mean" on misspelled options.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggest(const std::string& name, const po::options_description& all) {
+  std::string bare = name;
+  while (!bare.empty() && bare[0] == '-') bare.erase(0, 1);
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& opt : all.options()) {
+    const std::string& n = opt->long_name();
+    const size_t d = edit_distance(bare, n);
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  return best.empty() ? "" : " (did you mean --" + best + "?)";
+}
+
+const char* kUsage =
+    "gpt2-train: data-parallel GPT-2 training, one MPI rank per GPU (or per CPU socket/core group).\n"
+    "\n"
+    "Usage:\n"
+    "  gpt2-train --config configs/quickstart.ini [--option value ...]\n"
+    "  mpirun -np 8 gpt2-train --config configs/gpt2-124m.ini --train-data 'data/train_*.h5' --out runs/a\n"
+    "  srun --mpi=pmix gpt2-train --config ...\n"
+    "  gpt2-train --model d4 --vocab-size 256 --benchmark --max-steps 20\n"
+    "\n"
+    "Configs are INI files of 'option = value' lines using the long option names below; --config may be\n"
+    "repeated (later files override earlier ones) and the command line overrides every file.\n";
+
+}  // namespace
+
+ParsedArgs parse_train_args(int argc, char** argv) {
+  ParsedArgs out;
+  TrainConfig& c = out.config;
+  std::string model_preset, schedule = "cosine";
+  int n_layer = 0, n_head = 0, n_embd = 0;
+  std::vector<std::string> config_files;
+
+  po::options_description general("General");
+  general.add_options()
+      ("help,h", "print this help and exit")
+      ("config", po::value<std::vector<std::string>>(&config_files)->composing(),
+       "INI file of options; repeatable, later files win")
+      ("device", po::value<std::string>(&c.device)->default_value("auto"), "cpu | cuda | auto")
+      ("threads", po::value<int>(&c.threads)->default_value(0),
+       "OpenMP threads per rank (0: the rank's cores, shared fairly between ranks on a node)")
+      ("seed", po::value<uint64_t>(&c.seed)->default_value(1337), "seed for initialisation and data order")
+      ("out", po::value<std::string>(&c.out_dir)->default_value(""),
+       "output directory for metrics.jsonl and ckpt/ (empty: write nothing)");
+
+  po::options_description model("Model");
+  model.add_options()
+      ("model", po::value<std::string>(&model_preset),
+       ("preset: " + model_preset_names()).c_str())
+      ("n-layer", po::value<int>(&n_layer), "transformer blocks (overrides the preset)")
+      ("n-head", po::value<int>(&n_head), "attention heads; must divide n-embd (overrides the preset)")
+      ("n-embd", po::value<int>(&n_embd), "channels (overrides the preset)")
+      ("vocab-size", po::value<int>(&c.model.vocab_size)->default_value(50257),
+       "vocabulary (50257 for GPT-2 BPE, 256 for byte-level); padded to a multiple of 128 internally")
+      ("max-seq-len", po::value<int>(&c.model.max_seq_len)->default_value(1024), "rows of the position embedding");
+
+  po::options_description batch("Batch");
+  batch.add_options()
+      ("micro-batch", po::value<int>(&c.micro_batch)->default_value(4), "sequences per rank per micro-step (B)")
+      ("seq-len", po::value<int>(&c.seq_len)->default_value(64), "tokens per sequence (T) <= max-seq-len")
+      ("global-batch-tokens", po::value<int64_t>(&c.global_batch_tokens)->default_value(0),
+       "tokens per optimizer step over all ranks; gradient accumulation = this / (B * T * ranks). "
+       "0: one micro-batch per rank");
+
+  po::options_description optim("Optimizer and schedule");
+  optim.add_options()
+      ("lr", po::value<float>(&c.schedule.lr)->default_value(6e-4f, "6e-4"), "peak learning rate")
+      ("warmup-steps", po::value<long>(&c.schedule.warmup_steps)->default_value(0), "linear warmup steps")
+      ("min-lr-frac", po::value<float>(&c.schedule.min_lr_frac)->default_value(0.1f, "0.1"),
+       "final learning rate as a fraction of --lr")
+      ("schedule", po::value<std::string>(&schedule)->default_value("cosine"),
+       "cosine | constant | linear | wsd (warmup-stable-decay)")
+      ("decay-frac", po::value<float>(&c.schedule.decay_frac)->default_value(0.2f, "0.2"),
+       "wsd: fraction of steps in the final decay")
+      ("weight-decay", po::value<float>(&c.optim.weight_decay)->default_value(0.1f, "0.1"),
+       "AdamW decoupled weight decay (2-D weights and embeddings only)")
+      ("beta1", po::value<float>(&c.optim.beta1)->default_value(0.9f, "0.9"), "AdamW beta1")
+      ("beta2", po::value<float>(&c.optim.beta2)->default_value(0.95f, "0.95"), "AdamW beta2")
+      ("eps", po::value<float>(&c.optim.eps)->default_value(1e-8f, "1e-8"), "AdamW epsilon")
+      ("grad-clip", po::value<float>(&c.optim.grad_clip)->default_value(1.0f, "1.0"),
+       "clip the global gradient norm to this (0: off)")
+      ("max-steps", po::value<int64_t>(&c.max_steps)->default_value(100), "optimizer steps to train");
+
+  po::options_description data("Data and evaluation");
+  data.add_options()
+      ("train-data", po::value<std::string>(&c.train_data), "token file (HDF5) or glob of shards")
+      ("val-data", po::value<std::string>(&c.val_data), "validation token file or glob")
+      ("val-every", po::value<int>(&c.val_every)->default_value(0), "steps between validations (0: start and end only)")
+      ("val-batches", po::value<int>(&c.val_batches)->default_value(20), "batches of micro-batch x ranks per validation")
+      ("eval-only", po::bool_switch(&c.eval_only), "write the validation loss of the initial model, then exit");
+
+  po::options_description ckpt("Checkpoints and distribution");
+  ckpt.add_options()
+      ("init-from", po::value<std::string>(&c.init_from), "checkpoint to start from (optimizer state too, if present)")
+      ("ckpt-every", po::value<int>(&c.ckpt_every)->default_value(0), "steps between checkpoints (0: at the end only)")
+      ("ckpt-keep", po::value<int>(&c.ckpt_keep)->default_value(0), "newest checkpoints to keep (0: all)")
+      ("resume", po::value<std::string>(&c.resume)->default_value("none"),
+       "none | auto (<out>/ckpt/latest if present) | PATH")
+      ("bucket-mb", po::value<double>(&c.bucket_mb)->default_value(25.0), "gradient all-reduce bucket size in MiB");
+
+  po::options_description logging("Logging, benchmark and sampling");
+  logging.add_options()
+      ("log-every", po::value<int>(&c.log_every)->default_value(1), "steps between progress lines")
+      ("benchmark", po::bool_switch(&c.benchmark), "synthetic tokens, no files: measure tokens/s and ms/step")
+      ("peak-tflops", po::value<double>(&c.peak_tflops)->default_value(0.0),
+       "per-rank peak for MFU (0: estimate, 0.096 per CPU thread)")
+      ("sample-tokens", po::value<int>(&c.sample.max_new_tokens)->default_value(0),
+       "generate this many tokens at the end (byte-level data)")
+      ("sample-prompt", po::value<std::string>(&c.sample_prompt)->default_value("\n", "newline"), "prompt for the sample")
+      ("sample-top-k", po::value<int>(&c.sample.top_k)->default_value(40), "top-k for the sample (0: all)")
+      ("sample-temperature", po::value<float>(&c.sample.temperature)->default_value(1.0f, "1.0"),
+       "temperature for the sample (0: greedy)")
+      ("sample-seed", po::value<uint64_t>(&c.sample.seed)->default_value(42), "seed for the sample");
+
+  po::options_description all;
+  all.add(general).add(model).add(batch).add(optim).add(data).add(ckpt).add(logging);
+
+  po::variables_map vm;
+  try {
+    // No prefix guessing: a misspelled option is an error, never silently another option.
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(argc, argv).options(all).style(style).run(), vm);
+    if (vm.count("help")) {
+      std::ostringstream os;
+      os << kUsage << "\n" << all;
+      out.outcome = ParsedArgs::Outcome::kHelp;
+      out.message = os.str();
+      return out;
+    }
+    // po::store keeps the first value it sees: the command line, then the files from last to first.
+    if (vm.count("config")) {
+      const auto files = vm["config"].as<std::vector<std::string>>();
+      for (auto it = files.rbegin(); it != files.rend(); ++it) {
+        std::ifstream is(*it);
+        if (!is.good()) throw po::error("cannot read config file '" + *it + "'");
+        try {
+          po::store(po::parse_config_file(is, all, /*allow_unregistered=*/false), vm);
+        } catch (const po::unknown_option& e) {
+          throw po::error("in config file '" + *it + "': unknown option '" + e.get_option_name() + "'" +
+                          suggest(e.get_option_name(), all));
+        } catch (const po::error& e) {
+          throw po::error("in config file '" + *it + "': " + e.what());
+        }
+      }
+    }
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    out.outcome = ParsedArgs::Outcome::kError;
+    out.message = "unknown option '" + e.get_option_name() + "'" + suggest(e.get_option_name(), all);
+    return out;
+  } catch (const po::error& e) {
+    out.outcome = ParsedArgs::Outcome::kError;
+    out.message = e.what();
+    return out;
+  }
+
+  auto error = [&](const std::string& m) {
+    out.outcome = ParsedArgs::Outcome::kError;
+    out.message = m;
+    return out;
+  };
+  if (!model_preset.empty() && !apply_model_preset(model_preset, &c.model))
+    return error("unknown --model '" + model_preset + "'; presets: " + model_preset_names());
+  if (vm.count("n-layer")) c.model.n_layer = n_layer;
+  if (vm.count("n-head")) c.model.n_head = n_head;
+  if (vm.count("n-embd")) c.model.n_embd = n_embd;
+  if (c.model.n_layer == 0 && c.model.n_head == 0 && c.model.n_embd == 0)
+    return error("no model given: use --model PRESET or --n-layer, --n-head and --n-embd");
+  const std::string merr = c.model.validate();
+  if (!merr.empty()) return error("invalid model: " + merr);
+  if (c.seq_len > c.model.max_seq_len)
+    return error("--seq-len " + std::to_string(c.seq_len) + " exceeds --max-seq-len " + std::to_string(c.model.max_seq_len));
+  if (c.micro_batch <= 0) return error("--micro-batch must be positive");
+  if (c.seq_len <= 0) return error("--seq-len must be positive");
+  if (c.global_batch_tokens < 0) return error("--global-batch-tokens must not be negative");
+  if (c.max_steps < 0) return error("--max-steps must not be negative");
+  if (c.device != "cpu" && c.device != "cuda" && c.device != "auto")
+    return error("--device must be cpu, cuda or auto (got '" + c.device + "')");
+  if (!parse_schedule_kind(schedule, &c.schedule.kind))
+    return error("--schedule must be cosine, constant, linear or wsd (got '" + schedule + "')");
+  if (c.schedule.lr <= 0) return error("--lr must be positive");
+  if (c.schedule.min_lr_frac < 0 || c.schedule.min_lr_frac > 1) return error("--min-lr-frac must be in [0, 1]");
+  if (c.schedule.warmup_steps < 0) return error("--warmup-steps must not be negative");
+  if (c.optim.beta1 < 0 || c.optim.beta1 >= 1 || c.optim.beta2 < 0 || c.optim.beta2 >= 1)
+    return error("--beta1 and --beta2 must be in [0, 1)");
+  if (c.bucket_mb <= 0) return error("--bucket-mb must be positive");
+  if (c.log_every <= 0) return error("--log-every must be positive");
+  if (c.val_batches <= 0) return error("--val-batches must be positive");
+  c.schedule.max_steps = c.max_steps;
+  return out;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,21 @@
+// Command line and INI configs of gpt2-train (Boost.ProgramOptions stays inside src/app).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/trainer.hpp"
+
+namespace gpt2 {
+
+struct ParsedArgs {
+  enum class Outcome { kRun, kHelp, kError } outcome = Outcome::kRun;
+  std::string message;  // --help text, or the error
+  TrainConfig config;
+};
+
+// Parses argv and every --config file (later files override earlier ones; the command line
+// overrides all files). Never exits: the caller decides how to end every rank.
+ParsedArgs parse_train_args(int argc, char** argv);
+
+}  // namespace gpt2

@@ -1,0 +1,14 @@
+// What compute devices this process can see. Kept free of CUDA headers so CPU-only code can ask.
+#pragma once
+
+#include <string>
+
+namespace gpt2 {
+
+// True when the binary was built with the CUDA backend.
+bool built_with_cuda();
+// Number of usable GPUs; 0 when the build has no CUDA or no driver/GPU is present.
+// `why` (optional) receives the reason when 0, e.g. "no GPU (cudaGetDeviceCount: ...)".
+int gpu_count(std::string* why = nullptr);
+
+}  // namespace gpt2

@@ -1,0 +1,41 @@
+#include "core/error.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace gpt2 {
+namespace {
+ErrorContext g_context;
+AbortHook g_abort_hook = nullptr;
+}  // namespace
+
+void set_error_context_rank(int rank) { g_context.rank = rank; }
+void set_error_context_device(int device) { g_context.device = device; }
+void set_abort_hook(AbortHook hook) { g_abort_hook = hook; }
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+void fatal(const std::string& what, const char* file, int line) {
+  std::string where = "[gpt2";
+  if (g_context.rank >= 0) where += " rank " + std::to_string(g_context.rank);
+  where += " host " + hostname();
+  if (g_context.device >= 0) where += " device " + std::to_string(g_context.device);
+  where += "]";
+  if (file != nullptr) {
+    std::fprintf(stderr, "%s error: %s (at %s:%d)\n", where.c_str(), what.c_str(), file, line);
+  } else {
+    std::fprintf(stderr, "%s error: %s\n", where.c_str(), what.c_str());
+  }
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (g_abort_hook != nullptr) g_abort_hook(1);
+  std::exit(1);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,62 @@
+// One error family for the whole project. Every failure ends up in gpt2::fatal(), which prints a
+// message naming the rank, host and device, then ends the whole job (MPI_Abort once MPI is up), so a
+// failure on one rank never leaves the others waiting.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace gpt2 {
+
+// Where we are, for error messages. Filled in by the MPI environment and the device setup.
+struct ErrorContext {
+  int rank = -1;      // -1 until MPI is initialised
+  int device = -1;    // CUDA device ordinal, -1 on the CPU backend
+};
+void set_error_context_rank(int rank);
+void set_error_context_device(int device);
+
+// Called by fatal() after printing: ends the job. The MPI environment installs one that calls
+// MPI_Abort; before that (and in plain unit tests) the default calls std::exit(exit_code).
+using AbortHook = void (*)(int exit_code);
+void set_abort_hook(AbortHook hook);
+
+// Prints "[gpt2 rank R host H device D] error: WHAT" (plus "(at FILE:LINE)" when given) to stderr
+// and ends the job with status 1.
+[[noreturn]] void fatal(const std::string& what, const char* file = nullptr, int line = 0);
+
+// Builds a message from stream insertions: fatal(msg() << "bad value " << x).
+class msg {
+ public:
+  template <class T>
+  msg& operator<<(const T& v) {
+    os_ << v;
+    return *this;
+  }
+  operator std::string() const { return os_.str(); }  // NOLINT: implicit on purpose
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+};
+
+std::string hostname();
+
+}  // namespace gpt2
+
+// The one generic check. The condition is evaluated exactly once and never inside an assert, so
+// the error text is never lost (llm.c lost MPI error strings that way).
+#define GPT2_CHECK_GEN(cond, what_expr)                                                   \
+  do {                                                                                    \
+    if (!(cond)) ::gpt2::fatal(std::string(what_expr), __FILE__, __LINE__);               \
+  } while (0)
+
+// CHECK(cond) or CHECK(cond, "explanation " << value)
+#define GPT2_CHECK(cond, ...)                                                             \
+  GPT2_CHECK_GEN(cond, (::gpt2::msg() << "check failed: " #cond " " __VA_ARGS__).str())
+
+// Errors that are the user's (bad option, bad file): the message is the whole story, no file:line.
+#define GPT2_REQUIRE(cond, ...)                                                           \
+  do {                                                                                    \
+    if (!(cond)) ::gpt2::fatal((::gpt2::msg() << __VA_ARGS__).str());                     \
+  } while (0)

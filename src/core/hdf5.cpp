@@ -1,0 +1,179 @@
+#include "core/hdf5.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace gpt2::h5 {
+
+void quiet_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+void Id::reset() {
+  if (id_ < 0) return;
+  switch (H5Iget_type(id_)) {
+    case H5I_FILE: H5Fclose(id_); break;
+    case H5I_GROUP: H5Gclose(id_); break;
+    case H5I_DATASET: H5Dclose(id_); break;
+    case H5I_DATASPACE: H5Sclose(id_); break;
+    case H5I_DATATYPE: H5Tclose(id_); break;
+    case H5I_ATTR: H5Aclose(id_); break;
+    case H5I_GENPROP_LST: H5Pclose(id_); break;
+    default: break;
+  }
+  id_ = H5I_INVALID_HID;
+}
+
+Id open_read(const std::string& path) {
+  quiet_errors();
+  struct stat st {};
+  GPT2_REQUIRE(stat(path.c_str(), &st) == 0, "file not found: " << path);
+  GPT2_REQUIRE(access(path.c_str(), R_OK) == 0, "file is not readable: " << path);
+  htri_t is = H5Fis_hdf5(path.c_str());
+  GPT2_REQUIRE(is > 0, "not an HDF5 file (or truncated/corrupt): " << path);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  GPT2_REQUIRE(f >= 0, "cannot open HDF5 file (truncated or corrupt?): " << path);
+  return Id(f);
+}
+
+Id create(const std::string& path) {
+  quiet_errors();
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  GPT2_REQUIRE(f >= 0, "cannot create HDF5 file: " << path << " (does the directory exist and is it writable?)");
+  return Id(f);
+}
+
+bool has_object(hid_t loc, const std::string& name) {
+  // H5Lexists on a path with missing intermediate groups fails, so walk it.
+  std::string prefix;
+  size_t pos = 0;
+  while (true) {
+    size_t next = name.find('/', pos);
+    prefix = name.substr(0, next);
+    if (!prefix.empty() && H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (next == std::string::npos) return true;
+    pos = next + 1;
+  }
+}
+
+bool has_attr(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c_str()) > 0; }
+
+std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std::string& file) {
+  GPT2_REQUIRE(has_object(loc, name), "dataset '" << name << "' missing in " << file);
+  Id ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT));
+  H5_CHECK(ds.get(), "open dataset " << name << " in " << file);
+  Id space(H5Dget_space(ds.get()));
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  H5_CHECK(rank, "dataspace of " << name << " in " << file);
+  std::vector<hsize_t> dims(rank);
+  H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "dims of " << name);
+  return dims;
+}
+
+void write_f32(hid_t loc, const std::string& name, const float* data, const std::vector<hsize_t>& shape) {
+  Id space(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr));
+  H5_CHECK(space.get(), "dataspace for " << name);
+  Id ds(H5Dcreate2(loc, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5_CHECK(ds.get(), "create dataset " << name);
+  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "write dataset " << name);
+}
+
+static std::string shape_str(const std::vector<hsize_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+void read_f32(hid_t loc, const std::string& name, float* data, const std::vector<hsize_t>& shape,
+              const std::string& file) {
+  std::vector<hsize_t> got = dataset_shape(loc, name, file);
+  GPT2_REQUIRE(got == shape, "dataset '" << name << "' in " << file << " has shape " << shape_str(got)
+                                         << ", expected " << shape_str(shape));
+  Id ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT));
+  H5_CHECK(ds.get(), "open dataset " << name << " in " << file);
+  H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+           "read dataset " << name << " in " << file << " (truncated or corrupt file?)");
+}
+
+static void write_attr(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, const void* v) {
+  Id space(H5Screate(H5S_SCALAR));
+  if (H5Aexists(loc, name.c_str()) > 0) H5Adelete(loc, name.c_str());
+  Id attr(H5Acreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  H5_CHECK(attr.get(), "create attribute " << name);
+  H5_CHECK(H5Awrite(attr.get(), mem_type, v), "write attribute " << name);
+}
+
+void write_attr_i64(hid_t loc, const std::string& name, int64_t v) {
+  write_attr(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+void write_attr_f64(hid_t loc, const std::string& name, double v) {
+  write_attr(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+void write_attr_str(hid_t loc, const std::string& name, const std::string& v) {
+  // Variable-length UTF-8 string: what h5py writes for a Python str, and reads back as str.
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  const char* p = v.c_str();
+  write_attr(loc, name, type.get(), type.get(), &p);
+}
+
+static Id open_attr(hid_t loc, const std::string& name, const std::string& file) {
+  GPT2_REQUIRE(H5Aexists(loc, name.c_str()) > 0, "attribute '" << name << "' missing in " << file);
+  Id attr(H5Aopen(loc, name.c_str(), H5P_DEFAULT));
+  H5_CHECK(attr.get(), "open attribute " << name << " in " << file);
+  return attr;
+}
+
+int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file) {
+  Id attr = open_attr(loc, name, file);
+  int64_t v = 0;
+  H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v), "read attribute " << name << " in " << file);
+  return v;
+}
+
+double read_attr_f64(hid_t loc, const std::string& name, const std::string& file) {
+  Id attr = open_attr(loc, name, file);
+  double v = 0;
+  H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v), "read attribute " << name << " in " << file);
+  return v;
+}
+
+std::string read_attr_str(hid_t loc, const std::string& name, const std::string& file) {
+  Id attr = open_attr(loc, name, file);
+  Id ftype(H5Aget_type(attr.get()));
+  GPT2_REQUIRE(H5Tget_class(ftype.get()) == H5T_STRING, "attribute '" << name << "' in " << file << " is not a string");
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    Id mtype(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mtype.get(), H5T_VARIABLE);
+    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
+    char* p = nullptr;
+    H5_CHECK(H5Aread(attr.get(), mtype.get(), &p), "read attribute " << name << " in " << file);
+    std::string out = p ? p : "";
+    Id space(H5Aget_space(attr.get()));
+    H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, &p);
+    return out;
+  }
+  size_t n = H5Tget_size(ftype.get());
+  std::string out(n, '\0');
+  Id mtype(H5Tcopy(H5T_C_S1));
+  H5Tset_size(mtype.get(), n);
+  H5_CHECK(H5Aread(attr.get(), mtype.get(), out.data()), "read attribute " << name << " in " << file);
+  while (!out.empty() && out.back() == '\0') out.pop_back();
+  return out;
+}
+
+Id create_group(hid_t loc, const std::string& name) {
+  Id lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Id g(H5Gcreate2(loc, name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+  H5_CHECK(g.get(), "create group " << name);
+  return g;
+}
+
+Id open_group(hid_t loc, const std::string& name, const std::string& file) {
+  GPT2_REQUIRE(has_object(loc, name), "group '" << name << "' missing in " << file);
+  Id g(H5Gopen2(loc, name.c_str(), H5P_DEFAULT));
+  H5_CHECK(g.get(), "open group " << name << " in " << file);
+  return g;
+}
+
+}  // namespace gpt2::h5

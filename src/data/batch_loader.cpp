@@ -1,0 +1,58 @@
+#include "data/batch_loader.hpp"
+
+#include <cstring>
+
+namespace gpt2 {
+
+void RankBatch::micro_batch(int m, int B, int32_t* inputs, int32_t* targets) const {
+  for (int b = 0; b < B; ++b) {
+    const int32_t* row = tokens.data() + static_cast<size_t>(m * B + b) * (T + 1);
+    std::memcpy(inputs + static_cast<size_t>(b) * T, row, sizeof(int32_t) * T);
+    std::memcpy(targets + static_cast<size_t>(b) * T, row + 1, sizeof(int32_t) * T);
+  }
+}
+
+RankBatch read_windows(TokenDataset& ds, const std::vector<uint64_t>& windows, uint64_t step) {
+  RankBatch b;
+  b.step = step;
+  b.seqs = static_cast<int>(windows.size());
+  b.T = ds.seq_len();
+  b.tokens.resize(windows.size() * static_cast<size_t>(b.T + 1));
+  for (size_t i = 0; i < windows.size(); ++i) ds.read_window(windows[i], b.tokens.data() + i * (b.T + 1));
+  return b;
+}
+
+BatchLoader::~BatchLoader() {
+  if (pending_.valid()) pending_.wait();
+}
+
+std::future<RankBatch> BatchLoader::launch(uint64_t step) {
+  // The sampler's permutation is computed here, on the caller's thread, so it is never shared.
+  std::vector<uint64_t> windows = sampler_.rank_windows(step);
+  return std::async(std::launch::async, [this, w = std::move(windows), step]() { return read_windows(ds_, w, step); });
+}
+
+void BatchLoader::start(uint64_t step) {
+  if (pending_.valid()) pending_.wait();
+  next_step_ = step;
+  pending_ = launch(next_step_);
+}
+
+RankBatch BatchLoader::next() {
+  RankBatch b = pending_.get();
+  pending_ = launch(++next_step_);
+  return b;
+}
+
+uint64_t val_batches_available(const TokenDataset& ds, int seqs_per_rank, int world_size) {
+  return ds.num_windows() / (static_cast<uint64_t>(seqs_per_rank) * world_size);
+}
+
+RankBatch read_val_batch(TokenDataset& ds, uint64_t index, int seqs_per_rank, int rank, int world_size) {
+  std::vector<uint64_t> w(seqs_per_rank);
+  const uint64_t first = (index * world_size + rank) * static_cast<uint64_t>(seqs_per_rank);
+  for (int i = 0; i < seqs_per_rank; ++i) w[i] = first + i;
+  return read_windows(ds, w, index);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,48 @@
+// Reads each step's token windows on a background thread while the current step computes.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <vector>
+
+#include "data/sampler.hpp"
+#include "data/token_file.hpp"
+
+namespace gpt2 {
+
+// This rank's sequences of one optimizer step: (seqs, T+1) tokens, row i = window i.
+struct RankBatch {
+  uint64_t step = 0;
+  int seqs = 0;
+  int T = 0;
+  std::vector<int32_t> tokens;
+
+  // Micro-batch m of size B: inputs (B,T) = tokens[:, :T], targets (B,T) = tokens[:, 1:].
+  void micro_batch(int m, int B, int32_t* inputs, int32_t* targets) const;
+};
+
+RankBatch read_windows(TokenDataset& ds, const std::vector<uint64_t>& windows, uint64_t step);
+
+class BatchLoader {
+ public:
+  BatchLoader(TokenDataset& ds, DistributedSampler& sampler) : ds_(ds), sampler_(sampler) {}
+  ~BatchLoader();
+  // Begins prefetching `step`; next() then returns step, step+1, ...
+  void start(uint64_t step);
+  RankBatch next();
+
+ private:
+  std::future<RankBatch> launch(uint64_t step);
+  TokenDataset& ds_;
+  DistributedSampler& sampler_;
+  uint64_t next_step_ = 0;
+  std::future<RankBatch> pending_;
+};
+
+// Validation batch `index`: windows taken in file order (no shuffling), so every evaluation sees the
+// same tokens; rank r reads its slice of seqs_per_rank of each batch.
+RankBatch read_val_batch(TokenDataset& ds, uint64_t index, int seqs_per_rank, int rank, int world_size);
+// How many validation batches of seqs_per_rank * world_size windows the dataset holds.
+uint64_t val_batches_available(const TokenDataset& ds, int seqs_per_rank, int world_size);
+
+}  // namespace gpt2

@@ -1,0 +1,155 @@
+#include "data/token_file.hpp"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const TokenFileWriteOptions& opt) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  const std::string tmp = path + ".tmp";
+  {
+    h5::Id f = h5::create(tmp);
+    const bool u16 = opt.vocab_size <= 65536;
+    const hsize_t n = tokens.size();
+    h5::Id space(H5Screate_simple(1, &n, nullptr));
+    h5::Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    if (n > 0) {
+      const hsize_t chunk = std::min<hsize_t>(n, 1 << 20);
+      H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk), "set chunking for /tokens");
+    }
+    h5::Id ds(H5Dcreate2(f.get(), "tokens", u16 ? H5T_STD_U16LE : H5T_STD_U32LE, space.get(), H5P_DEFAULT,
+                         dcpl.get(), H5P_DEFAULT));
+    H5_CHECK(ds.get(), "create /tokens in " << tmp);
+    if (n > 0) {
+      if (u16) {
+        std::vector<uint16_t> t16(tokens.begin(), tokens.end());
+        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, t16.data()), "write /tokens");
+      } else {
+        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()), "write /tokens");
+      }
+    }
+    if (!opt.doc_offsets.empty()) {
+      const hsize_t nd = opt.doc_offsets.size();
+      h5::Id dspace(H5Screate_simple(1, &nd, nullptr));
+      h5::Id dd(H5Dcreate2(f.get(), "doc_offsets", H5T_STD_U64LE, dspace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      H5_CHECK(H5Dwrite(dd.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, opt.doc_offsets.data()),
+               "write /doc_offsets");
+    }
+    h5::write_attr_i64(f.get(), "vocab_size", opt.vocab_size);
+    h5::write_attr_str(f.get(), "tokenizer", opt.tokenizer);
+    if (opt.eot_token >= 0) h5::write_attr_i64(f.get(), "eot_token", opt.eot_token);
+    h5::write_attr_i64(f.get(), "format_version", 1);
+  }
+  int fd = open(tmp.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
+}
+
+TokenFile::TokenFile(const std::string& path) : path_(path) {
+  file_ = h5::open_read(path);
+  const hid_t f = file_.get();
+  GPT2_REQUIRE(h5::has_object(f, "tokens"), path << " is not a token file: it has no /tokens dataset");
+  // A 64 MiB chunk cache instead of HDF5's 1 MiB default: random windows keep revisiting chunks.
+  h5::Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), 521, 64 << 20, 0.75);
+  dataset_ = h5::Id(H5Dopen2(f, "tokens", dapl.get()));
+  H5_CHECK(dataset_.get(), "open /tokens in " << path);
+  h5::Id space(H5Dget_space(dataset_.get()));
+  GPT2_REQUIRE(H5Sget_simple_extent_ndims(space.get()) == 1, "/tokens in " << path << " must be 1-D");
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  num_tokens_ = n;
+  h5::Id type(H5Dget_type(dataset_.get()));
+  GPT2_REQUIRE(H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE &&
+                   (H5Tget_size(type.get()) == 2 || H5Tget_size(type.get()) == 4),
+               "/tokens in " << path << " must be uint16 or uint32");
+  dtype_bits_ = static_cast<int>(H5Tget_size(type.get()) * 8);
+  GPT2_REQUIRE(h5::has_attr(f, "vocab_size"), path << " has no vocab_size attribute (not a token file?)");
+  const int64_t v = h5::read_attr_i64(f, "vocab_size", path);
+  GPT2_REQUIRE(v > 0 && v <= (int64_t{1} << 31), "vocab_size " << v << " in " << path << " is invalid");
+  vocab_size_ = static_cast<int>(v);
+  tokenizer_ = h5::has_attr(f, "tokenizer") ? h5::read_attr_str(f, "tokenizer", path) : "unknown";
+  if (h5::has_attr(f, "eot_token")) eot_token_ = static_cast<int>(h5::read_attr_i64(f, "eot_token", path));
+  if (h5::has_attr(f, "format_version")) {
+    const int64_t fv = h5::read_attr_i64(f, "format_version", path);
+    GPT2_REQUIRE(fv == 1, path << " has format_version " << fv << "; this build reads version 1");
+  }
+}
+
+void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
+  GPT2_CHECK(offset + n <= num_tokens_, "read past the end of " << path_);
+  h5::Id fspace(H5Dget_space(dataset_.get()));
+  const hsize_t start = offset, count = n;
+  H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), "select tokens");
+  h5::Id mspace(H5Screate_simple(1, &count, nullptr));
+  static_assert(sizeof(int32_t) == sizeof(uint32_t));
+  GPT2_REQUIRE(H5Dread(dataset_.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out) >= 0,
+               "cannot read tokens [" << offset << ", " << offset + n << ") of " << path_ << " (truncated or corrupt file?)");
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t t = static_cast<uint32_t>(out[i]);
+    GPT2_REQUIRE(t < static_cast<uint32_t>(vocab_size_), "token id " << t << " at index " << offset + i << " of "
+                                                                     << path_ << " is >= the file's vocab_size "
+                                                                     << vocab_size_ << " (corrupt or mislabelled file)");
+  }
+}
+
+std::vector<std::string> expand_data_glob(const std::string& pattern) {
+  glob_t g{};
+  const int rc = glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  if (out.empty()) {
+    // No glob characters: report the missing file by name (open_read gives the precise message).
+    if (pattern.find_first_of("*?[") == std::string::npos) return {pattern};
+    fatal("no files match the data pattern '" + pattern + "'");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TokenDataset::TokenDataset(const std::string& pattern, int seq_len) : pattern_(pattern), seq_len_(seq_len) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  for (const std::string& path : expand_data_glob(pattern)) {
+    auto f = std::make_unique<TokenFile>(path);
+    if (files_.empty()) {
+      vocab_size_ = f->vocab_size();
+      tokenizer_ = f->tokenizer();
+    } else {
+      GPT2_REQUIRE(f->vocab_size() == vocab_size_ && f->tokenizer() == tokenizer_,
+                   "shard " << path << " (tokenizer " << f->tokenizer() << ", vocab_size " << f->vocab_size()
+                            << ") does not match the first shard (tokenizer " << tokenizer_ << ", vocab_size "
+                            << vocab_size_ << ")");
+    }
+    first_window_.push_back(total_windows_);
+    const uint64_t n = f->size();
+    total_windows_ += n > static_cast<uint64_t>(seq_len) ? (n - 1) / seq_len : 0;
+    total_tokens_ += n;
+    files_.push_back(std::move(f));
+  }
+}
+
+void TokenDataset::read_window(uint64_t w, int32_t* out) {
+  GPT2_CHECK(w < total_windows_, "window " << w << " out of range");
+  const size_t i = std::upper_bound(first_window_.begin(), first_window_.end(), w) - first_window_.begin() - 1;
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  files_[i]->read((w - first_window_[i]) * seq_len_, static_cast<size_t>(seq_len_) + 1, out);
+}
+
+}  // namespace gpt2

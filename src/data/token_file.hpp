@@ -1,0 +1,80 @@
+// Token files (DESIGN.md section 5): HDF5, dataset /tokens (1-D uint16 or uint32, chunked), root
+// attributes vocab_size, tokenizer, eot_token (optional), format_version = 1; optional /doc_offsets.
+// A dataset is one file or a glob of shard files.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/hdf5.hpp"
+
+namespace gpt2 {
+
+// This HDF5 build may not be thread-safe: every HDF5 call made while the prefetch thread runs holds this.
+std::mutex& hdf5_mutex();
+
+struct TokenFileWriteOptions {
+  int vocab_size = 256;
+  std::string tokenizer = "byte";
+  int eot_token = -1;                 // written when >= 0
+  std::vector<uint64_t> doc_offsets;  // written when not empty
+};
+
+// Writes tokens to `path` (uint16 when vocab_size <= 65536, else uint32), atomically (temp + rename).
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, const TokenFileWriteOptions& opt);
+
+class TokenFile {
+ public:
+  explicit TokenFile(const std::string& path);  // validates the format, with clear errors
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return num_tokens_; }
+  int vocab_size() const { return vocab_size_; }
+  const std::string& tokenizer() const { return tokenizer_; }
+  int eot_token() const { return eot_token_; }
+  int dtype_bits() const { return dtype_bits_; }
+  // Reads tokens [offset, offset + n) and checks each is < vocab_size (caller holds hdf5_mutex()).
+  void read(uint64_t offset, size_t n, int32_t* out);
+
+ private:
+  std::string path_;
+  h5::Id file_, dataset_;
+  uint64_t num_tokens_ = 0;
+  int vocab_size_ = 0;
+  std::string tokenizer_;
+  int eot_token_ = -1;
+  int dtype_bits_ = 16;
+};
+
+// Expands a path or glob ("data/train_*.h5") into a sorted list of files; error if nothing matches.
+std::vector<std::string> expand_data_glob(const std::string& pattern);
+
+// Windows of seq_len + 1 tokens (inputs and shifted targets) over one or more shards. Window w of a
+// shard starts at w * seq_len; windows never cross a shard boundary.
+class TokenDataset {
+ public:
+  TokenDataset(const std::string& pattern, int seq_len);
+  uint64_t num_windows() const { return total_windows_; }
+  uint64_t num_tokens() const { return total_tokens_; }
+  int vocab_size() const { return vocab_size_; }
+  const std::string& tokenizer() const { return tokenizer_; }
+  int seq_len() const { return seq_len_; }
+  size_t num_files() const { return files_.size(); }
+  const std::string& pattern() const { return pattern_; }
+  // Reads window w (seq_len + 1 tokens) into out. Thread-safe (takes hdf5_mutex()).
+  void read_window(uint64_t w, int32_t* out);
+
+ private:
+  std::string pattern_;
+  int seq_len_;
+  std::vector<std::unique_ptr<TokenFile>> files_;
+  std::vector<uint64_t> first_window_;  // prefix sums of windows per file
+  uint64_t total_windows_ = 0;
+  uint64_t total_tokens_ = 0;
+  int vocab_size_ = 0;
+  std::string tokenizer_;
+};
+
+}  // namespace gpt2

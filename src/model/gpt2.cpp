@@ -1,0 +1,192 @@
+#include "model/gpt2.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/encoder/encoder.hpp"
+#include "kernels/gelu/gelu.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/layernorm/layernorm.hpp"
+#include "kernels/softmax_xent/softmax_xent.hpp"
+
+namespace gpt2 {
+
+using namespace kernels;
+
+GPT2::GPT2(const GPT2Config& cfg) : cfg_(cfg), table_(cfg), params_(table_.total(), 0.0f), grads_(table_.total(), 0.0f) {}
+
+void GPT2::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void GPT2::ensure_activations(int B, int T) {
+  if (acts_.B == B && acts_.T == T) return;
+  const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
+  const size_t BT = static_cast<size_t>(B) * T;
+  Activations& a = acts_;
+  a.B = B;
+  a.T = T;
+  a.encoded.assign(BT * C, 0.0f);
+  a.ln1.assign(L * BT * C, 0.0f);
+  a.ln1_mean.assign(L * BT, 0.0f);
+  a.ln1_rstd.assign(L * BT, 0.0f);
+  a.qkv.assign(L * BT * 3 * C, 0.0f);
+  a.att.assign(L * B * NH * T * T, 0.0f);
+  a.atty.assign(L * BT * C, 0.0f);
+  a.attproj.assign(L * BT * C, 0.0f);
+  a.residual2.assign(L * BT * C, 0.0f);
+  a.ln2.assign(L * BT * C, 0.0f);
+  a.ln2_mean.assign(L * BT, 0.0f);
+  a.ln2_rstd.assign(L * BT, 0.0f);
+  a.fch.assign(L * BT * 4 * C, 0.0f);
+  a.fch_gelu.assign(L * BT * 4 * C, 0.0f);
+  a.fcproj.assign(L * BT * C, 0.0f);
+  a.residual3.assign(L * BT * C, 0.0f);
+  a.lnf.assign(BT * C, 0.0f);
+  a.lnf_mean.assign(BT, 0.0f);
+  a.lnf_rstd.assign(BT, 0.0f);
+  a.logits.assign(BT * Vp, 0.0f);
+  a.losses.assign(BT, 0.0f);
+  a.dresidual.assign(BT * C, 0.0f);
+  a.dbtc.assign(BT * C, 0.0f);
+  a.dqkv.assign(BT * 3 * C, 0.0f);
+  a.dbt4c.assign(BT * 4 * C, 0.0f);
+}
+
+void GPT2::forward(const int32_t* inputs, int B, int T) {
+  GPT2_REQUIRE(T >= 1 && T <= cfg_.max_seq_len,
+               "sequence length " << T << " exceeds the model's max_seq_len " << cfg_.max_seq_len);
+  GPT2_REQUIRE(B >= 1, "batch size must be positive");
+  const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
+  const int N = B * T;
+  for (int i = 0; i < N; ++i)
+    GPT2_REQUIRE(inputs[i] >= 0 && inputs[i] < V, "token id " << inputs[i] << " out of range [0, " << V << ")");
+  ensure_activations(B, T);
+  inputs_.assign(inputs, inputs + N);
+  have_dlogits_ = false;
+
+  const ModelTensors p = table_.tensors(params_.data());
+  Activations& a = acts_;
+  const size_t BTC = static_cast<size_t>(N) * C;
+
+  encoder_forward_cpu(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);  // (B,T) -> (B,T,C)
+  const BlockTensors& b0 = p.blocks[0];
+  layernorm_forward_cpu(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(), b0.ln1w, b0.ln1b, N, C);
+
+  for (int l = 0; l < L; ++l) {
+    const BlockTensors& w = p.blocks[l];
+    const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BTC;
+    float* ln1 = a.ln1.data() + l * BTC;
+    float* qkv = a.qkv.data() + l * 3 * BTC;
+    float* att = a.att.data() + static_cast<size_t>(l) * B * NH * T * T;
+    float* atty = a.atty.data() + l * BTC;
+    float* attproj = a.attproj.data() + l * BTC;
+    float* residual2 = a.residual2.data() + l * BTC;
+    float* ln2 = a.ln2.data() + l * BTC;
+    float* fch = a.fch.data() + l * 4 * BTC;
+    float* fch_gelu = a.fch_gelu.data() + l * 4 * BTC;
+    float* fcproj = a.fcproj.data() + l * BTC;
+    float* residual3 = a.residual3.data() + l * BTC;
+
+    linear_forward_cpu(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);          // (B,T,C) -> (B,T,3C)
+    attention_forward_cpu(atty, att, qkv, B, T, C, NH);                 // (B,T,3C) -> (B,T,C)
+    linear_forward_cpu(attproj, atty, w.attprojw, w.attprojb, N, C, C);  // (B,T,C) -> (B,T,C)
+    residual_layernorm_forward_cpu(residual2, ln2, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, residual,
+                                   attproj, w.ln2w, w.ln2b, N, C);
+    linear_forward_cpu(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);            // (B,T,C) -> (B,T,4C)
+    gelu_forward_cpu(fch_gelu, fch, 4 * static_cast<long>(BTC));
+    linear_forward_cpu(fcproj, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // (B,T,4C) -> (B,T,C)
+    // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
+    if (l + 1 < L) {
+      const BlockTensors& wn = p.blocks[l + 1];
+      residual_layernorm_forward_cpu(residual3, a.ln1.data() + (l + 1) * BTC, a.ln1_mean.data() + (l + 1) * N,
+                                     a.ln1_rstd.data() + (l + 1) * N, residual2, fcproj, wn.ln1w, wn.ln1b, N, C);
+    } else {
+      residual_layernorm_forward_cpu(residual3, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual2, fcproj,
+                                     p.lnfw, p.lnfb, N, C);
+    }
+  }
+  lm_head_forward_cpu(a.logits.data(), a.lnf.data(), p.wte, N, C, Vp);  // (B,T,C) -> (B,T,Vp)
+  (void)V;
+}
+
+static void check_targets(const int32_t* targets, int N, int V) {
+  for (int i = 0; i < N; ++i)
+    GPT2_REQUIRE(targets[i] >= 0 && targets[i] < V, "target token id " << targets[i] << " out of range [0, " << V << ")");
+}
+
+static float mean_of(const std::vector<float>& v) {
+  double s = 0.0;
+  for (float x : v) s += x;
+  return static_cast<float>(s / static_cast<double>(v.size()));
+}
+
+float GPT2::forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  check_targets(targets, B * T, cfg_.vocab_size);
+  forward(inputs, B, T);
+  softmax_xent_cpu(acts_.losses.data(), acts_.logits.data(), targets, B * T, cfg_.vocab_size,
+                   cfg_.padded_vocab_size(), dloss, /*write_grad=*/true);
+  have_dlogits_ = true;
+  return mean_of(acts_.losses);
+}
+
+float GPT2::forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  check_targets(targets, B * T, cfg_.vocab_size);
+  forward(inputs, B, T);
+  softmax_xent_cpu(acts_.losses.data(), acts_.logits.data(), targets, B * T, cfg_.vocab_size,
+                   cfg_.padded_vocab_size(), 0.0f, /*write_grad=*/false);
+  return mean_of(acts_.losses);
+}
+
+const float* GPT2::forward_logits(const int32_t* inputs, int B, int T) {
+  forward(inputs, B, T);
+  return acts_.logits.data();
+}
+
+void GPT2::backward(const GradReadyFn& on_ready) {
+  GPT2_CHECK(have_dlogits_, "backward() needs a forward_train() first");
+  have_dlogits_ = false;
+  const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
+  const int B = acts_.B, T = acts_.T, N = B * T;
+  const size_t BTC = static_cast<size_t>(N) * C;
+  const ModelTensors p = table_.tensors(params_.data());
+  const ModelTensors g = table_.tensors(grads_.data());
+  Activations& a = acts_;
+  auto ready = [&](size_t from) {
+    if (on_ready) on_ready(from);
+  };
+
+  // LM head (tied): dwte gets its first contribution here; its last comes from the encoder below.
+  lm_head_backward_cpu(a.dbtc.data(), g.wte, a.logits.data(), a.lnf.data(), p.wte, N, C, Vp);
+  std::fill(a.dresidual.begin(), a.dresidual.end(), 0.0f);
+  layernorm_backward_cpu(a.dresidual.data(), g.lnfw, g.lnfb, a.dbtc.data(), a.residual3.data() + (L - 1) * BTC,
+                         p.lnfw, a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+  ready(table_.block_begin(L));
+
+  for (int l = L - 1; l >= 0; --l) {
+    const BlockTensors& w = p.blocks[l];
+    const BlockTensors& dw = g.blocks[l];
+    const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BTC;
+    // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
+    linear_backward_cpu(a.dbt4c.data(), dw.fcprojw, dw.fcprojb, a.dresidual.data(), a.fch_gelu.data() + l * 4 * BTC,
+                        w.fcprojw, N, 4 * C, C);
+    gelu_backward_cpu(a.dbt4c.data(), a.fch.data() + l * 4 * BTC, a.dbt4c.data(), 4 * static_cast<long>(BTC));
+    linear_backward_cpu(a.dbtc.data(), dw.fcw, dw.fcb, a.dbt4c.data(), a.ln2.data() + l * BTC, w.fcw, N, C, 4 * C);
+    layernorm_backward_cpu(a.dresidual.data(), dw.ln2w, dw.ln2b, a.dbtc.data(), a.residual2.data() + l * BTC, w.ln2w,
+                           a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, N, C);
+    // dresidual now holds d(residual2[l])
+    linear_backward_cpu(a.dbtc.data(), dw.attprojw, dw.attprojb, a.dresidual.data(), a.atty.data() + l * BTC,
+                        w.attprojw, N, C, C);
+    attention_backward_cpu(a.dqkv.data(), a.dbtc.data(), a.qkv.data() + l * 3 * BTC,
+                           a.att.data() + static_cast<size_t>(l) * B * NH * T * T, B, T, C, NH);
+    linear_backward_cpu(a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), a.ln1.data() + l * BTC, w.qkvw, N, C, 3 * C);
+    layernorm_backward_cpu(a.dresidual.data(), dw.ln1w, dw.ln1b, a.dbtc.data(), residual, w.ln1w,
+                           a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, N, C);
+    // dresidual now holds d(residual entering block l)
+    ready(table_.block_begin(l));
+  }
+  encoder_backward_cpu(g.wte, g.wpe, a.dresidual.data(), inputs_.data(), B, T, C);
+  ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
+}
+
+}  // namespace gpt2

@@ -1,0 +1,90 @@
+// GPT-2 on the CPU backend: forward and backward as a sequence of kernel calls.
+// The CPU backend is the executable specification the GPU backend is tested against.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/params.hpp"
+
+namespace gpt2 {
+
+// Activations of one micro-batch (B, T), kept for backward. Shapes per field.
+struct Activations {
+  int B = 0, T = 0;
+  std::vector<float> encoded;   // (B,T,C)   wte[x] + wpe: the residual stream entering block 0
+  std::vector<float> ln1;       // (L,B,T,C)
+  std::vector<float> ln1_mean;  // (L,B,T)
+  std::vector<float> ln1_rstd;  // (L,B,T)
+  std::vector<float> qkv;       // (L,B,T,3C)
+  std::vector<float> att;       // (L,B,NH,T,T) softmax probabilities (causal; upper triangle 0)
+  std::vector<float> atty;      // (L,B,T,C)   attention output before its projection
+  std::vector<float> attproj;   // (L,B,T,C)
+  std::vector<float> residual2; // (L,B,T,C)   residual + attention branch
+  std::vector<float> ln2;       // (L,B,T,C)
+  std::vector<float> ln2_mean;  // (L,B,T)
+  std::vector<float> ln2_rstd;  // (L,B,T)
+  std::vector<float> fch;       // (L,B,T,4C)  MLP pre-activation
+  std::vector<float> fch_gelu;  // (L,B,T,4C)
+  std::vector<float> fcproj;    // (L,B,T,C)
+  std::vector<float> residual3; // (L,B,T,C)   block output
+  std::vector<float> lnf;       // (B,T,C)
+  std::vector<float> lnf_mean;  // (B,T)
+  std::vector<float> lnf_rstd;  // (B,T)
+  std::vector<float> logits;    // (B,T,Vp)    after a training forward: dlogits
+  std::vector<float> losses;    // (B,T)
+  // backward scratch
+  std::vector<float> dresidual; // (B,T,C)
+  std::vector<float> dbtc;      // (B,T,C)
+  std::vector<float> dqkv;      // (B,T,3C)
+  std::vector<float> dbt4c;     // (B,T,4C)
+};
+
+// Called during backward with an offset into the flat gradient buffer: every gradient at or after
+// it is final for this step. It is called with block_begin(L) (ln_f done), then block_begin(l) for
+// l = L-1..0, and finally 0 once the encoder (and so tied wte) is done. GradReducer hangs on it.
+using GradReadyFn = std::function<void(size_t ready_from)>;
+
+class GPT2 {
+ public:
+  explicit GPT2(const GPT2Config& cfg);
+
+  const GPT2Config& config() const { return cfg_; }
+  const ParamTable& table() const { return table_; }
+  std::vector<float>& params() { return params_; }
+  std::vector<float>& grads() { return grads_; }
+  const std::vector<float>& params() const { return params_; }
+  const std::vector<float>& grads() const { return grads_; }
+
+  void init(uint64_t seed) { init_gpt2_params(table_, params_.data(), seed); }
+  void zero_grad();
+
+  // Training forward: loss of predicting targets from inputs, both (B,T). dloss is the weight of each
+  // token's loss in the objective (1 / tokens per optimizer step): dlogits are written for backward.
+  // Returns the mean loss over the B*T tokens.
+  float forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  // Mean loss without preparing backward.
+  float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Logits (B,T,Vp) of inputs (no loss); valid until the next forward. Columns >= vocab_size are padding.
+  const float* forward_logits(const int32_t* inputs, int B, int T);
+  // Accumulates (+=) gradients of the last forward_train into grads().
+  void backward(const GradReadyFn& on_ready = {});
+
+  const Activations& activations() const { return acts_; }
+
+ private:
+  void forward(const int32_t* inputs, int B, int T);
+  void ensure_activations(int B, int T);
+
+  GPT2Config cfg_;
+  ParamTable table_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  Activations acts_;
+  std::vector<int32_t> inputs_;  // (B,T) of the last forward, for the encoder backward
+  bool have_dlogits_ = false;
+};
+
+}  // namespace gpt2

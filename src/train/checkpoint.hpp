@@ -1,0 +1,40 @@
+// Checkpoints (DESIGN.md section 5): one HDF5 file per step, Hugging Face GPT-2 names and shapes,
+// written by rank 0 to a temporary name, fsynced and renamed, so a crash mid-write never damages
+// the last good checkpoint. <out>/ckpt/latest names the newest complete one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/gpt2.hpp"
+#include "optim/adamw.hpp"
+
+namespace gpt2 {
+
+struct TrainState {
+  int64_t step = 0;         // optimizer steps completed (= the next step to run)
+  int64_t tokens_seen = 0;  // global tokens consumed
+  uint64_t seed = 0;        // the run's seed: with `step` it fixes the data order (sampler is stateless)
+  int world_size = 1;       // informational: resume may use another world size
+};
+
+// Writes model (+ optimizer when given) + state to `path` atomically.
+void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* opt, const TrainState& state);
+
+// Model dimensions stored in a checkpoint (to build the model before loading).
+GPT2Config read_checkpoint_config(const std::string& path);
+
+// Loads parameters into `model` (whose config must match the file), the optimizer state when `opt`
+// is given and the file has one (returns whether it did), and the train state when `state` is given.
+bool load_checkpoint(const std::string& path, GPT2& model, AdamW* opt, TrainState* state);
+
+// "<dir>/ckpt/step_00001000.h5"
+std::string checkpoint_path(const std::string& out_dir, int64_t step);
+// Points <out>/ckpt/latest at `path` (atomically).
+void write_latest(const std::string& out_dir, const std::string& path);
+// The checkpoint <out>/ckpt/latest names, or "" if none.
+std::string read_latest(const std::string& out_dir);
+// Deletes all but the newest `keep` step_*.h5 files in <out>/ckpt (keep <= 0: keep all).
+void prune_checkpoints(const std::string& out_dir, int keep);
+
+}  // namespace gpt2

@@ -1,0 +1,52 @@
+#include "train/sample.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+
+namespace gpt2 {
+
+std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+  GPT2_REQUIRE(!prompt.empty(), "sampling needs a non-empty prompt");
+  const int V = model.config().vocab_size, Vp = model.config().padded_vocab_size();
+  const int maxT = model.config().max_seq_len;
+  Rng rng(opt.seed, 0x5A3F1E);
+  std::vector<int32_t> ctx = prompt, out;
+  std::vector<std::pair<float, int>> cand(V);
+  for (int n = 0; n < opt.max_new_tokens; ++n) {
+    const int T = std::min<int>(static_cast<int>(ctx.size()), maxT);
+    const int32_t* window = ctx.data() + ctx.size() - T;
+    const float* logits = model.forward_logits(window, 1, T) + static_cast<size_t>(T - 1) * Vp;
+    int next = 0;
+    if (opt.temperature <= 0.0f) {
+      next = static_cast<int>(std::max_element(logits, logits + V) - logits);
+    } else {
+      for (int j = 0; j < V; ++j) cand[j] = {logits[j] / opt.temperature, j};
+      const int k = (opt.top_k > 0 && opt.top_k < V) ? opt.top_k : V;
+      // Ties broken by token id so the choice never depends on the sort implementation.
+      auto greater = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      };
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), greater);
+      double sum = 0.0;
+      std::vector<double> p(k);
+      for (int j = 0; j < k; ++j) sum += p[j] = std::exp(static_cast<double>(cand[j].first - cand[0].first));
+      double u = rng.uniform() * sum;
+      next = cand[k - 1].second;
+      for (int j = 0; j < k; ++j) {
+        if (u < p[j]) {
+          next = cand[j].second;
+          break;
+        }
+        u -= p[j];
+      }
+    }
+    ctx.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,311 @@
+#include "train/trainer.hpp"
+
+#include <omp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/grad_reducer.hpp"
+#include "comm/mpi_env.hpp"
+#include "core/device.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/rng.hpp"
+#include "core/timer.hpp"
+#include "data/batch_loader.hpp"
+#include "data/byte_tokenizer.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/reduce/reduce.hpp"
+#include "model/gpt2.hpp"
+#include "train/checkpoint.hpp"
+#include "train/metrics.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+// Peak fp32 throughput assumed per CPU core for MFU when --peak-tflops is not given: two 8-wide
+// FMA pipes at ~3 GHz (AVX2). An estimate; pass --peak-tflops for your hardware.
+constexpr double kCpuPeakTflopsPerCore = 0.096;
+
+int choose_threads(const TrainConfig& cfg, const MpiEnv& env) {
+  if (cfg.threads > 0) return cfg.threads;
+  const int visible = omp_get_num_procs();  // respects the launcher's CPU binding
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  // Unbound ranks see every core of the node: share them. A bound rank sees only its own cores.
+  const int n = (visible >= hw && env.local_size() > 1) ? visible / env.local_size() : visible;
+  return std::max(1, n);
+}
+
+void make_dir(const std::string& d) {
+  std::string cur;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = d.find('/', pos + 1);
+    cur = d.substr(0, pos);
+    if (!cur.empty()) mkdir(cur.c_str(), 0755);
+  }
+  struct stat st {};
+  GPT2_REQUIRE(stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create output directory " << d);
+}
+
+std::string fmt_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fK", n / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%.0f", n);
+  return buf;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
+  TrainConfig cfg = cfg_in;
+  const int W = env.world_size(), rank = env.rank();
+  const int B = cfg.micro_batch, T = cfg.seq_len;
+
+  // ---- device ----------------------------------------------------------------------------------
+  if (cfg.device == "cuda") {
+    std::string why;
+    GPT2_REQUIRE(gpu_count(&why) > 0, "--device cuda: " << why << "; use --device cpu");
+    fatal("--device cuda: the CUDA training backend is not part of this build yet; use --device cpu");
+  }
+  if (cfg.device == "auto" && gpu_count() > 0)
+    log_warn("a GPU is present but the CUDA training backend is not part of this build yet: training on the CPU\n");
+  const int threads = choose_threads(cfg, env);
+  kernels::set_cpu_threads(threads);
+
+  // ---- batch geometry --------------------------------------------------------------------------
+  GPT2_REQUIRE(B > 0 && T > 0, "--micro-batch and --seq-len must be positive");
+  GPT2_REQUIRE(T <= cfg.model.max_seq_len,
+               "--seq-len " << T << " exceeds the model's --max-seq-len " << cfg.model.max_seq_len);
+  if (cfg.global_batch_tokens == 0) cfg.global_batch_tokens = static_cast<int64_t>(B) * T * W;
+  GPT2_REQUIRE(cfg.global_batch_tokens % T == 0,
+               "--global-batch-tokens " << cfg.global_batch_tokens << " is not a multiple of --seq-len " << T);
+  const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
+  GPT2_REQUIRE(G % (static_cast<int64_t>(B) * W) == 0,
+               "the global batch of " << G << " sequences (--global-batch-tokens " << cfg.global_batch_tokens
+                                      << ") does not divide into micro-batches of " << B << " on " << W
+                                      << " ranks: make it a multiple of micro-batch x seq-len x ranks = "
+                                      << static_cast<int64_t>(B) * T * W << " tokens");
+  const int accum = static_cast<int>(G / (static_cast<int64_t>(B) * W));
+
+  // ---- data ------------------------------------------------------------------------------------
+  std::unique_ptr<TokenDataset> train, val;
+  if (!cfg.benchmark) {
+    GPT2_REQUIRE(!cfg.train_data.empty() || cfg.eval_only, "--train-data is required (or use --benchmark)");
+    if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, T);
+  }
+  if (!cfg.val_data.empty() && !cfg.benchmark) val = std::make_unique<TokenDataset>(cfg.val_data, T);
+  for (const TokenDataset* ds : {train.get(), val.get()}) {
+    if (ds == nullptr) continue;
+    GPT2_REQUIRE(ds->vocab_size() <= cfg.model.vocab_size,
+                 ds->pattern() << " has vocab_size " << ds->vocab_size() << " but the model's vocabulary is "
+                               << cfg.model.vocab_size << " (set --vocab-size " << ds->vocab_size() << ")");
+  }
+  GPT2_REQUIRE(!cfg.eval_only || val, "--eval-only needs --val-data");
+
+  // ---- model, optimizer, state -------------------------------------------------------------------
+  std::string resume_path;
+  if (cfg.resume == "auto") {
+    GPT2_REQUIRE(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
+    resume_path = read_latest(cfg.out_dir);
+  } else if (cfg.resume != "none" && !cfg.resume.empty()) {
+    resume_path = cfg.resume;
+  }
+  GPT2 model(cfg.model);
+  model.init(cfg.seed);
+  AdamW opt(model.table(), cfg.optim);
+  TrainState state;
+  state.seed = cfg.seed;
+  if (!resume_path.empty()) {
+    load_checkpoint(resume_path, model, &opt, &state);
+    if (state.seed != cfg.seed) log_warn("resuming with the checkpoint's seed %llu (not --seed %llu) to keep the data order\n",
+                                         static_cast<unsigned long long>(state.seed), static_cast<unsigned long long>(cfg.seed));
+    log_info("resumed from %s at step %lld (written by %d ranks)\n", resume_path.c_str(),
+             static_cast<long long>(state.step), state.world_size);
+  } else if (!cfg.init_from.empty()) {
+    const bool with_opt = load_checkpoint(cfg.init_from, model, &opt, nullptr);
+    log_info("initialised from %s (%s)\n", cfg.init_from.c_str(), with_opt ? "model and optimizer" : "model only");
+  }
+  state.world_size = W;
+
+  MpiCommunicator comm;
+  if (W > 1) {  // Every rank must start from the same weights (same seed or same file): check, cheaply.
+    double hi = kernels::sum_squares_cpu(model.params().data(), static_cast<long>(model.params().size()));
+    double lo = hi;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+    GPT2_REQUIRE(hi == lo, "ranks start from different weights (different --seed or --init-from per rank?)");
+  }
+  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)),
+                        std::min<size_t>(1 << 20, static_cast<size_t>(cfg.bucket_mb * (1 << 20))));
+  GradReducer reducer(comm, plan, model.grads().data());
+
+  if (rank == 0 && !cfg.out_dir.empty()) make_dir(cfg.out_dir);
+  MetricsWriter metrics(rank == 0 ? cfg.out_dir : "", /*append=*/!resume_path.empty());
+
+  const double peak_tflops = cfg.peak_tflops > 0 ? cfg.peak_tflops : kCpuPeakTflopsPerCore * threads;
+  log_info("gpt2-train | model %s | %d rank(s) on %d node(s), %d thread(s) each | device cpu\n",
+           cfg.model.describe().c_str(), W, env.num_nodes(), threads);
+  log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %d accumulation step(s)\n",
+           static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B, accum);
+  if (W > 1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);
+
+  // ---- validation ------------------------------------------------------------------------------
+  std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
+  auto validate = [&]() -> double {
+    const uint64_t avail = val_batches_available(*val, B, W);
+    GPT2_REQUIRE(avail >= 1, "validation data " << val->pattern() << " holds " << val->num_windows()
+                                                << " windows of " << T + 1 << " tokens, fewer than one batch of "
+                                                << B * W << " sequences");
+    const uint64_t nb = std::min<uint64_t>(avail, static_cast<uint64_t>(std::max(1, cfg.val_batches)));
+    double sum = 0.0;
+    for (uint64_t i = 0; i < nb; ++i) {
+      RankBatch vb = read_val_batch(*val, i, B, rank, W);
+      vb.micro_batch(0, B, inputs.data(), targets.data());
+      sum += model.forward_eval(inputs.data(), targets.data(), B, T);
+    }
+    double mean = sum / static_cast<double>(nb);
+    comm.allreduce(&mean, 1, ReduceOp::kAvg);
+    return mean;
+  };
+  auto run_val = [&](int64_t step) {
+    const double vl = validate();
+    log_info("step %6lld | val loss %.4f\n", static_cast<long long>(step), vl);
+    if (rank == 0) metrics.val(static_cast<long>(step), vl);
+  };
+
+  if (cfg.eval_only) {
+    run_val(state.step);
+    return 0;
+  }
+
+  // ---- the step loop ---------------------------------------------------------------------------
+  std::unique_ptr<DistributedSampler> sampler;
+  std::unique_ptr<BatchLoader> loader;
+  if (!cfg.benchmark) {
+    sampler = std::make_unique<DistributedSampler>(train->num_windows(), static_cast<int>(G), rank, W, state.seed);
+    GPT2_REQUIRE(sampler->steps_per_epoch() >= 1,
+                 "training data " << train->pattern() << " holds " << train->num_windows() << " windows of " << T + 1
+                                  << " tokens, fewer than one global batch of " << G
+                                  << " sequences: use more data or a smaller --global-batch-tokens");
+    log_info("data: %s tokens in %zu file(s), %llu steps per epoch\n", fmt_count(train->num_tokens()).c_str(),
+             train->num_files(), static_cast<unsigned long long>(sampler->steps_per_epoch()));
+    loader = std::make_unique<BatchLoader>(*train, *sampler);
+    loader->start(static_cast<uint64_t>(state.step));
+  }
+  if (val && state.step == 0) run_val(0);
+
+  const int64_t first_step = state.step;
+  double bench_ms_sum = 0.0, bench_exposed_sum = 0.0;
+  int bench_n = 0;
+  const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
+  int64_t last_ckpt_step = -1;
+  auto save = [&]() {
+    if (rank != 0 || cfg.out_dir.empty() || cfg.benchmark) return;
+    const std::string path = checkpoint_path(cfg.out_dir, state.step);
+    save_checkpoint(path, model, &opt, state);
+    write_latest(cfg.out_dir, path);
+    prune_checkpoints(cfg.out_dir, cfg.ckpt_keep);
+    log_info("step %6lld | checkpoint %s\n", static_cast<long long>(state.step), path.c_str());
+  };
+
+  for (int64_t step = state.step; step < cfg.max_steps; ++step) {
+    Timer timer;
+    RankBatch batch;
+    if (cfg.benchmark) {  // synthetic tokens: no files, same on every run
+      batch.T = T;
+      batch.seqs = B * accum;
+      batch.tokens.resize(static_cast<size_t>(batch.seqs) * (T + 1));
+      Rng rng(cfg.seed, 0xBE7C0000ULL + static_cast<uint64_t>(step) * W + rank);
+      for (auto& t : batch.tokens) t = static_cast<int32_t>(rng.below(cfg.model.vocab_size));
+    } else {
+      batch = loader->next();
+    }
+    model.zero_grad();
+    double loss_sum = 0.0;
+    for (int m = 0; m < accum; ++m) {
+      batch.micro_batch(m, B, inputs.data(), targets.data());
+      loss_sum += model.forward_train(inputs.data(), targets.data(), B, T, dloss);
+      if (m == accum - 1 && W > 1) {
+        // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
+        reducer.begin_step();
+        model.backward([&](size_t ready_from) { reducer.on_grads_ready(ready_from); });
+      } else {
+        model.backward();
+      }
+    }
+    const double exposed_ms = W > 1 ? reducer.finish() : 0.0;
+    double loss = loss_sum / accum;
+    if (W > 1) comm.allreduce(&loss, 1, ReduceOp::kAvg);
+    GPT2_REQUIRE(std::isfinite(loss), "the loss is " << loss << " at step " << step + 1
+                                                     << ": training diverged (try a lower --lr or --grad-clip)");
+    const double grad_norm = std::sqrt(kernels::sum_squares_cpu(model.grads().data(), static_cast<long>(model.grads().size())));
+    const float lr = cfg.schedule.at(step);
+    opt.step(model.params().data(), model.grads().data(), lr, clip_factor(grad_norm, cfg.optim.grad_clip));
+    state.step = step + 1;
+    state.tokens_seen += cfg.global_batch_tokens;
+
+    StepMetrics sm;
+    sm.step = static_cast<long>(state.step);
+    sm.loss = loss;
+    sm.lr = lr;
+    sm.grad_norm = grad_norm;
+    sm.ms = timer.ms();
+    sm.tokens_per_s = static_cast<double>(cfg.global_batch_tokens) / (sm.ms / 1000.0);
+    sm.mfu = cfg.model.flops_per_token(T) * sm.tokens_per_s / (peak_tflops * 1e12 * W);
+    sm.comm_exposed_ms = exposed_ms;
+    if (rank == 0) metrics.step(sm);
+    if (step > first_step) {  // the first step pays for allocation: keep it out of the benchmark mean
+      bench_ms_sum += sm.ms;
+      bench_exposed_sum += exposed_ms;
+      ++bench_n;
+    }
+    const bool last = state.step == cfg.max_steps;
+    if (state.step % std::max(1, cfg.log_every) == 0 || step == first_step || last) {
+      log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %s tok/s | mfu %.1f%% | comm %.1f ms\n",
+               static_cast<long long>(state.step), static_cast<long long>(cfg.max_steps), loss, lr, grad_norm, sm.ms,
+               fmt_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms);
+    }
+    if (val && cfg.val_every > 0 && state.step % cfg.val_every == 0 && !last) run_val(state.step);
+    if (cfg.ckpt_every > 0 && state.step % cfg.ckpt_every == 0 && !last) {
+      save();
+      last_ckpt_step = state.step;
+    }
+  }
+  if (val && state.step > first_step) run_val(state.step);
+  if (last_ckpt_step != state.step) save();
+
+  if (cfg.benchmark && bench_n > 0) {
+    const double ms = bench_ms_sum / bench_n;
+    const double tps = static_cast<double>(cfg.global_batch_tokens) / (ms / 1000.0);
+    const double mfu = cfg.model.flops_per_token(T) * tps / (peak_tflops * 1e12 * W);
+    log_info("benchmark: %.2f ms/step | %.0f tokens/s | mfu %.1f%% | comm_exposed %.2f ms (mean of %d steps after the first)\n",
+             ms, tps, 100.0 * mfu, bench_exposed_sum / bench_n, bench_n);
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "{\"benchmark\":true,\"ranks\":%d,\"threads\":%d,\"steps\":%d,\"ms_per_step\":%.3f,"
+                  "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"comm_exposed_ms\":%.3f,\"global_batch_tokens\":%lld}",
+                  W, threads, bench_n, ms, tps, mfu, bench_exposed_sum / bench_n,
+                  static_cast<long long>(cfg.global_batch_tokens));
+    if (rank == 0) metrics.raw(line);
+  }
+
+  if (cfg.sample.max_new_tokens > 0 && rank == 0 && train && train->tokenizer() == "byte") {
+    std::vector<uint32_t> p = ByteTokenizer::encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
+    std::vector<int32_t> prompt(p.begin(), p.end());
+    const std::vector<int32_t> out = generate(model, prompt, cfg.sample);
+    log_info("---- sample (top-k %d, temperature %.2f, seed %llu) ----\n%s%s\n----\n", cfg.sample.top_k,
+             cfg.sample.temperature, static_cast<unsigned long long>(cfg.sample.seed), cfg.sample_prompt.c_str(),
+             ByteTokenizer::decode(out).c_str());
+  }
+  return 0;
+}
+
+}  // namespace gpt2

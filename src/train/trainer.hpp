@@ -1,0 +1,49 @@
+// The step loop: data -> forward/backward (micro-steps) -> bucketed all-reduce -> clip -> AdamW ->
+// logs, metrics, validation, checkpoints. Every rank runs it; only rank 0 prints and writes files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+#include "optim/adamw.hpp"
+#include "optim/schedule.hpp"
+#include "train/sample.hpp"
+
+namespace gpt2 {
+
+class MpiEnv;
+
+struct TrainConfig {
+  GPT2Config model;
+  int micro_batch = 4;                // B: sequences per rank per micro-step
+  int seq_len = 64;                   // T
+  int64_t global_batch_tokens = 0;    // tokens per optimizer step over all ranks; 0: B * T * world
+  LrSchedule schedule;
+  AdamWConfig optim;
+  int64_t max_steps = 100;
+  uint64_t seed = 1337;
+  std::string train_data;             // file or glob
+  std::string val_data;               // file or glob, optional
+  int val_every = 0;                  // steps between validations (0: only at start and end)
+  int val_batches = 20;               // batches per validation (capped by the val set)
+  std::string out_dir;                // metrics.jsonl and ckpt/ go here ("" = nothing written)
+  std::string init_from;              // checkpoint to start from (model, and optimizer if present)
+  bool eval_only = false;             // validation loss of the initial model, then exit
+  int log_every = 1;
+  std::string device = "auto";        // cpu | cuda | auto
+  int ckpt_every = 0;                 // steps between checkpoints (0: only at the end)
+  int ckpt_keep = 0;                  // newest checkpoints to keep (0: all)
+  std::string resume = "none";        // none | auto | PATH
+  double bucket_mb = 25.0;            // all-reduce bucket size
+  int threads = 0;                    // OpenMP threads per rank (0: cores / ranks on this node)
+  double peak_tflops = 0.0;           // per rank, for MFU (0: an estimate for the device)
+  bool benchmark = false;             // synthetic tokens, no files, no checkpoints
+  SampleOptions sample;               // text generated at the end (sample.max_new_tokens = 0: none)
+  std::string sample_prompt = "\n";
+};
+
+// Runs training (or evaluation / benchmark) as configured. Returns the process exit status.
+int run_training(const TrainConfig& cfg, MpiEnv& env);
+
+}  // namespace gpt2
