@@ -150,7 +150,19 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   try {
     // No prefix guessing: a misspelled option is an error, never silently another option.
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(argc, argv).options(all).style(style).run(), vm);
+    po::parsed_options cmdline = po::command_line_parser(argc, argv).options(all).style(style).run();
+    // Repeating an option on the command line: the last one wins, as in most tools (--config composes).
+    auto& opts = cmdline.options;
+    for (size_t i = 0; i < opts.size(); ++i) {
+      if (opts[i].string_key == "config") continue;
+      for (size_t j = i + 1; j < opts.size(); ++j)
+        if (opts[j].string_key == opts[i].string_key) {
+          opts.erase(opts.begin() + static_cast<long>(i));
+          --i;
+          break;
+        }
+    }
+    po::store(cmdline, vm);
     if (vm.count("help")) {
       std::ostringstream os;
       os << kUsage << "\n" << all;

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Command-line behaviour of gpt2-train and gpt2-data: bad options and bad files give the intended
+# message and a non-zero exit on every rank, never a hang; good runs train and the loss falls.
+#   test_cli.sh BIN_DIR WORK_DIR SOURCE_DIR
+set -uo pipefail
+bin=$1 work=$2 src=$3
+rm -rf "$work" && mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+/usr/bin/python3 "$src/tests/cli/make_bad_files.py" "$work" || { echo "FAIL: cannot write test files with h5py"; exit 1; }
+
+fails=0
+tiny=(--n-layer 1 --n-head 2 --n-embd 32 --vocab-size 256 --max-seq-len 32 --seq-len 16 --micro-batch 2 --max-steps 3)
+
+# expect_fail NAME STATUS PATTERN CMD...: CMD exits with STATUS (any non-zero if "nz") within the
+# timeout and its output matches PATTERN (extended regex).
+expect_fail() {
+  local name=$1 want=$2 pattern=$3; shift 3
+  local out rc
+  out=$(timeout 60 "$@" 2>&1); rc=$?
+  if [[ $rc -eq 124 ]]; then echo "FAIL $name: timed out (hang)"; fails=$((fails+1)); return; fi
+  if [[ $rc -eq 0 || ( $want != nz && $rc -ne $want ) ]]; then
+    echo "FAIL $name: exit $rc, wanted $want"; echo "$out" | head -5; fails=$((fails+1)); return
+  fi
+  if ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -5; fails=$((fails+1)); return
+  fi
+  echo "ok   $name"
+}
+expect_ok() {
+  local name=$1; shift
+  local out rc
+  out=$(timeout 120 "$@" 2>&1); rc=$?
+  if [[ $rc -ne 0 ]]; then echo "FAIL $name: exit $rc"; echo "$out" | tail -5; fails=$((fails+1)); return 1; fi
+  echo "ok   $name"
+}
+
+train=("$bin/gpt2-train")
+mpi2=(mpiexec -n 2 "$bin/gpt2-train")
+
+# --- options ---
+out=$("$bin/gpt2-train" --help) && grep -q "Optimizer and schedule" <<<"$out" && grep -q -- "--global-batch-tokens" <<<"$out" \
+  && echo "ok   help" || { echo "FAIL help"; fails=$((fails+1)); }
+expect_fail unknown-option 2 "unknown option '--lrr'.*did you mean --lr" "${train[@]}" "${tiny[@]}" --lrr 1
+expect_fail no-prefix-guessing 2 "unknown option '--micro'" "${train[@]}" "${tiny[@]}" --micro 4
+printf 'n-layer = 1\nlearning-rate = 3\n' > "$work/bad.ini"
+expect_fail config-unknown-key 2 "bad.ini.*unknown option 'learning-rate'" "${train[@]}" --config "$work/bad.ini"
+expect_fail config-missing 2 "cannot read config file" "${train[@]}" --config "$work/nope.ini"
+expect_fail bad-number 2 "invalid|lr" "${train[@]}" "${tiny[@]}" --lr abc
+expect_fail no-model 2 "no model given" "${train[@]}" --train-data "$work/good.h5"
+expect_fail unknown-preset 2 "unknown --model 'gpt3'" "${train[@]}" --model gpt3
+expect_fail heads-divide 2 "n_head \(3\) must divide n_embd \(32\)" "${train[@]}" "${tiny[@]}" --n-head 3
+expect_fail seq-too-long 2 "--seq-len 64 exceeds --max-seq-len 32" "${train[@]}" "${tiny[@]}" --seq-len 64
+expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${tiny[@]}" --device tpu
+expect_fail bad-schedule 2 "--schedule must be" "${train[@]}" "${tiny[@]}" --schedule cosinus
+expect_fail bad-option-2-ranks 2 "unknown option" "${mpi2[@]}" "${tiny[@]}" --bogus 1
+
+# --- files ---
+expect_fail missing-data 1 "file not found: $work/missing.h5" "${train[@]}" "${tiny[@]}" --train-data "$work/missing.h5"
+expect_fail glob-no-match 1 "no files match" "${train[@]}" "${tiny[@]}" --train-data "$work/shard_*.h5"
+expect_fail not-hdf5 1 "not an HDF5 file" "${train[@]}" "${tiny[@]}" --train-data "$work/notes.h5"
+expect_fail truncated 1 "not an HDF5 file|truncated|corrupt" "${train[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
+expect_fail no-tokens 1 "no /tokens dataset" "${train[@]}" "${tiny[@]}" --train-data "$work/notokens.h5"
+expect_fail vocab-too-big 1 "vocab_size 50257 but the model's vocabulary is 256" "${train[@]}" "${tiny[@]}" --train-data "$work/vocab_big.h5"
+expect_fail token-out-of-range 1 "token id 300 at index 5000 of .*oob.h5 is >= the file's vocab_size 256" \
+  "${train[@]}" "${tiny[@]}" --train-data "$work/oob.h5" --micro-batch 64 --max-steps 20
+expect_fail too-short 1 "fewer than one global batch" "${train[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
+expect_fail batch-divisibility 1 "does not divide into micro-batches" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --global-batch-tokens 48
+expect_fail missing-data-2-ranks 1 "file not found" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/missing.h5"
+expect_fail eval-only-needs-val 1 "--eval-only needs --val-data" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --eval-only
+expect_fail init-from-missing 1 "file not found" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --init-from "$work/none.h5"
+expect_fail data-missing-text 1 "cannot read text file" "$bin/gpt2-data" prepare --text "$work/none.txt" --out "$work/d"
+expect_fail data-inspect-bad 1 "not an HDF5 file" "$bin/gpt2-data" inspect "$work/notes.h5"
+expect_fail data-unknown-cmd 2 "unknown command" "$bin/gpt2-data" frobnicate
+
+# --- good runs ---
+# h5py-written files (uint16 and uint32) train.
+expect_ok h5py-uint16-trains "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5"
+expect_ok h5py-uint32-trains "${train[@]}" "${tiny[@]}" --vocab-size 300 --train-data "$work/good32.h5"
+# eval-only writes the initial validation loss to metrics.jsonl and stdout.
+if expect_ok eval-only "${train[@]}" "${tiny[@]}" --val-data "$work/good.h5" --eval-only --out "$work/eval"; then
+  grep -q '"val_loss"' "$work/eval/metrics.jsonl" && echo "ok   eval-only-metrics" || { echo "FAIL eval-only-metrics"; fails=$((fails+1)); }
+fi
+# The CI recipe trains and the loss falls; the checkpoint is written and --init-from reads it.
+cd "$src"
+if expect_ok ci-config "${train[@]}" --config configs/ci.ini --out "$work/ci"; then
+  /usr/bin/python3 - "$work/ci/metrics.jsonl" <<'PY' && echo "ok   ci-loss-falls" || { echo "FAIL ci-loss-falls"; fails=$((fails+1)); }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r["loss"] for r in rows if "loss" in r]
+val = [r["val_loss"] for r in rows if "val_loss" in r]
+need = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "mfu", "comm_exposed_ms"}
+assert all(need <= set(r) for r in rows if "loss" in r), "metrics lines lack fields"
+assert len(train) == 40 and len(val) == 3, (len(train), len(val))
+assert train[-1] < train[0] - 1.0, f"train loss did not fall: {train[0]} -> {train[-1]}"
+assert val[-1] < val[0] - 1.0, f"val loss did not fall: {val}"
+PY
+  ck=$(cat "$work/ci/ckpt/latest" 2>/dev/null)
+  expect_ok init-from "${train[@]}" --config configs/ci.ini --out "$work/ci2" --init-from "$work/ci/ckpt/$ck" --max-steps 2
+  expect_fail init-from-wrong-model 1 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
+    --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
+fi
+echo "$fails failure(s)"
+[[ $fails -eq 0 ]]
