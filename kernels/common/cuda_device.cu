@@ -6,6 +6,7 @@
 
 #include "core/device.hpp"
 #include "kernels/common/cuda_check.cuh"
+#include "kernels/common/cuda_device.cuh"
 
 namespace gpt2 {
 

@@ -1,0 +1,174 @@
+// Multi-rank tests of the communication layer, run by ctest under mpiexec with 1, 2, 3 and 4 ranks.
+// Exact by construction: gradients are small integers, which fp32 sums without rounding.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "comm/bucket_plan.hpp"
+#include "comm/communicator.hpp"
+#include "comm/grad_reducer.hpp"
+#include "comm/mpi_env.hpp"
+#include "model/params.hpp"
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+float fill_value(size_t i, int rank) { return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 17) - 8); }
+
+// Drives the reducer as backward does: frontiers from the end of the buffer to 0.
+void fake_backward(gpt2::GradReducer& reducer, const std::vector<size_t>& frontiers) {
+  for (size_t f : frontiers) reducer.on_grads_ready(f);
+}
+
+std::vector<size_t> frontiers_of(const gpt2::ParamTable& table) {
+  std::vector<size_t> f;
+  for (int l = table.config().n_layer; l >= 0; --l) f.push_back(table.block_begin(l));
+  f.push_back(0);
+  return f;
+}
+
+TEST(BucketPlan, CoversTheBufferFromItsEnd) {
+  for (size_t total : {size_t{1}, size_t{1000}, size_t{262144}, size_t{262145}, size_t{10000019}}) {
+    for (size_t mb : {size_t{1}, size_t{4}, size_t{25}}) {
+      gpt2::BucketPlan plan(total, mb << 20);
+      const auto& b = plan.buckets();
+      ASSERT_FALSE(b.empty());
+      EXPECT_EQ(b.front().end, total);
+      EXPECT_EQ(b.back().begin, 0u);  // the bucket holding wte (offset 0) goes last
+      EXPECT_LE(b.front().size(), (size_t{1} << 20) / sizeof(float));
+      for (size_t i = 1; i < b.size(); ++i) {
+        EXPECT_EQ(b[i].end, b[i - 1].begin);  // contiguous, no gaps or overlaps
+        EXPECT_LE(b[i].size(), (mb << 20) / sizeof(float));
+        EXPECT_GT(b[i].size(), 0u);
+      }
+    }
+  }
+}
+
+class ReducerExact : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ReducerExact, AveragesSmallIntegersBitForBit) {
+  const int rank = world_rank(), W = world_size();
+  gpt2::GPT2Config cfg;
+  cfg.n_layer = 3;
+  cfg.n_head = 2;
+  cfg.n_embd = 48;
+  cfg.vocab_size = 300;
+  cfg.max_seq_len = 40;
+  gpt2::ParamTable table(cfg);
+  std::vector<float> grads(table.total());
+  gpt2::MpiCommunicator comm;
+  gpt2::BucketPlan plan(grads.size(), GetParam(), std::min<size_t>(GetParam(), 1 << 20));
+  gpt2::GradReducer reducer(comm, plan, grads.data());
+  for (int step = 0; step < 2; ++step) {  // the reducer is reusable across steps
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = fill_value(i + step, rank);
+    reducer.begin_step();
+    fake_backward(reducer, frontiers_of(table));
+    reducer.finish();
+    const float inv = 1.0f / static_cast<float>(W);
+    size_t bad = 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      float sum = 0.0f;
+      for (int r = 0; r < W; ++r) sum += fill_value(i + step, r);  // exact: small integers
+      const float want = sum * inv;
+      uint32_t a, b;
+      std::memcpy(&a, &grads[i], 4);
+      std::memcpy(&b, &want, 4);
+      bad += a != b;
+    }
+    EXPECT_EQ(bad, 0u) << "bucket bytes " << GetParam() << ", " << W << " ranks, step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BucketSizes, ReducerExact,
+                         ::testing::Values(size_t{256}, size_t{4096}, size_t{65536}, size_t{1} << 20,
+                                           size_t{25} << 20));
+
+TEST(Communicator, SumAndAverageAreExact) {
+  const int rank = world_rank(), W = world_size();
+  gpt2::MpiCommunicator comm;
+  std::vector<float> x(1001);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = fill_value(i, rank);
+  comm.allreduce(x.data(), x.size(), gpt2::ReduceOp::kSum);
+  for (size_t i = 0; i < x.size(); ++i) {
+    float sum = 0.0f;
+    for (int r = 0; r < W; ++r) sum += fill_value(i, r);
+    ASSERT_EQ(x[i], sum) << i;
+  }
+  double d = rank + 1;
+  comm.allreduce(&d, 1, gpt2::ReduceOp::kAvg);
+  EXPECT_DOUBLE_EQ(d, (W + 1) / 2.0);
+  int root_value = rank == 0 ? 12345 : -1;
+  comm.broadcast(&root_value, sizeof(root_value), 0);
+  EXPECT_EQ(root_value, 12345);
+}
+
+// Every rank must issue the same collectives in the same order, or the job hangs: record the trace
+// of a reducer step on each rank and compare them all with rank 0's.
+TEST(Communicator, EveryRankIssuesTheSameCollectivesInTheSameOrder) {
+  const int rank = world_rank(), W = world_size();
+  gpt2::GPT2Config cfg;
+  cfg.n_layer = 4;
+  cfg.n_head = 4;
+  cfg.n_embd = 64;
+  cfg.vocab_size = 256;
+  cfg.max_seq_len = 64;
+  gpt2::ParamTable table(cfg);
+  std::vector<float> grads(table.total(), 1.0f);
+  gpt2::MpiCommunicator comm;
+  gpt2::BucketPlan plan(grads.size(), 16384);
+  gpt2::GradReducer reducer(comm, plan, grads.data());
+  comm.set_tracing(true);
+  for (int step = 0; step < 3; ++step) {
+    reducer.begin_step();
+    fake_backward(reducer, frontiers_of(table));
+    reducer.finish();
+  }
+  std::string trace;
+  for (const auto& line : comm.trace()) trace += line + "\n";
+  EXPECT_EQ(comm.trace().size(), 3 * plan.buckets().size());
+  // Gather every rank's trace on rank 0 (the comparison itself uses a separate communicator).
+  int len = static_cast<int>(trace.size());
+  std::vector<int> lens(W);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> displs(W, 0);
+  for (int r = 1; r < W; ++r) displs[r] = displs[r - 1] + lens[r - 1];
+  std::string all(rank == 0 ? std::accumulate(lens.begin(), lens.end(), 0) : 0, '\0');
+  MPI_Gatherv(trace.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    for (int r = 1; r < W; ++r) {
+      EXPECT_EQ(all.substr(displs[r], lens[r]), trace) << "rank " << r << " differs";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  gpt2::MpiEnv env(&argc, &argv);
+  // Only rank 0 reports; a failure on any rank fails the run through the exit status.
+  if (env.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (failed && env.rank() == 0) std::fprintf(stderr, "a test failed on at least one rank\n");
+  env.exit_all(failed);
+}
