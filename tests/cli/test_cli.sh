@@ -66,6 +66,13 @@ expect_fail token-out-of-range 1 "token id 300 at index 5000 of .*oob.h5 is >= t
 expect_fail too-short 1 "fewer than one global batch" "${train[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
 expect_fail batch-divisibility 1 "does not divide into micro-batches" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --global-batch-tokens 48
 expect_fail missing-data-2-ranks 1 "file not found" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/missing.h5"
+# The same failures on 2 ranks: every rank ends non-zero, nobody hangs.
+expect_fail token-out-of-range-2-ranks 1 "token id 300 at index 5000" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/oob.h5" \
+  --micro-batch 32 --max-steps 20
+expect_fail world-size-divides-2-ranks 1 "does not divide into micro-batches of 2 on 2 ranks" "${mpi2[@]}" "${tiny[@]}" \
+  --train-data "$work/good.h5" --global-batch-tokens 48
+expect_fail truncated-2-ranks 1 "not an HDF5 file|truncated|corrupt" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
+expect_fail too-short-2-ranks 1 "fewer than one global batch" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
 expect_fail eval-only-needs-val 1 "--eval-only needs --val-data" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --eval-only
 expect_fail init-from-missing 1 "file not found" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --init-from "$work/none.h5"
 expect_fail data-missing-text 1 "cannot read text file" "$bin/gpt2-data" prepare --text "$work/none.txt" --out "$work/d"

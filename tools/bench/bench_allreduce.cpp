@@ -1,0 +1,103 @@
+// Bucketed gradient all-reduce over MPI, in the manner of nccl-tests: for each message size, the
+// time of one all-reduce (max across ranks), algbw = bytes / time and busbw = algbw * 2(n-1)/n.
+// Every result is checked (small integers reduce exactly), so a fast but wrong run cannot pass.
+//   mpirun -np 4 build/bin/bench_allreduce --benchmark_out=allreduce.json --benchmark_out_format=json
+// GPT2_BENCH_MAX_MB (default 64) caps the largest message; GPT2_BENCH_BUCKET_MB (default 25) sets
+// the bucket size, as --bucket-mb does for training.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/bucket_plan.hpp"
+#include "comm/communicator.hpp"
+#include "comm/grad_reducer.hpp"
+#include "comm/mpi_env.hpp"
+
+namespace {
+
+double env_or(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atof(v) : fallback;
+}
+
+void BM_BucketedAllreduce(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const size_t n = bytes / sizeof(float);
+  gpt2::MpiCommunicator comm;
+  const int W = comm.size(), rank = comm.rank();
+  std::vector<float> buf(n);
+  const size_t bucket_bytes = static_cast<size_t>(env_or("GPT2_BENCH_BUCKET_MB", 25.0) * (1 << 20));
+  gpt2::BucketPlan plan(n, bucket_bytes, std::min<size_t>(bucket_bytes, 1 << 20));
+  gpt2::GradReducer reducer(comm, plan, buf.data());
+  bool correct = true;
+  for (auto _ : state) {
+    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>((i + rank) % 7);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    reducer.begin_step();
+    reducer.finish();  // launches every bucket in plan order and waits for all
+    double dt = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);  // the slowest rank's time
+    state.SetIterationTime(dt);
+    state.PauseTiming();
+    for (size_t i = 0; i < n && correct; i += 997) {
+      float sum = 0.0f;
+      for (int r = 0; r < W; ++r) sum += static_cast<float>((i + r) % 7);
+      correct = buf[i] == sum * (1.0f / static_cast<float>(W));
+    }
+    state.ResumeTiming();
+  }
+  int ok = correct ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!ok) state.SkipWithError("all-reduce result is wrong");
+  state.counters["ranks"] = W;
+  state.counters["buckets"] = static_cast<double>(plan.buckets().size());
+  state.counters["algbw_GBps"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["busbw_GBps"] = benchmark::Counter(
+      static_cast<double>(bytes) * state.iterations() / 1e9 * (W > 1 ? 2.0 * (W - 1) / W : 1.0),
+      benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+}
+
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpt2::MpiEnv env(&argc, &argv);
+  const double max_mb = env_or("GPT2_BENCH_MAX_MB", 64.0);
+  // Fixed iteration counts (a function of the size only): every rank must run the same collectives,
+  // which Google Benchmark's adaptive iteration count would not guarantee.
+  for (size_t bytes = 1024; bytes <= static_cast<size_t>(max_mb * (1 << 20)); bytes *= 4) {
+    const int iters = static_cast<int>(std::max<size_t>(5, std::min<size_t>(200, (size_t{256} << 20) / bytes / 4)));
+    benchmark::RegisterBenchmark("BM_BucketedAllreduce", BM_BucketedAllreduce)
+        ->Arg(static_cast<int64_t>(bytes))
+        ->Iterations(iters)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  // Only rank 0 writes --benchmark_out: the other ranks drop the flag.
+  if (env.rank() != 0) {
+    int kept = 1;
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]).rfind("--benchmark_out", 0) != 0) argv[kept++] = argv[i];
+    argc = kept;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (env.rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    // The other ranks run the same collectives and report nothing.
+    NullReporter display;
+    benchmark::RunSpecifiedBenchmarks(&display);
+  }
+  env.exit_all(0);
+}
