@@ -62,7 +62,14 @@ def params(path):
 
 
 steps = range(1, 21)
-one, _ = train("r1_b8", 1, 8, 20)
+one, one_out = train("r1_b8", 1, 8, 20)
+# Determinism: the same run twice gives the same bits.
+again, again_out = train("r1_b8_again", 1, 8, 20)
+pa, pb = params(f"{one_out}/ckpt/step_00000020.h5"), params(f"{again_out}/ckpt/step_00000020.h5")
+same_bits = one == again and all(np.array_equal(pa[k], pb[k]) for k in pa)
+print(f"{'ok  ' if same_bits else 'FAIL'} the same run twice: identical losses and bit-identical weights")
+if not same_bits:
+    failures.append("determinism")
 two, _ = train("r2_b4", 2, 4, 20)
 compare("2 ranks x B/2 == 1 rank x B", two, one, 1e-5, steps)
 acc1, _ = train("r1_b2_acc4", 1, 2, 20)
