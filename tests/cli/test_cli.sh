@@ -106,5 +106,16 @@ PY
   expect_fail init-from-wrong-model 1 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
     --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
 fi
+# A checkpoint write that fails leaves the previous checkpoint and `latest` intact: the step-20 file
+# cannot be created (a directory squats on its temporary name), the run fails with a message, and
+# resuming from latest still works.
+mkdir -p "$work/ckfail/ckpt/step_00000020.h5.tmp"
+expect_fail ckpt-write-fails 1 "cannot create HDF5 file" "${train[@]}" --config configs/ci.ini --out "$work/ckfail" \
+  --ckpt-every 10 --max-steps 30
+if [[ "$(cat "$work/ckfail/ckpt/latest" 2>/dev/null)" == "step_00000010.h5" ]]; then
+  expect_ok ckpt-survives-failed-write "${train[@]}" --config configs/ci.ini --out "$work/ckfail" --resume auto --max-steps 12
+else
+  echo "FAIL ckpt-survives-failed-write: latest is '$(cat "$work/ckfail/ckpt/latest" 2>/dev/null)'"; fails=$((fails+1))
+fi
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]
