@@ -1,6 +1,8 @@
 // Device discovery and a smoke kernel: proves the CUDA toolchain, the architectures and the runtime
 // link work, and lets tests skip cleanly ("no GPU") on machines without a driver.
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <string>
 
@@ -20,6 +22,17 @@ int gpu_count(std::string* why) {
   }
   if (n == 0 && why) *why = "no GPU (cudaGetDeviceCount returned 0 devices)";
   return n;
+}
+
+std::string cuda_library_versions() {
+  int runtime = 0, driver = 0, nccl = 0;
+  cudaRuntimeGetVersion(&runtime);
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  ncclGetVersion(&nccl);
+  const size_t lt = cublasLtGetVersion();
+  return "CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+         ", driver " + (driver ? std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) : "none") +
+         ", cuBLASLt " + std::to_string(lt) + ", NCCL " + std::to_string(nccl);
 }
 
 namespace {

@@ -8,6 +8,7 @@ int gpu_count(std::string* why) {
   if (why) *why = "this binary was built without the CUDA backend (GPT2_ENABLE_CUDA=OFF or no nvcc)";
   return 0;
 }
+std::string cuda_library_versions() { return ""; }
 #else
 bool built_with_cuda() { return true; }
 // gpu_count() lives in kernels/common/cuda_device.cu.

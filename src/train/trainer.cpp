@@ -153,6 +153,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const double peak_tflops = cfg.peak_tflops > 0 ? cfg.peak_tflops : kCpuPeakTflopsPerCore * threads;
   log_info("gpt2-train | model %s | %d rank(s) on %d node(s), %d thread(s) each | device cpu\n",
            cfg.model.describe().c_str(), W, env.num_nodes(), threads);
+  if (built_with_cuda()) log_info("built with CUDA: %s\n", cuda_library_versions().c_str());
   log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %d accumulation step(s)\n",
            static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B, accum);
   if (W > 1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);

@@ -9,6 +9,7 @@
 #include "kernels/common/cuda_device.cuh"
 
 int main() {
+  std::printf("%s\n", gpt2::cuda_library_versions().c_str());
   std::string why;
   if (gpt2::gpu_count(&why) == 0) {
     std::printf("skipped: %s\n", why.c_str());
