@@ -17,4 +17,6 @@ tools/build.sh "${cmake_args[@]}"
 [[ -f data/ci/train.h5 ]] || tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# ctest runs two tests at once on few cores: idle OpenMP threads must sleep, not spin.
+export OMP_WAIT_POLICY=PASSIVE
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 "$@"

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <memory>
 #include <thread>
@@ -217,7 +220,14 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     log_info("step %6lld | checkpoint %s\n", static_cast<long long>(state.step), path.c_str());
   };
 
+  // Test hook: GPT2_FAULT_INJECT=RANK:STEP kills that rank (SIGKILL, no cleanup) when it reaches that
+  // step, to prove that a lost peer ends the job instead of hanging it.
+  int fault_rank = -1;
+  long long fault_step = -1;
+  if (const char* f = std::getenv("GPT2_FAULT_INJECT")) std::sscanf(f, "%d:%lld", &fault_rank, &fault_step);
+
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
+    if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
     Timer timer;
     RankBatch batch;
     if (cfg.benchmark) {  // synthetic tokens: no files, same on every run
