@@ -9,10 +9,11 @@
 
 namespace gpt2::cpu {
 
-// exp(x) for x in [-87.3, 88.7] to within 2 ulp (Cephes expf polynomial); clamps outside, so
-// exp(-inf) -> ~0 (1e-38), which is what softmax needs.
+// exp(x) for x in [-87.3, 88.3] to within 2 ulp (Cephes expf polynomial); clamps outside, so
+// exp(-inf) -> ~0 (1e-38), which is what softmax needs. The top stays below 127.5 ln 2 (88.37):
+// beyond it n rounds to 128 and the 2^n bit pattern below would be infinity.
 inline float fast_expf(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
   float n = std::nearbyint(x * 1.44269504088896341f);  // round(x / ln 2)
   float r = x - n * 0.693359375f;                       // Cody-Waite: ln2 = hi + lo
   r = r - n * -2.12194440e-4f;

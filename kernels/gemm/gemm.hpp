@@ -1,6 +1,8 @@
 // Matrix products of GPT-2: the Conv1D-style linear layers and the tied LM head.
-// CPU backend: OpenBLAS sgemm (OpenMP build). OpenBLAS splits M and N across threads, never K, so
-// each output element is summed in the same order on every run: results are bit-for-bit repeatable.
+// CPU backend: OpenBLAS sgemm (OpenMP build). At a fixed thread count OpenBLAS partitions the work the
+// same way on every run, so results are bit-for-bit repeatable; a different thread count may change
+// the last bits (its blocking depends on the partition). Bit-exact resume therefore needs the same
+// --threads; results at other thread counts agree to fp32 rounding.
 #pragma once
 
 namespace gpt2::kernels {
