@@ -14,8 +14,10 @@ namespace gpt2::cpu {
 // beyond it n rounds to 128 and the 2^n bit pattern below would be infinity.
 inline float fast_expf(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  float n = std::nearbyint(x * 1.44269504088896341f);  // round(x / ln 2)
-  float r = x - n * 0.693359375f;                       // Cody-Waite: ln2 = hi + lo
+  // round(x / ln 2) by the 1.5 * 2^23 trick: plain adds that always vectorise (std::nearbyint may not).
+  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
+  float r = x - n * 0.693359375f;  // Cody-Waite: ln2 = hi + lo
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
