@@ -72,6 +72,8 @@ if not same_bits:
     failures.append("determinism")
 two, _ = train("r2_b4", 2, 4, 20)
 compare("2 ranks x B/2 == 1 rank x B", two, one, 1e-5, steps)
+four, _ = train("r4_b2", 4, 2, 20)
+compare("4 ranks x B/4 == 1 rank x B", four, one, 1e-5, steps)
 acc1, _ = train("r1_b2_acc4", 1, 2, 20)
 compare("1 rank, 4 accumulation steps == 1 rank x B", acc1, one, 1e-5, steps)
 acc2, _ = train("r2_b2_acc2", 2, 2, 20)
