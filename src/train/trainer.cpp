@@ -32,6 +32,19 @@ namespace gpt2 {
 
 namespace {
 
+// Set by SIGUSR1/SIGTERM; the step loop turns it into a checkpoint and kExitPreempted.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // do not break the MPI or file calls in progress
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 // Peak fp32 throughput assumed per CPU core for MFU when --peak-tflops is not given: two 8-wide
 // FMA pipes at ~3 GHz (AVX2). An estimate; pass --peak-tflops for your hardware.
 constexpr double kCpuPeakTflopsPerCore = 0.096;
@@ -226,6 +239,12 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   long long fault_step = -1;
   if (const char* f = std::getenv("GPT2_FAULT_INJECT")) std::sscanf(f, "%d:%lld", &fault_rank, &fault_step);
 
+  // Preemption (SLURM --signal=B:USR1@120 forwarded by slurm/train.sbatch, or a plain SIGTERM): the
+  // signal may reach only some ranks, so after each step every rank reports whether it saw one and
+  // all stop together at the same step.
+  install_stop_handlers();
+  bool preempted = false;
+
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
     if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
     Timer timer;
@@ -289,6 +308,19 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       save();
       last_ckpt_step = state.step;
     }
+    int stop = g_stop_signal;
+    if (W > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (stop != 0 && !last) {
+      log_info("step %6lld | received signal %d: checkpointing and exiting for requeue (status %d)\n",
+               static_cast<long long>(state.step), stop, kExitPreempted);
+      preempted = true;
+      break;
+    }
+  }
+  if (preempted) {
+    GPT2_REQUIRE(!cfg.out_dir.empty() || cfg.benchmark, "preempted without --out: no checkpoint can be written");
+    if (last_ckpt_step != state.step) save();
+    return kExitPreempted;
   }
   if (val && state.step > first_step) run_val(state.step);
   if (last_ckpt_step != state.step) save();

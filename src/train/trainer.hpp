@@ -43,6 +43,11 @@ struct TrainConfig {
   std::string sample_prompt = "\n";
 };
 
+// Exit status after a preemption signal (SIGUSR1 or SIGTERM on any rank): every rank agreed on a
+// step, a checkpoint was written there, and the job should be requeued and resumed with --resume auto.
+// 75 is EX_TEMPFAIL ("temporary failure, try again later") from sysexits.h.
+constexpr int kExitPreempted = 75;
+
 // Runs training (or evaluation / benchmark) as configured. Returns the process exit status.
 int run_training(const TrainConfig& cfg, MpiEnv& env);
 
