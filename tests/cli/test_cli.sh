@@ -120,5 +120,25 @@ if [[ "$(cat "$work/ckfail/ckpt/latest" 2>/dev/null)" == "step_00000010.h5" ]]; 
 else
   echo "FAIL ckpt-survives-failed-write: latest is '$(cat "$work/ckfail/ckpt/latest" 2>/dev/null)'"; fails=$((fails+1))
 fi
+# Preemption: SIGUSR1 to a running job (mpiexec forwards it to the ranks) -> all ranks stop at one step,
+# a checkpoint is written there, the exit status is 75; --resume auto then continues from that step.
+rm -rf "$work/pre"
+mpiexec -n 2 "$bin/gpt2-train" --config configs/ci.ini --max-steps 100000 --log-every 100000 --out "$work/pre" \
+  > "$work/pre.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "step .*1/100000" "$work/pre.log" 2>/dev/null && break; sleep 0.2; done
+sleep 1
+kill -USR1 "$pid"
+timeout 60 tail --pid="$pid" -f /dev/null; wait "$pid"; rc=$?
+ck=$(cat "$work/pre/ckpt/latest" 2>/dev/null)
+if [[ $rc -eq 75 && -n "$ck" ]] && grep -q "received signal 10" "$work/pre.log"; then
+  echo "ok   preempt-checkpoint ($ck)"
+  step=$((10#$(sed 's/step_0*\([0-9]*\)\.h5/\1/' <<<"$ck")))
+  expect_ok preempt-resume "${train[@]}" --config configs/ci.ini --out "$work/pre" --resume auto --max-steps $((step + 2))
+  grep -q "\"step\":$((step + 1))," "$work/pre/metrics.jsonl" && echo "ok   preempt-resume-step" \
+    || { echo "FAIL preempt-resume-step: no step $((step + 1)) after resume"; fails=$((fails+1)); }
+else
+  echo "FAIL preempt-checkpoint: exit $rc, latest '$ck'"; tail -5 "$work/pre.log"; fails=$((fails+1))
+fi
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]
