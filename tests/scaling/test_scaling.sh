@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Scaling sweep + report test (no SLURM needed):
+#   test_scaling.sh SOURCE_DIR BIN_DIR WORK_DIR
+# 1. the model formula against hand-computed values (tools/scaling_report --predict);
+# 2. slurm/scaling.sh --dry-run writes SLURM job scripts with the right node/rank layout;
+# 3. a local sweep (1 and 2 ranks, weak and strong, configs/ci.ini, few steps) with scaling.sh --local;
+# 4. tools/scaling_report on it: report.md, report.csv (columns, efficiencies in (0, 1.5]), scaling.png.
+# Everything is written under WORK_DIR.
+set -euo pipefail
+src=$(cd "$1" && pwd); bin=$(cd "$2" && pwd); work=$3
+rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
+py=/usr/bin/python3
+report=$src/tools/scaling_report
+fail() { echo "FAIL: $*" >&2; exit 1; }
+$py -c 'import matplotlib' 2>/dev/null || fail "python3-matplotlib missing (tools/install-deps.sh installs it)"
+
+echo "== 1. model formula"
+# 100 MiB of gradients, 25 MiB buckets -> 1 MiB, 25, 25, 25, 24 MiB (BucketPlan: 1 MiB first, rest last).
+# 8 GPUs on nvlink (B = 360e9 B/s, alpha = 10 us): per bucket 2*7/8 * S/B + 14 * 10 us, so
+#   comm = 1.75 * 104857600 / 360e9 + 5 * 140e-6 s = 0.50972444 + 0.7 = 1.20972444 ms
+#   last = 1.75 * 25165824 / 360e9 + 140e-6 s = 0.12233387 + 0.14 = 0.26233387 ms
+#   step with a 100 ms single-GPU step: no overlap 101.20972444 ms; overlap (window 2/3 * 100 ms >
+#   comm - last) 100 + 0.26233387 = 100.26233387 ms; efficiency 100 / 100.26233387 = 0.99738353
+# 16 GPUs = 2 nodes -> ndr-ib (45e9, 20 us): 1.875 * 104857600 / 45e9 + 5 * 30 * 20e-6 = 4.36906667 + 3.0 ms
+$py "$report" --predict --grad-bytes 104857600 --step-ms 100 --bucket-mb 25 --gpus 1,8,16 >"$work/predict.json"
+$py - "$work/predict.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+MiB = 1 << 20
+assert d["buckets"] == [1 * MiB, 25 * MiB, 25 * MiB, 25 * MiB, 24 * MiB], d["buckets"]
+p1, p8, p16 = d["points"]
+def close(a, b, what):
+    assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), f"{what}: {a} != {b}"
+close(p1["step_overlap_ms"], 100.0, "1 GPU step"); close(p1["comm_ms"], 0.0, "1 GPU comm")
+close(p8["comm_ms"], 1.20972444444, "8 GPU comm")
+close(p8["last_bucket_ms"], 0.26233386667, "8 GPU last bucket")
+close(p8["step_no_overlap_ms"], 101.20972444444, "8 GPU step, no overlap")
+close(p8["step_overlap_ms"], 100.26233386667, "8 GPU step, overlap")
+close(p8["eff_overlap"], 100 / 100.26233386667, "8 GPU efficiency")
+close(p16["comm_ms"], 7.36906666667, "16 GPU comm (ndr-ib)")
+assert p16["busbw"] == 45e9 and p16["alpha"] == 20e-6
+print("model formula ok")
+PY
+
+echo "== 2. SLURM job scripts (dry run)"
+bash "$src/slurm/scaling.sh" --dry-run --bin-dir "$bin" --max-gpus 16 --gpus-per-node 8 --config "$src/configs/ci.ini" \
+  --modes weak --out "$work/dry" >"$work/dry.log"
+grep -q 'sbatch --parsable .*weak-16/job.sh' "$work/dry.log" || fail "dry run printed no sbatch for weak-16"
+grep -q '^#SBATCH --nodes=2$' "$work/dry/weak-16/job.sh" || fail "weak-16 is not 2 nodes"
+grep -q '^#SBATCH --ntasks-per-node=8$' "$work/dry/weak-16/job.sh" || fail "weak-16 is not 8 ranks per node"
+grep -q '^#SBATCH --gpus-per-node=8$' "$work/dry/weak-16/job.sh" || fail "weak-16 asks no GPUs"
+grep -q 'srun --mpi=pmix' "$work/dry/weak-16/job.sh" || fail "job script does not use srun --mpi=pmix"
+$py -c "import json,sys; m=json.load(open(sys.argv[1])); assert [p['ranks'] for p in m['points']]==[1,2,4,8,16], m" \
+  "$work/dry/sweep.json"
+
+echo "== 3. local sweep"
+bash "$src/slurm/scaling.sh" --local --bin-dir "$bin" --max-ranks 2 --config "$src/configs/ci.ini" --steps 6 \
+  --threads 1 --allreduce-max-mb 1 --out "$work/sweep"
+
+echo "== 4. report"
+$py "$report" "$work/sweep" >"$work/report.out"
+for f in report.md report.csv model.csv scaling.png; do [[ -s "$work/sweep/$f" ]] || fail "$f missing or empty"; done
+$py - "$work/sweep" <<'PY'
+import csv, os, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(d, "report.csv"))))
+need = ["mode", "ranks", "nodes", "tokens_per_s", "tokens_per_s_per_gpu", "efficiency", "ms_per_step",
+        "comm_exposed_ms", "busbw_GBps", "model_ms_per_step", "model_efficiency"]
+missing = [c for c in need if c not in rows[0]]
+assert not missing, f"report.csv lacks {missing}"
+got = sorted((r["mode"], int(r["ranks"])) for r in rows)
+assert got == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)], got
+for r in rows:
+    assert r["status"] == "ok", r
+    e = float(r["efficiency"])
+    assert 0 < e <= 1.5, f"efficiency {e} out of (0, 1.5]: {r}"
+    assert float(r["tokens_per_s"]) > 0 and float(r["ms_per_step"]) > 0
+    assert abs(float(r["tokens_per_s_per_gpu"]) * int(r["ranks"]) - float(r["tokens_per_s"])) < 1.0
+    if int(r["ranks"]) == 1:
+        assert abs(e - 1.0) < 1e-9
+    else:
+        assert float(r["busbw_GBps"]) > 0, r
+    assert 0 < float(r["model_efficiency"]) <= 1.0 + 1e-9
+# The strong points really are strong scaling: the same global batch at 1 and 2 ranks.
+gb = {(r["mode"], r["ranks"]): int(r["global_batch_tokens"]) for r in rows}
+assert gb[("strong", "1")] == gb[("strong", "2")] == 1024, gb
+assert gb[("weak", "2")] == 2 * gb[("weak", "1")], gb
+model = list(csv.DictReader(open(os.path.join(d, "model.csv"))))
+weak = {int(r["gpus"]): r for r in model if r["mode"] == "weak" and r["curve"] == "cluster"}
+assert 8 in weak and 4096 in weak, sorted(weak)
+assert weak[8]["link"] == "nvlink" and weak[16]["link"] == "ndr-ib"
+for r in weak.values():
+    assert float(r["step_overlap_ms"]) <= float(r["step_no_overlap_ms"]) + 1e-9, r
+md = open(os.path.join(d, "report.md")).read()
+for s in ["| mode | GPUs | nodes | tokens/s | tokens/s/GPU | efficiency |", "| weak | 2 | 1 |", "| strong | 2 | 1 |",
+          "### weak scaling", "| 4096 | 512 | ndr-ib |", "scaling.png"]:
+    assert s in md, f"report.md lacks {s!r}"
+png = open(os.path.join(d, "scaling.png"), "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000, "scaling.png is not a PNG"
+print("report ok")
+PY
+cat "$work/sweep/report.md"
+echo "PASS"
