@@ -1,6 +1,7 @@
 // gpt2-data: prepares token files (DESIGN.md section 5) and inspects them.
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -72,8 +73,9 @@ int prepare(int argc, char** argv) {
   GPT2_REQUIRE(tokens.size() >= 2, "the input text is empty: nothing to train on");
   const size_t n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * val_fraction);
   const size_t n_train = tokens.size() - n_val;
-  std::string cmd = "mkdir -p '" + out + "'";
-  GPT2_REQUIRE(std::system(cmd.c_str()) == 0, "cannot create output directory " << out);
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  GPT2_REQUIRE(!ec, "cannot create output directory " << out << ": " << ec.message());
   TokenFileWriteOptions wo;
   wo.vocab_size = ByteTokenizer::kVocabSize;
   wo.tokenizer = "byte";

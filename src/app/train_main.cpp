@@ -1,5 +1,6 @@
 // gpt2-train: see --help.
 #include <cstdio>
+#include <string>
 
 #include "app/train_options.hpp"
 #include "comm/mpi_env.hpp"
@@ -8,16 +9,23 @@
 int main(int argc, char** argv) {
   gpt2::MpiEnv env(&argc, &argv);
   gpt2::ParsedArgs args = gpt2::parse_train_args(argc, argv);
-  // Every rank parses the same arguments and reaches the same outcome, so only rank 0 prints and
-  // every rank exits with the same status: no abort needed, no rank left waiting.
-  if (args.outcome == gpt2::ParsedArgs::Outcome::kHelp) {
+  // The ranks usually reach the same outcome, but not always (a config file readable on one node only),
+  // so they agree first: if any rank failed, every rank exits 2 together and nobody is left waiting.
+  // The message comes from rank 0 when it failed, else from each failing rank.
+  const int mine = static_cast<int>(args.outcome);  // kRun 0, kHelp 1, kError 2
+  int worst = mine, rank0 = mine;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Bcast(&rank0, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  const int kError = static_cast<int>(gpt2::ParsedArgs::Outcome::kError);
+  if (worst == kError) {
+    if (mine == kError && (env.rank() == 0 || rank0 != kError))
+      std::fprintf(stderr, "gpt2-train: error%s: %s\nRun 'gpt2-train --help' for the options.\n",
+                   env.rank() == 0 ? "" : (" on rank " + std::to_string(env.rank())).c_str(), args.message.c_str());
+    env.exit_all(2);
+  }
+  if (worst == static_cast<int>(gpt2::ParsedArgs::Outcome::kHelp)) {
     if (env.rank() == 0) std::fputs(args.message.c_str(), stdout);
     env.exit_all(0);
-  }
-  if (args.outcome == gpt2::ParsedArgs::Outcome::kError) {
-    if (env.rank() == 0) std::fprintf(stderr, "gpt2-train: error: %s\nRun 'gpt2-train --help' for the options.\n",
-                                      args.message.c_str());
-    env.exit_all(2);
   }
   const int status = gpt2::run_training(args.config, env);
   env.exit_all(status);

@@ -177,7 +177,11 @@ ParsedArgs parse_train_args(int argc, char** argv) {
         std::ifstream is(*it);
         if (!is.good()) throw po::error("cannot read config file '" + *it + "'");
         try {
-          po::store(po::parse_config_file(is, all, /*allow_unregistered=*/false), vm);
+          po::parsed_options parsed = po::parse_config_file(is, all, /*allow_unregistered=*/false);
+          for (const auto& o : parsed.options)
+            if (o.string_key == "config" || o.string_key == "help")
+              throw po::error("'" + o.string_key + "' is not allowed inside a config file (give --config on the command line)");
+          po::store(parsed, vm);
         } catch (const po::unknown_option& e) {
           throw po::error("in config file '" + *it + "': unknown option '" + e.get_option_name() + "'" +
                           suggest(e.get_option_name(), all));
@@ -226,7 +230,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   if (c.schedule.warmup_steps < 0) return error("--warmup-steps must not be negative");
   if (c.optim.beta1 < 0 || c.optim.beta1 >= 1 || c.optim.beta2 < 0 || c.optim.beta2 >= 1)
     return error("--beta1 and --beta2 must be in [0, 1)");
-  if (c.bucket_mb <= 0) return error("--bucket-mb must be positive");
+  if (!(c.bucket_mb > 0 && c.bucket_mb <= 65536)) return error("--bucket-mb must be in (0, 65536]");
   if (c.log_every <= 0) return error("--log-every must be positive");
   if (c.val_batches <= 0) return error("--val-batches must be positive");
   c.schedule.max_steps = c.max_steps;

@@ -9,7 +9,7 @@
 namespace gpt2 {
 
 struct ParsedArgs {
-  enum class Outcome { kRun, kHelp, kError } outcome = Outcome::kRun;
+  enum class Outcome { kRun = 0, kHelp = 1, kError = 2 } outcome = Outcome::kRun;  // ordered by severity
   std::string message;  // --help text, or the error
   TrainConfig config;
 };

@@ -26,6 +26,9 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
   set_error_context_rank(rank_);
   set_log_rank(rank_);
+  if (provided < MPI_THREAD_MULTIPLE && rank_ == 0)
+    log_warn("this MPI provides thread level %d, not MPI_THREAD_MULTIPLE: an error on the data prefetch thread "
+             "may not abort the job cleanly\n", provided);
 
   MPI_Comm local;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/error.hpp"
+
 namespace gpt2 {
 
 void RankBatch::micro_batch(int m, int B, int32_t* inputs, int32_t* targets) const {
@@ -35,12 +37,13 @@ std::future<RankBatch> BatchLoader::launch(uint64_t step) {
 void BatchLoader::start(uint64_t step) {
   if (pending_.valid()) pending_.wait();
   next_step_ = step;
-  pending_ = launch(next_step_);
+  if (next_step_ < end_step_) pending_ = launch(next_step_);
 }
 
 RankBatch BatchLoader::next() {
+  GPT2_CHECK(pending_.valid(), "BatchLoader::next() past the last step " << end_step_);
   RankBatch b = pending_.get();
-  pending_ = launch(++next_step_);
+  if (++next_step_ < end_step_) pending_ = launch(next_step_);
   return b;
 }
 

@@ -25,7 +25,9 @@ RankBatch read_windows(TokenDataset& ds, const std::vector<uint64_t>& windows, u
 
 class BatchLoader {
  public:
-  BatchLoader(TokenDataset& ds, DistributedSampler& sampler) : ds_(ds), sampler_(sampler) {}
+  // Reads steps up to end_step - 1 only: nothing past the run's last step is ever read.
+  BatchLoader(TokenDataset& ds, DistributedSampler& sampler, uint64_t end_step)
+      : ds_(ds), sampler_(sampler), end_step_(end_step) {}
   ~BatchLoader();
   // Begins prefetching `step`; next() then returns step, step+1, ...
   void start(uint64_t step);
@@ -35,6 +37,7 @@ class BatchLoader {
   std::future<RankBatch> launch(uint64_t step);
   TokenDataset& ds_;
   DistributedSampler& sampler_;
+  uint64_t end_step_;
   uint64_t next_step_ = 0;
   std::future<RankBatch> pending_;
 };

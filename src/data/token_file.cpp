@@ -81,7 +81,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   dtype_bits_ = static_cast<int>(H5Tget_size(type.get()) * 8);
   GPT2_REQUIRE(h5::has_attr(f, "vocab_size"), path << " has no vocab_size attribute (not a token file?)");
   const int64_t v = h5::read_attr_i64(f, "vocab_size", path);
-  GPT2_REQUIRE(v > 0 && v <= (int64_t{1} << 31), "vocab_size " << v << " in " << path << " is invalid");
+  GPT2_REQUIRE(v > 0 && v <= INT32_MAX, "vocab_size " << v << " in " << path << " is invalid");
   vocab_size_ = static_cast<int>(v);
   tokenizer_ = h5::has_attr(f, "tokenizer") ? h5::read_attr_str(f, "tokenizer", path) : "unknown";
   if (h5::has_attr(f, "eot_token")) eot_token_ = static_cast<int>(h5::read_attr_i64(f, "eot_token", path));
@@ -92,6 +92,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
 }
 
 void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
+  h5::quiet_errors();  // per thread: the prefetch thread would otherwise print HDF5's raw error stack
   GPT2_CHECK(offset + n <= num_tokens_, "read past the end of " << path_);
   h5::Id fspace(H5Dget_space(dataset_.get()));
   const hsize_t start = offset, count = n;

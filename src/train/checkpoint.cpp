@@ -69,6 +69,8 @@ void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* op
     h5::write_attr_i64(f.get(), "seed", static_cast<int64_t>(state.seed));
     h5::write_attr_i64(f.get(), "data_step", state.step);  // the sampler is a pure function of (seed, step)
     h5::write_attr_i64(f.get(), "world_size", state.world_size);
+    h5::write_attr_i64(f.get(), "global_batch_tokens", state.global_batch_tokens);
+    h5::write_attr_i64(f.get(), "seq_len", state.seq_len);
     // Internal and Hugging Face layouts agree except for wte's padding rows, which are left out:
     // the first vocab_size rows are contiguous at the start of the tensor.
     h5::Id g = h5::create_group(f.get(), "model");
@@ -143,6 +145,9 @@ bool load_checkpoint(const std::string& path, GPT2& model, AdamW* opt, TrainStat
     state->tokens_seen = h5::read_attr_i64(f.get(), "tokens_seen", path);
     state->seed = static_cast<uint64_t>(h5::read_attr_i64(f.get(), "seed", path));
     state->world_size = static_cast<int>(h5::read_attr_i64(f.get(), "world_size", path));
+    state->global_batch_tokens = h5::has_attr(f.get(), "global_batch_tokens")
+                                     ? h5::read_attr_i64(f.get(), "global_batch_tokens", path) : 0;
+    state->seq_len = h5::has_attr(f.get(), "seq_len") ? static_cast<int>(h5::read_attr_i64(f.get(), "seq_len", path)) : 0;
   }
   return loaded_opt;
 }
@@ -171,7 +176,7 @@ std::string read_latest(const std::string& out_dir) {
   return out_dir + "/ckpt/" + name;
 }
 
-void prune_checkpoints(const std::string& out_dir, int keep) {
+void prune_checkpoints(const std::string& out_dir, int keep, const std::string& current) {
   if (keep <= 0) return;
   const std::string dir = out_dir + "/ckpt";
   std::vector<std::string> names;
@@ -182,8 +187,11 @@ void prune_checkpoints(const std::string& out_dir, int keep) {
     }
     closedir(d);
   }
+  const std::string current_name = current.substr(current.rfind('/') + 1);
   std::sort(names.begin(), names.end());  // zero-padded step numbers sort in step order
-  for (size_t i = 0; i + keep < names.size(); ++i) std::remove((dir + "/" + names[i]).c_str());
+  names.erase(std::upper_bound(names.begin(), names.end(), current_name), names.end());  // up to current
+  for (size_t i = 0; i + keep < names.size(); ++i)
+    if (names[i] != current_name) std::remove((dir + "/" + names[i]).c_str());
 }
 
 }  // namespace gpt2

@@ -16,6 +16,8 @@ struct TrainState {
   int64_t tokens_seen = 0;  // global tokens consumed
   uint64_t seed = 0;        // the run's seed: with `step` it fixes the data order (sampler is stateless)
   int world_size = 1;       // informational: resume may use another world size
+  int64_t global_batch_tokens = 0;  // with seq_len, fixes which windows a step reads:
+  int seq_len = 0;                  // a resume must keep both to continue the same data order
 };
 
 // Writes model (+ optimizer when given) + state to `path` atomically.
@@ -34,7 +36,10 @@ std::string checkpoint_path(const std::string& out_dir, int64_t step);
 void write_latest(const std::string& out_dir, const std::string& path);
 // The checkpoint <out>/ckpt/latest names, or "" if none.
 std::string read_latest(const std::string& out_dir);
-// Deletes all but the newest `keep` step_*.h5 files in <out>/ckpt (keep <= 0: keep all).
-void prune_checkpoints(const std::string& out_dir, int keep);
+// Deletes all but the newest `keep` step_*.h5 files in <out>/ckpt up to and including `current` (the
+// checkpoint just written, which `latest` names): it is never deleted, and neither is any file with a
+// higher step (left by an earlier run that this one forked from; they are kept for the user to judge).
+// keep <= 0: keep all.
+void prune_checkpoints(const std::string& out_dir, int keep, const std::string& current);
 
 }  // namespace gpt2

@@ -1,12 +1,27 @@
 #include "train/metrics.hpp"
 
+#include <cstdio>
+#include <fstream>
+
 #include "core/error.hpp"
 
 namespace gpt2 {
 
-MetricsWriter::MetricsWriter(const std::string& out_dir, bool append) {
+MetricsWriter::MetricsWriter(const std::string& out_dir, bool append, long keep_up_to_step) {
   if (out_dir.empty()) return;
   const std::string path = out_dir + "/metrics.jsonl";
+  if (append && keep_up_to_step >= 0) {
+    std::ifstream in(path);
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      long step = -1;
+      if (std::sscanf(line.c_str(), "{\"step\":%ld", &step) == 1 && step > keep_up_to_step) continue;
+      kept += line + "\n";
+    }
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << kept;
+    GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rewrite " << path);
+  }
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   GPT2_REQUIRE(f_ != nullptr, "cannot open " << path << " for writing");
 }

@@ -19,8 +19,10 @@ struct StepMetrics {
 
 class MetricsWriter {
  public:
-  // Opens <out>/metrics.jsonl; appends when `append` (resume), else truncates. Empty out: no file.
-  MetricsWriter(const std::string& out_dir, bool append);
+  // Opens <out>/metrics.jsonl; appends when `append`, else truncates. Empty out: no file. With
+  // keep_up_to_step >= 0 (resume), lines of later steps (written after that checkpoint by a run that
+  // then died) are dropped first, so no step appears twice.
+  MetricsWriter(const std::string& out_dir, bool append, long keep_up_to_step = -1);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

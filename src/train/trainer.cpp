@@ -141,15 +141,27 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   state.seed = cfg.seed;
   if (!resume_path.empty()) {
     load_checkpoint(resume_path, model, &opt, &state);
+    GPT2_REQUIRE((state.global_batch_tokens == 0 || state.global_batch_tokens == cfg.global_batch_tokens) &&
+                     (state.seq_len == 0 || state.seq_len == T),
+                 "checkpoint " << resume_path << " was written with --global-batch-tokens " << state.global_batch_tokens
+                               << " and --seq-len " << state.seq_len << "; resume with the same values (this run has "
+                               << cfg.global_batch_tokens << " and " << T << ") to continue the same data order");
     if (state.seed != cfg.seed) log_warn("resuming with the checkpoint's seed %llu (not --seed %llu) to keep the data order\n",
                                          static_cast<unsigned long long>(state.seed), static_cast<unsigned long long>(cfg.seed));
     log_info("resumed from %s at step %lld (written by %d ranks)\n", resume_path.c_str(),
              static_cast<long long>(state.step), state.world_size);
-  } else if (!cfg.init_from.empty()) {
+  } else if (!cfg.out_dir.empty() && !read_latest(cfg.out_dir).empty() && !cfg.eval_only) {
+    log_warn("%s already holds checkpoints of another run (ckpt/latest); this fresh run will overwrite its "
+             "metrics and, once it checkpoints, its latest (use --resume auto to continue it instead)\n",
+             cfg.out_dir.c_str());
+  }
+  if (resume_path.empty() && !cfg.init_from.empty()) {
     const bool with_opt = load_checkpoint(cfg.init_from, model, &opt, nullptr);
     log_info("initialised from %s (%s)\n", cfg.init_from.c_str(), with_opt ? "model and optimizer" : "model only");
   }
   state.world_size = W;
+  state.global_batch_tokens = cfg.global_batch_tokens;
+  state.seq_len = T;
 
   MpiCommunicator comm;
   if (W > 1) {  // Every rank must start from the same weights (same seed or same file): check, cheaply.
@@ -164,7 +176,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   GradReducer reducer(comm, plan, model.grads().data());
 
   if (rank == 0 && !cfg.out_dir.empty()) make_dir(cfg.out_dir);
-  MetricsWriter metrics(rank == 0 ? cfg.out_dir : "", /*append=*/!resume_path.empty());
+  MetricsWriter metrics(rank == 0 ? cfg.out_dir : "", /*append=*/!resume_path.empty() || cfg.eval_only,
+                        resume_path.empty() ? -1 : static_cast<long>(state.step));
 
   const double peak_tflops = cfg.peak_tflops > 0 ? cfg.peak_tflops : kCpuPeakTflopsPerCore * threads;
   log_info("gpt2-train | model %s | %d rank(s) on %d node(s), %d thread(s) each | device cpu\n",
@@ -214,7 +227,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                                   << " sequences: use more data or a smaller --global-batch-tokens");
     log_info("data: %s tokens in %zu file(s), %llu steps per epoch\n", fmt_count(train->num_tokens()).c_str(),
              train->num_files(), static_cast<unsigned long long>(sampler->steps_per_epoch()));
-    loader = std::make_unique<BatchLoader>(*train, *sampler);
+    loader = std::make_unique<BatchLoader>(*train, *sampler, static_cast<uint64_t>(cfg.max_steps));
     loader->start(static_cast<uint64_t>(state.step));
   }
   if (val && state.step == 0) run_val(0);
@@ -229,7 +242,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     const std::string path = checkpoint_path(cfg.out_dir, state.step);
     save_checkpoint(path, model, &opt, state);
     write_latest(cfg.out_dir, path);
-    prune_checkpoints(cfg.out_dir, cfg.ckpt_keep);
+    prune_checkpoints(cfg.out_dir, cfg.ckpt_keep, path);
     log_info("step %6lld | checkpoint %s\n", static_cast<long long>(state.step), path.c_str());
   };
 

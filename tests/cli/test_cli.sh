@@ -44,6 +44,11 @@ expect_fail unknown-option 2 "unknown option '--lrr'.*did you mean --lr" "${trai
 expect_fail no-prefix-guessing 2 "unknown option '--micro'" "${train[@]}" "${tiny[@]}" --micro 4
 printf 'n-layer = 1\nlearning-rate = 3\n' > "$work/bad.ini"
 expect_fail config-unknown-key 2 "bad.ini.*unknown option 'learning-rate'" "${train[@]}" --config "$work/bad.ini"
+printf 'config = other.ini\n' > "$work/nested.ini"
+expect_fail config-nested 2 "'config' is not allowed inside a config file" "${train[@]}" --config "$work/nested.ini"
+# Ranks that disagree about the options (rank 1 alone gets a bad one) still all exit 2, no hang.
+expect_fail options-differ-per-rank 2 "error on rank 1: unknown option '--bogus'" \
+  mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" : -n 1 "$bin/gpt2-train" "${tiny[@]}" --bogus 1
 expect_fail config-missing 2 "cannot read config file" "${train[@]}" --config "$work/nope.ini"
 expect_fail bad-number 2 "invalid|lr" "${train[@]}" "${tiny[@]}" --lr abc
 expect_fail no-model 2 "no model given" "${train[@]}" --train-data "$work/good.h5"
@@ -106,6 +111,8 @@ assert val[-1] < val[0] - 1.0, f"val loss did not fall: {val}"
 PY
   ck=$(cat "$work/ci/ckpt/latest" 2>/dev/null)
   expect_ok init-from "${train[@]}" --config configs/ci.ini --out "$work/ci2" --init-from "$work/ci/ckpt/$ck" --max-steps 2
+  expect_fail resume-other-batch 1 "written with --global-batch-tokens 512 and --seq-len 64; resume with the same" \
+    "${train[@]}" --config configs/ci.ini --out "$work/ci4" --resume "$work/ci/ckpt/$ck" --global-batch-tokens 1024
   expect_fail init-from-wrong-model 1 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
     --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
 fi
@@ -134,11 +141,22 @@ ck=$(cat "$work/pre/ckpt/latest" 2>/dev/null)
 if [[ $rc -eq 75 && -n "$ck" ]] && grep -q "received signal 10" "$work/pre.log"; then
   echo "ok   preempt-checkpoint ($ck)"
   step=$((10#$(sed 's/step_0*\([0-9]*\)\.h5/\1/' <<<"$ck")))
-  expect_ok preempt-resume "${train[@]}" --config configs/ci.ini --out "$work/pre" --resume auto --max-steps $((step + 2))
+  # The preempted job ran 2 ranks x 8 sequences: 1 rank resumes it with the same global batch (2 micro-steps).
+  expect_ok preempt-resume "${train[@]}" --config configs/ci.ini --out "$work/pre" --resume auto --max-steps $((step + 2)) \
+    --global-batch-tokens 1024
   grep -q "\"step\":$((step + 1))," "$work/pre/metrics.jsonl" && echo "ok   preempt-resume-step" \
     || { echo "FAIL preempt-resume-step: no step $((step + 1)) after resume"; fails=$((fails+1)); }
 else
   echo "FAIL preempt-checkpoint: exit $rc, latest '$ck'"; tail -5 "$work/pre.log"; fails=$((fails+1))
+fi
+# A run killed after its step-10 checkpoint wrote metrics for steps 11-15; resuming must not repeat them.
+rm -rf "$work/dedupe"
+GPT2_FAULT_INJECT=0:15 timeout 60 "${train[@]}" --config configs/ci.ini --out "$work/dedupe" --ckpt-every 10 >/dev/null 2>&1
+if expect_ok resume-after-crash "${train[@]}" --config configs/ci.ini --out "$work/dedupe" --resume auto --max-steps 20; then
+  steps=$(grep -o '"step":[0-9]*,"loss"' "$work/dedupe/metrics.jsonl" | sort | uniq -d | wc -l)
+  n=$(grep -c '"loss"' "$work/dedupe/metrics.jsonl")
+  [[ $steps -eq 0 && $n -eq 20 ]] && echo "ok   metrics-no-duplicate-steps" \
+    || { echo "FAIL metrics-no-duplicate-steps: $steps duplicated, $n step lines"; fails=$((fails+1)); }
 fi
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]
