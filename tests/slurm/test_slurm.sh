@@ -204,4 +204,21 @@ print(f"test_slurm: preempt: metrics cover steps 1..{steps} ({len(s)} loss lines
 EOF
 echo "test_slurm: preempt: job $jc checkpointed at step $ckstep, requeued (Restarts=$restarts), resumed at step $resstep, COMPLETED"
 
+# (d) a small scaling sweep (1 and 2 ranks, weak and strong, one rank per node) submitted through this
+# SLURM by slurm/scaling.sh, then tools/scaling_report: report.md, report.csv and scaling.png.
+sweep=$work/sweep
+rm -rf "$sweep"
+"$src/slurm/scaling.sh" --cpu --max-ranks 2 --ranks-per-node 1 --config configs/ci.ini --steps 6 --shared \
+  --allreduce-max-mb 1 --time 00:05:00 --bin-dir "$bin_dir" --out "$sweep" || fail "sweep: scaling.sh failed"
+for j in $(python3 -c "import json,sys; print(' '.join(str(p['job_id']) for p in json.load(open(sys.argv[1]))['points']))" \
+             "$sweep/sweep.json"); do
+  state=$(wait_done "$j" 240) || fail "sweep: job $j not finished after 240 s (state $state)"
+  [[ $state == COMPLETED ]] || fail "sweep: job $j ended $state, want COMPLETED"
+done
+/usr/bin/python3 "$src/tools/scaling_report" "$sweep" >/dev/null || fail "sweep: scaling_report failed"
+for f in report.md report.csv scaling.png; do [[ -s $sweep/$f ]] || fail "sweep: $f missing"; done
+[[ $(head -c 8 "$sweep/scaling.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "sweep: scaling.png is not a PNG"
+[[ $(grep -c '^weak,\|^strong,' "$sweep/report.csv") -ge 4 ]] || fail "sweep: report.csv lacks the 4 points"
+echo "test_slurm: sweep: 4 points through SLURM, report.md, report.csv and scaling.png written"
+
 echo "test_slurm: PASS"
