@@ -2,11 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -30,15 +30,9 @@ std::string dir_of(const std::string& path) {
 }
 
 void make_dirs(const std::string& dir) {
-  std::string cur;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    cur = dir.substr(0, pos);
-    if (!cur.empty()) mkdir(cur.c_str(), 0755);
-  }
-  struct stat st {};
-  GPT2_REQUIRE(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create directory " << dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  GPT2_REQUIRE(!ec, "cannot create directory " << dir << ": " << ec.message());
 }
 
 void atomic_rename(const std::string& tmp, const std::string& path) {

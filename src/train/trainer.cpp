@@ -1,12 +1,12 @@
 #include "train/trainer.hpp"
 
 #include <omp.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <cmath>
 #include <memory>
 #include <thread>
@@ -59,14 +59,9 @@ int choose_threads(const TrainConfig& cfg, const MpiEnv& env) {
 }
 
 void make_dir(const std::string& d) {
-  std::string cur;
-  for (size_t pos = 0; pos != std::string::npos;) {
-    pos = d.find('/', pos + 1);
-    cur = d.substr(0, pos);
-    if (!cur.empty()) mkdir(cur.c_str(), 0755);
-  }
-  struct stat st {};
-  GPT2_REQUIRE(stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create output directory " << d);
+  std::error_code ec;
+  std::filesystem::create_directories(d, ec);
+  GPT2_REQUIRE(!ec, "cannot create output directory " << d << ": " << ec.message());
 }
 
 std::string fmt_count(double n) {
