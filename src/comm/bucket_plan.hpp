@@ -16,7 +16,7 @@ struct Bucket {
 class BucketPlan {
  public:
   // total_floats: length of the gradient buffer. The first bucket (the buffer's tail) is
-  // first_bucket_bytes so communication starts early; the rest are bucket_bytes; the last bucket
+  // first_bucket_bytes (at most bucket_bytes) so communication starts early; the rest are bucket_bytes; the last bucket
   // takes whatever remains at the start of the buffer.
   BucketPlan(size_t total_floats, size_t bucket_bytes, size_t first_bucket_bytes = 1 << 20);
 

@@ -166,8 +166,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
     GPT2_REQUIRE(hi == lo, "ranks start from different weights (different --seed or --init-from per rank?)");
   }
-  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)),
-                        std::min<size_t>(1 << 20, static_cast<size_t>(cfg.bucket_mb * (1 << 20))));
+  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)));
   GradReducer reducer(comm, plan, model.grads().data());
 
   if (rank == 0 && !cfg.out_dir.empty()) make_dir(cfg.out_dir);

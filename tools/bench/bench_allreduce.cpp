@@ -30,7 +30,7 @@ void BM_BucketedAllreduce(benchmark::State& state) {
   const int W = comm.size(), rank = comm.rank();
   std::vector<float> buf(n);
   const size_t bucket_bytes = static_cast<size_t>(env_or("GPT2_BENCH_BUCKET_MB", 25.0) * (1 << 20));
-  gpt2::BucketPlan plan(n, bucket_bytes, std::min<size_t>(bucket_bytes, 1 << 20));
+  gpt2::BucketPlan plan(n, bucket_bytes);
   gpt2::GradReducer reducer(comm, plan, buf.data());
   bool correct = true;
   for (auto _ : state) {
