@@ -1,0 +1,113 @@
+// Device-side building blocks shared by the CUDA kernels (.cu files only).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/cuda_dtype.hpp"
+
+namespace gpt2::cuda {
+
+constexpr int kWarpSize = 32;
+
+__host__ __device__ constexpr inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// Butterfly reductions: every lane ends with the same value, summed in the same order on every run.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `shared` holds 32 floats. Fixed order: deterministic. Ends with a __syncthreads, so it can be called
+// again right away with the same `shared`.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? shared[lane] : 0.0f;
+  r = warp_sum(r);
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  v = warp_max(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? shared[lane] : -INFINITY;
+  r = warp_max(r);
+  __syncthreads();
+  return r;
+}
+
+// 16 bytes of T, loaded or stored as one vector instruction. Callers guarantee 16-byte alignment
+// (every parameter starts on a 64-element boundary; activation rows are multiples of 8 elements
+// whenever the vector path is chosen) and fall back to scalar code otherwise.
+template <class T>
+struct alignas(16) Packed128 {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+  __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+};
+template <class T>
+__device__ __forceinline__ Packed128<T> load128(const T* p) {
+  Packed128<T> r;
+  *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+// Streaming load: read once, do not keep in L1/L2 (activations read by a single pass).
+template <class T>
+__device__ __forceinline__ Packed128<T> load128cs(const T* p) {
+  Packed128<T> r;
+  *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
+  return r;
+}
+template <class T>
+__device__ __forceinline__ void store128(T* p, const Packed128<T>& v) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&v);
+}
+
+// GELU, tanh approximation, in fp32 (shared by the GELU kernels and the GEMM epilogues).
+__device__ __forceinline__ float gelu_f32(float x) {
+  constexpr float kS = 0.7978845608028654f;  // sqrt(2/pi)
+  const float u = kS * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+// d gelu(x) / dx
+__device__ __forceinline__ float gelu_grad_f32(float x) {
+  constexpr float kS = 0.7978845608028654f;
+  const float x3 = x * x * x;
+  const float t = tanhf(kS * (x + 0.044715f * x3));
+  const float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kS * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+}  // namespace gpt2::cuda
+
+// After every kernel launch: reports a bad launch configuration at the call site.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,116 @@
+// RAII for CUDA memory, streams and events. Host-safe (g++ compiles it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/cuda_dtype.hpp"
+
+namespace gpt2 {
+
+// n elements of T in device memory (uninitialised unless zeroed).
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) { resize(n); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+
+  // Reallocates (contents lost) when the size changes.
+  void resize(size_t n) {
+    if (n == n_) return;
+    release();
+    if (n > 0) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+    n_ = n;
+  }
+  void zero(cudaStream_t s = nullptr) {
+    if (n_) CUDA_CHECK(cudaMemsetAsync(p_, 0, n_ * sizeof(T), s));
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+  // Host fp32 values -> T (rounded to nearest even for bf16); resizes to fit. Synchronous.
+  void upload(const float* src, size_t n) {
+    resize(n);
+    std::vector<T> tmp(n);
+    for (size_t i = 0; i < n; ++i) tmp[i] = from_float_host<T>(src[i]);
+    CUDA_CHECK(cudaMemcpy(p_, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void upload(const std::vector<float>& src) { upload(src.data(), src.size()); }
+  // Device T -> host fp32 (the whole buffer, or its first n elements). Synchronous.
+  std::vector<float> download(size_t n = static_cast<size_t>(-1)) const {
+    if (n > n_) n = n_;
+    std::vector<T> tmp(n);
+    if (n) CUDA_CHECK(cudaMemcpy(tmp.data(), p_, n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = to_float_host(tmp[i]);
+    return out;
+  }
+
+ private:
+  void release() {
+    if (p_) cudaFree(p_);  // no CHECK: destructors may run while a fatal error unwinds
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+class CudaStream {
+ public:
+  CudaStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~CudaStream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return s_; }
+  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s_)); }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class CudaEvent {
+ public:
+  // Timing events carry timestamps; ordering-only events are cheaper (cudaEventDisableTiming).
+  explicit CudaEvent(bool timing = false) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~CudaEvent() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return e_; }
+  void record(cudaStream_t s) { CUDA_CHECK(cudaEventRecord(e_, s)); }
+  bool done() const {
+    cudaError_t err = cudaEventQuery(e_);
+    if (err == cudaErrorNotReady) return false;
+    CUDA_CHECK(err);
+    return true;
+  }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,49 @@
+// Shared by the GPU kernel benchmarks (tools/bench/gpu/bench_*.cpp, one binary bench_gpu_kernels):
+// manual timing with CUDA events, L2 flushed before every timed launch (so each launch reads its
+// inputs from HBM, as it does inside a training step), and counters in physical units.
+//   build/bin/bench_gpu_kernels --benchmark_out=gpu_kernels.json --benchmark_out_format=json
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+
+namespace gpt2::bench {
+
+// Overwrites a buffer larger than L2 (H100: 50 MB) so the next launch finds nothing cached.
+inline void flush_l2(cudaStream_t s) {
+  static DeviceBuffer<char> scratch(256ull << 20);
+  CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, scratch.bytes(), s));
+}
+
+// Times `launch` once per benchmark iteration (after an untimed warm-up), L2 flushed before each,
+// reports manual time, and sets counters: TFLOP/s from `flops` per launch, GB/s from `bytes` per launch
+// (either may be 0 to omit it).
+inline void time_launches(benchmark::State& state, const std::function<void(cudaStream_t)>& launch, double flops,
+                          double bytes) {
+  cudaStream_t s = nullptr;  // the legacy default stream: simple and serialising
+  launch(s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CudaEvent start(true), stop(true);
+  double total_s = 0;
+  for (auto _ : state) {
+    flush_l2(s);
+    start.record(s);
+    launch(s);
+    stop.record(s);
+    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    state.SetIterationTime(ms / 1e3);
+    total_s += ms / 1e3;
+  }
+  const double n = static_cast<double>(state.iterations());
+  if (flops > 0) state.counters["TFLOP_per_s"] = flops * n / total_s / 1e12;
+  if (bytes > 0) state.counters["GB_per_s"] = bytes * n / total_s / 1e9;
+}
+
+}  // namespace gpt2::bench
