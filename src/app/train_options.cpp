@@ -67,7 +67,13 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("help,h", "print this help and exit")
       ("config", po::value<std::vector<std::string>>(&config_files)->composing(),
        "INI file of options; repeatable, later files win")
-      ("device", po::value<std::string>(&c.device)->default_value("auto"), "cpu | cuda | auto")
+      ("device", po::value<std::string>(&c.device)->default_value("auto"),
+       "cpu | cuda | auto (cuda when a GPU is visible and the build has CUDA)")
+      ("precision", po::value<std::string>(&c.precision)->default_value("auto"),
+       "bf16 | fp32 | auto: storage of parameters, activations and gradients on the GPU (master weights and "
+       "Adam state are fp32 either way); auto = bf16 on cuda, fp32 on cpu (the CPU backend is fp32 only)")
+      ("gemm", po::value<std::string>(&c.gemm)->default_value("cublaslt"),
+       "hand | cublaslt: the CUDA GEMM backend (hand-written tensor-core kernels, or cuBLASLt)")
       ("threads", po::value<int>(&c.threads)->default_value(0),
        "OpenMP threads per rank (0: the rank's cores, shared fairly between ranks on a node)")
       ("seed", po::value<uint64_t>(&c.seed)->default_value(1337), "seed for initialisation and data order")
@@ -127,7 +133,12 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("ckpt-keep", po::value<int>(&c.ckpt_keep)->default_value(0), "newest checkpoints to keep (0: all)")
       ("resume", po::value<std::string>(&c.resume)->default_value("none"),
        "none | auto (<out>/ckpt/latest if present) | PATH")
-      ("bucket-mb", po::value<double>(&c.bucket_mb)->default_value(25.0), "gradient all-reduce bucket size in MiB");
+      ("bucket-mb", po::value<double>(&c.bucket_mb)->default_value(25.0), "gradient all-reduce bucket size in MiB")
+      ("comm", po::value<std::string>(&c.comm)->default_value("auto"),
+       "nccl | mpi | auto: gradient all-reduce; nccl needs one GPU per rank, mpi (host-staged) lets ranks share "
+       "a GPU; auto = nccl on cuda, mpi on cpu")
+      ("comm-timeout-s", po::value<double>(&c.comm_timeout_s)->default_value(600.0, "600"),
+       "seconds a gradient all-reduce may take before the job is aborted as having lost a peer");
 
   po::options_description logging("Logging, benchmark and sampling");
   logging.add_options()
@@ -223,6 +234,12 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   if (c.max_steps < 0) return error("--max-steps must not be negative");
   if (c.device != "cpu" && c.device != "cuda" && c.device != "auto")
     return error("--device must be cpu, cuda or auto (got '" + c.device + "')");
+  if (c.precision != "bf16" && c.precision != "fp32" && c.precision != "auto")
+    return error("--precision must be bf16, fp32 or auto (got '" + c.precision + "')");
+  if (c.gemm != "hand" && c.gemm != "cublaslt") return error("--gemm must be hand or cublaslt (got '" + c.gemm + "')");
+  if (c.comm != "nccl" && c.comm != "mpi" && c.comm != "auto")
+    return error("--comm must be nccl, mpi or auto (got '" + c.comm + "')");
+  if (!(c.comm_timeout_s > 0)) return error("--comm-timeout-s must be positive");
   if (!parse_schedule_kind(schedule, &c.schedule.kind))
     return error("--schedule must be cosine, constant, linear or wsd (got '" + schedule + "')");
   if (c.schedule.lr <= 0) return error("--lr must be positive");

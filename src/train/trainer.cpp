@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "comm/grad_reducer.hpp"
 #include "comm/mpi_env.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -23,10 +22,10 @@
 #include "data/batch_loader.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "kernels/gemm/gemm.hpp"
-#include "kernels/reduce/reduce.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpoint.hpp"
 #include "train/metrics.hpp"
+#include "train/runner.hpp"
 
 namespace gpt2 {
 
@@ -44,10 +43,6 @@ void install_stop_handlers() {
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
-
-// Peak fp32 throughput assumed per CPU core for MFU when --peak-tflops is not given: two 8-wide
-// FMA pipes at ~3 GHz (AVX2). An estimate; pass --peak-tflops for your hardware.
-constexpr double kCpuPeakTflopsPerCore = 0.096;
 
 int choose_threads(const TrainConfig& cfg, const MpiEnv& env) {
   if (cfg.threads > 0) return cfg.threads;
@@ -81,13 +76,15 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int B = cfg.micro_batch, T = cfg.seq_len;
 
   // ---- device ----------------------------------------------------------------------------------
+  const bool on_gpu = cfg.device == "cuda" || (cfg.device == "auto" && gpu_count() > 0);
   if (cfg.device == "cuda") {
     std::string why;
     GPT2_REQUIRE(gpu_count(&why) > 0, "--device cuda: " << why << "; use --device cpu");
-    fatal("--device cuda: the CUDA training backend is not part of this build yet; use --device cpu");
   }
-  if (cfg.device == "auto" && gpu_count() > 0)
-    log_warn("a GPU is present but the CUDA training backend is not part of this build yet: training on the CPU\n");
+  const std::string precision = cfg.precision == "auto" ? (on_gpu ? "bf16" : "fp32") : cfg.precision;
+  const std::string comm_kind = cfg.comm == "auto" ? (on_gpu ? "nccl" : "mpi") : cfg.comm;
+  GPT2_REQUIRE(on_gpu || precision == "fp32", "--precision " << precision << " needs --device cuda (the CPU backend is fp32)");
+  GPT2_REQUIRE(on_gpu || comm_kind == "mpi", "--comm " << comm_kind << " needs --device cuda (the CPU backend uses --comm mpi)");
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
 
@@ -159,23 +156,41 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   state.seq_len = T;
 
   MpiCommunicator comm;
+  // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb.
+  const size_t elem_scale = precision == "bf16" ? 2 : 1;
+  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)) * elem_scale,
+                        (size_t{1} << 20) * elem_scale);
+  std::unique_ptr<ModelRunner> runner;
+  if (on_gpu) {
+    CudaRunnerOptions o;
+    o.precision = precision;
+    o.gemm = cfg.gemm;
+    o.comm = comm_kind;
+    o.comm_timeout_s = cfg.comm_timeout_s;
+    o.local_rank = env.local_rank();
+    o.local_size = env.local_size();
+    o.world_size = W;
+    runner = make_cuda_runner(model, opt, plan, o);
+    runner->from_host();
+  } else {
+    runner = make_cpu_runner(model, opt, comm, plan, threads);
+  }
   if (W > 1) {  // Every rank must start from the same weights (same seed or same file): check, cheaply.
-    double hi = kernels::sum_squares_cpu(model.params().data(), static_cast<long>(model.params().size()));
+    double hi = runner->param_sum_squares();
     double lo = hi;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
     GPT2_REQUIRE(hi == lo, "ranks start from different weights (different --seed or --init-from per rank?)");
   }
-  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)));
-  GradReducer reducer(comm, plan, model.grads().data());
 
   if (rank == 0 && !cfg.out_dir.empty()) make_dir(cfg.out_dir);
   MetricsWriter metrics(rank == 0 ? cfg.out_dir : "", /*append=*/!resume_path.empty() || cfg.eval_only,
                         resume_path.empty() ? -1 : static_cast<long>(state.step));
 
-  const double peak_tflops = cfg.peak_tflops > 0 ? cfg.peak_tflops : kCpuPeakTflopsPerCore * threads;
-  log_info("gpt2-train | model %s | %d rank(s) on %d node(s), %d thread(s) each | device cpu\n",
-           cfg.model.describe().c_str(), W, env.num_nodes(), threads);
+  const double peak_tflops = cfg.peak_tflops > 0 ? cfg.peak_tflops : runner->default_peak_tflops();
+  log_info("gpt2-train | model %s | %d rank(s) on %d node(s) | device %s\n", cfg.model.describe().c_str(), W,
+           env.num_nodes(), runner->describe().c_str());
+  if (peak_tflops <= 0) log_warn("unknown peak TFLOP/s for this device: MFU is reported as 0 (give --peak-tflops)\n");
   if (built_with_cuda()) log_info("built with CUDA: %s\n", cuda_library_versions().c_str());
   log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %d accumulation step(s)\n",
            static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B, accum);
@@ -193,7 +208,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     for (uint64_t i = 0; i < nb; ++i) {
       RankBatch vb = read_val_batch(*val, i, B, rank, W);
       vb.micro_batch(0, B, inputs.data(), targets.data());
-      sum += model.forward_eval(inputs.data(), targets.data(), B, T);
+      sum += runner->forward_eval(inputs.data(), targets.data(), B, T);
     }
     double mean = sum / static_cast<double>(nb);
     comm.allreduce(&mean, 1, ReduceOp::kAvg);
@@ -232,8 +247,9 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
   int64_t last_ckpt_step = -1;
   auto save = [&]() {
-    if (rank != 0 || cfg.out_dir.empty() || cfg.benchmark) return;
+    if (rank != 0 || cfg.out_dir.empty() || cfg.benchmark) return;  // (to_host() touches only this rank's GPU)
     const std::string path = checkpoint_path(cfg.out_dir, state.step);
+    runner->to_host();
     save_checkpoint(path, model, &opt, state);
     write_latest(cfg.out_dir, path);
     prune_checkpoints(cfg.out_dir, cfg.ckpt_keep, path);
@@ -265,27 +281,21 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     } else {
       batch = loader->next();
     }
-    model.zero_grad();
-    double loss_sum = 0.0;
+    runner->zero_grad();
     for (int m = 0; m < accum; ++m) {
       batch.micro_batch(m, B, inputs.data(), targets.data());
-      loss_sum += model.forward_train(inputs.data(), targets.data(), B, T, dloss);
-      if (m == accum - 1 && W > 1) {
-        // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
-        reducer.begin_step();
-        model.backward([&](size_t ready_from) { reducer.on_grads_ready(ready_from); });
-      } else {
-        model.backward();
-      }
+      runner->forward_train(inputs.data(), targets.data(), B, T, dloss);
+      // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
+      runner->backward(/*communicate=*/m == accum - 1 && W > 1);
     }
-    const double exposed_ms = W > 1 ? reducer.finish() : 0.0;
-    double loss = loss_sum / accum;
+    const double exposed_ms = runner->finish_communication();
+    double loss = runner->take_loss_sum() / accum;
     if (W > 1) comm.allreduce(&loss, 1, ReduceOp::kAvg);
     GPT2_REQUIRE(std::isfinite(loss), "the loss is " << loss << " at step " << step + 1
                                                      << ": training diverged (try a lower --lr or --grad-clip)");
-    const double grad_norm = std::sqrt(kernels::sum_squares_cpu(model.grads().data(), static_cast<long>(model.grads().size())));
+    const double grad_norm = std::sqrt(runner->grad_sum_squares());
     const float lr = cfg.schedule.at(step);
-    opt.step(model.params().data(), model.grads().data(), lr, clip_factor(grad_norm, cfg.optim.grad_clip));
+    runner->optimizer_step(lr, clip_factor(grad_norm, cfg.optim.grad_clip));
     state.step = step + 1;
     state.tokens_seen += cfg.global_batch_tokens;
 
@@ -296,7 +306,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     sm.grad_norm = grad_norm;
     sm.ms = timer.ms();
     sm.tokens_per_s = static_cast<double>(cfg.global_batch_tokens) / (sm.ms / 1000.0);
-    sm.mfu = cfg.model.flops_per_token(T) * sm.tokens_per_s / (peak_tflops * 1e12 * W);
+    sm.mfu = peak_tflops > 0 ? cfg.model.flops_per_token(T) * sm.tokens_per_s / (peak_tflops * 1e12 * W) : 0.0;
     sm.comm_exposed_ms = exposed_ms;
     if (rank == 0) metrics.step(sm);
     if (step > first_step) {  // the first step pays for allocation: keep it out of the benchmark mean
@@ -335,14 +345,15 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   if (cfg.benchmark && bench_n > 0) {
     const double ms = bench_ms_sum / bench_n;
     const double tps = static_cast<double>(cfg.global_batch_tokens) / (ms / 1000.0);
-    const double mfu = cfg.model.flops_per_token(T) * tps / (peak_tflops * 1e12 * W);
+    const double mfu = peak_tflops > 0 ? cfg.model.flops_per_token(T) * tps / (peak_tflops * 1e12 * W) : 0.0;
     log_info("benchmark: %.2f ms/step | %.0f tokens/s | mfu %.1f%% | comm_exposed %.2f ms (mean of %d steps after the first)\n",
              ms, tps, 100.0 * mfu, bench_exposed_sum / bench_n, bench_n);
     char line[512];
     std::snprintf(line, sizeof(line),
-                  "{\"benchmark\":true,\"ranks\":%d,\"threads\":%d,\"steps\":%d,\"ms_per_step\":%.3f,"
+                  "{\"benchmark\":true,\"device\":\"%s\",\"precision\":\"%s\",\"ranks\":%d,\"threads\":%d,"
+                  "\"steps\":%d,\"ms_per_step\":%.3f,"
                   "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"comm_exposed_ms\":%.3f,\"global_batch_tokens\":%lld}",
-                  W, threads, bench_n, ms, tps, mfu, bench_exposed_sum / bench_n,
+                  on_gpu ? "cuda" : "cpu", precision.c_str(), W, threads, bench_n, ms, tps, mfu, bench_exposed_sum / bench_n,
                   static_cast<long long>(cfg.global_batch_tokens));
     if (rank == 0) metrics.raw(line);
   }
@@ -350,6 +361,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   if (cfg.sample.max_new_tokens > 0 && rank == 0 && train && train->tokenizer() == "byte") {
     std::vector<uint32_t> p = ByteTokenizer::encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
     std::vector<int32_t> prompt(p.begin(), p.end());
+    runner->to_host();  // sampling runs on the host copy of the model
     const std::vector<int32_t> out = generate(model, prompt, cfg.sample);
     log_info("---- sample (top-k %d, temperature %.2f, seed %llu) ----\n%s%s\n----\n", cfg.sample.top_k,
              cfg.sample.temperature, static_cast<unsigned long long>(cfg.sample.seed), cfg.sample_prompt.c_str(),

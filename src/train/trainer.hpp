@@ -32,6 +32,10 @@ struct TrainConfig {
   bool eval_only = false;             // validation loss of the initial model, then exit
   int log_every = 1;
   std::string device = "auto";        // cpu | cuda | auto
+  std::string precision = "auto";     // bf16 | fp32 | auto (bf16 on cuda, fp32 on cpu)
+  std::string gemm = "cublaslt";      // hand | cublaslt (CUDA GEMM backend)
+  std::string comm = "auto";          // nccl | mpi | auto (nccl on cuda, mpi on cpu)
+  double comm_timeout_s = 600;        // a bucket all-reduce slower than this means a lost peer
   int ckpt_every = 0;                 // steps between checkpoints (0: only at the end)
   int ckpt_keep = 0;                  // newest checkpoints to keep (0: all)
   std::string resume = "none";        // none | auto | PATH

@@ -1,0 +1,519 @@
+#include "model/gpt2_cuda.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "kernels/adamw/adamw_cuda.hpp"
+#include "kernels/attention/attention_cuda.hpp"
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "kernels/encoder/encoder_cuda.hpp"
+#include "kernels/gelu/gelu_cuda.hpp"
+#include "kernels/gemm/gemm_cuda.hpp"
+#include "kernels/layernorm/layernorm_cuda.hpp"
+#include "kernels/reduce/reduce_cuda.hpp"
+#include "kernels/softmax_xent/softmax_xent_cuda.hpp"
+
+namespace gpt2 {
+
+using kernels::GemmEpilogue;
+
+// Pinned host memory (page-locked, so cudaMemcpyAsync really is asynchronous).
+template <class E>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (p_) cudaFreeHost(p_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void resize(size_t n) {  // contents lost; the caller makes sure no copy is using the old buffer
+    if (n <= n_) return;
+    if (p_) cudaFreeHost(p_);
+    p_ = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(E)));
+    n_ = n;
+  }
+  E* data() { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  E* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Activations of one micro-batch (B,T) on the device, kept for backward; the same fields as the CPU
+// model's Activations except `att` (attention never materialises T x T: lse is saved instead) and the
+// projections attproj/fcproj, which live in the scratch `btc` only until the fused residual add.
+template <class T>
+struct DeviceActivations {
+  int B = 0, T_ = 0;
+  DeviceBuffer<T> encoded;      // (B,T,C)
+  DeviceBuffer<T> ln1;          // (L,B,T,C)
+  DeviceBuffer<float> ln1_mean, ln1_rstd;  // (L,B,T)
+  DeviceBuffer<T> qkv;          // (L,B,T,3C)
+  DeviceBuffer<T> atty;         // (L,B,T,C)   attention output (backward reads it for rowsum(dout*out))
+  DeviceBuffer<float> lse;      // (L,B,NH,T)  log-sum-exp of each query row's scores
+  DeviceBuffer<T> residual2;    // (L,B,T,C)
+  DeviceBuffer<T> ln2;          // (L,B,T,C)
+  DeviceBuffer<float> ln2_mean, ln2_rstd;  // (L,B,T)
+  DeviceBuffer<T> fch;          // (L,B,T,4C)  MLP pre-activation (the GELU epilogue's aux output)
+  DeviceBuffer<T> fch_gelu;     // (L,B,T,4C)
+  DeviceBuffer<T> residual3;    // (L,B,T,C)
+  DeviceBuffer<T> lnf;          // (B,T,C)
+  DeviceBuffer<float> lnf_mean, lnf_rstd;  // (B,T)
+  DeviceBuffer<T> logits;       // (B,T,Vp)    after a training forward: dlogits
+  DeviceBuffer<float> losses;   // (B,T)
+  // scratch
+  DeviceBuffer<T> btc;          // (B,T,C)   forward: projections before the residual add; backward: d(LN input)
+  DeviceBuffer<T> dresidual;    // (B,T,C)
+  DeviceBuffer<T> dqkv;         // (B,T,3C)
+  DeviceBuffer<T> dbt4c;        // (B,T,4C)
+  DeviceBuffer<char> workspace; // scratch of the layernorm/bias/attention backward and the reductions
+  DeviceBuffer<int32_t> inputs, targets;  // (B,T)
+  DeviceBuffer<int32_t> plan;   // encoder backward plan: 3N+1 ints at most
+};
+
+class GPT2Cuda::Impl {
+ public:
+  virtual ~Impl() = default;
+  virtual void set_params(const float* host) = 0;
+  virtual void get_params(float* host) const = 0;
+  virtual void set_moments(const float* m, const float* v) = 0;
+  virtual void get_moments(float* m, float* v) const = 0;
+  virtual std::vector<float> get_grads() const = 0;
+  virtual void* grads_device() = 0;
+  virtual void zero_grad() = 0;
+  virtual void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) = 0;
+  virtual double take_loss_sum() = 0;
+  virtual float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
+  virtual void backward(const GradReadyFn& on_ready) = 0;
+  virtual double grad_sum_squares() = 0;
+  virtual double param_sum_squares() = 0;
+  virtual void adamw_step(const kernels::AdamWStep& s) = 0;
+
+  Impl(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t s)
+      : cfg_(cfg), table_(cfg), opt_(opt), stream_(s), gemm_(opt.gemm) {}
+  GPT2Config cfg_;
+  ParamTable table_;
+  CudaModelOptions opt_;
+  cudaStream_t stream_;
+  kernels::GemmContext gemm_;
+};
+
+namespace {
+
+template <class T>
+class ModelImpl final : public GPT2Cuda::Impl {
+ public:
+  ModelImpl(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t s) : Impl(cfg, opt, s) {
+    const size_t n = table_.total();
+    master_.resize(n);
+    if constexpr (!std::is_same_v<T, float>) params_.resize(n);  // fp32: the master weights are the parameters
+    grads_.resize(n);
+    m_.resize(n);
+    v_.resize(n);
+    master_.zero(stream_);
+    if constexpr (!std::is_same_v<T, float>) params_.zero(stream_);
+    grads_.zero(stream_);
+    m_.zero(stream_);
+    v_.zero(stream_);
+    result_.resize(1);
+    staging_free_ = std::make_unique<CudaEvent>();
+    staging_free_->record(stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  T* params() {
+    if constexpr (std::is_same_v<T, float>) return master_.data();
+    else return params_.data();
+  }
+
+  void set_params(const float* host) override {
+    const size_t n = table_.total();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(master_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice));
+    if constexpr (!std::is_same_v<T, float>) params_.upload(host, n);
+  }
+  void get_params(float* host) const override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(host, master_.data(), master_.bytes(), cudaMemcpyDeviceToHost));
+  }
+  void set_moments(const float* m, const float* v) override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(m_.data(), m, m_.bytes(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v_.data(), v, v_.bytes(), cudaMemcpyHostToDevice));
+  }
+  void get_moments(float* m, float* v) const override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(m, m_.data(), m_.bytes(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(v, v_.data(), v_.bytes(), cudaMemcpyDeviceToHost));
+  }
+  std::vector<float> get_grads() const override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return grads_.download();
+  }
+  void* grads_device() override { return grads_.data(); }
+  void zero_grad() override { grads_.zero(stream_); }
+
+  // ---- forward ---------------------------------------------------------------------------------
+  void ensure_activations(int B, int T_) {
+    DeviceActivations<T>& a = acts_;
+    if (a.B == B && a.T_ == T_) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers may be in use by enqueued work
+    const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
+    const size_t N = static_cast<size_t>(B) * T_, NC = N * C;
+    a.B = B;
+    a.T_ = T_;
+    a.encoded.resize(NC);
+    a.ln1.resize(L * NC);
+    a.ln1_mean.resize(L * N);
+    a.ln1_rstd.resize(L * N);
+    a.qkv.resize(L * 3 * NC);
+    a.atty.resize(L * NC);
+    a.lse.resize(L * N * NH);
+    a.residual2.resize(L * NC);
+    a.ln2.resize(L * NC);
+    a.ln2_mean.resize(L * N);
+    a.ln2_rstd.resize(L * N);
+    a.fch.resize(L * 4 * NC);
+    a.fch_gelu.resize(L * 4 * NC);
+    a.residual3.resize(L * NC);
+    a.lnf.resize(NC);
+    a.lnf_mean.resize(N);
+    a.lnf_rstd.resize(N);
+    a.logits.resize(N * Vp);
+    a.losses.resize(N);
+    a.btc.resize(NC);
+    a.dresidual.resize(NC);
+    a.dqkv.resize(3 * NC);
+    a.dbt4c.resize(4 * NC);
+    a.inputs.resize(N);
+    a.targets.resize(N);
+    a.plan.resize(3 * N + 1);
+    const int iN = static_cast<int>(N), iC = static_cast<int>(C);
+    size_t ws = kernels::layernorm_backward_scratch_bytes(iN, iC);
+    ws = std::max(ws, kernels::bias_backward_scratch_bytes(iN, 4 * iC));
+    ws = std::max(ws, kernels::bias_backward_scratch_bytes(iN, 3 * iC));
+    ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH)));
+    ws = std::max(ws, kernels::sum_squares_scratch_bytes(static_cast<long>(table_.total())));
+    a.workspace.resize(ws);
+    staging_.resize(2 * N);
+    plan_staging_.resize(3 * N + 1);
+  }
+
+  // out (M,N) = a @ b (+ bias, epilogue): the one place GEMMs are issued.
+  void matmul(T* out, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool ta, bool tb,
+              bool accumulate, GemmEpilogue ep) {
+    kernels::gemm_cuda<T>(gemm_, out, a, b, bias, aux, M, N, K, ta, tb, accumulate, ep, stream_);
+  }
+
+  void upload_batch(const int32_t* inputs, const int32_t* targets, int B, int T_, bool with_plan) {
+    GPT2_REQUIRE(T_ >= 1 && T_ <= cfg_.max_seq_len,
+                 "sequence length " << T_ << " exceeds the model's max_seq_len " << cfg_.max_seq_len);
+    GPT2_REQUIRE(B >= 1, "batch size must be positive");
+    const int N = B * T_, V = cfg_.vocab_size;
+    for (int i = 0; i < N; ++i) {
+      GPT2_REQUIRE(inputs[i] >= 0 && inputs[i] < V, "token id " << inputs[i] << " out of range [0, " << V << ")");
+      GPT2_REQUIRE(targets == nullptr || (targets[i] >= 0 && targets[i] < V),
+                   "target token id " << targets[i] << " out of range [0, " << V << ")");
+    }
+    ensure_activations(B, T_);
+    // The staging buffers are reused: wait until the previous micro-step's copies have left them.
+    CUDA_CHECK(cudaEventSynchronize(staging_free_->get()));
+    std::memcpy(staging_.data(), inputs, N * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(acts_.inputs.data(), staging_.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream_));
+    if (targets) {
+      std::memcpy(staging_.data() + N, targets, N * sizeof(int32_t));
+      CUDA_CHECK(cudaMemcpyAsync(acts_.targets.data(), staging_.data() + N, N * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+    }
+    if (with_plan) {
+      num_unique_ = kernels::encoder_backward_plan(inputs, N, &plan_host_);
+      GPT2_CHECK(plan_host_.size() <= plan_staging_.size(), "encoder plan of " << plan_host_.size() << " ints");
+      std::memcpy(plan_staging_.data(), plan_host_.data(), plan_host_.size() * sizeof(int32_t));
+      CUDA_CHECK(cudaMemcpyAsync(acts_.plan.data(), plan_staging_.data(), plan_host_.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+    }
+    staging_free_->record(stream_);
+  }
+
+  void forward(int B, int T_) {
+    DeviceActivations<T>& a = acts_;
+    const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
+    const int N = B * T_;
+    const size_t NC = static_cast<size_t>(N) * C;
+    const ModelTensorsT p = tensors(params());
+    kernels::encoder_forward_cuda<T>(a.encoded.data(), a.inputs.data(), p.wte, p.wpe, B, T_, C, stream_);
+    kernels::layernorm_forward_cuda<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(),
+                                       p.blocks[0].ln1w, p.blocks[0].ln1b, N, C, stream_);
+    for (int l = 0; l < L; ++l) {
+      const BlockT& w = p.blocks[l];
+      const T* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * NC;
+      T* ln1 = a.ln1.data() + l * NC;
+      T* qkv = a.qkv.data() + l * 3 * NC;
+      T* atty = a.atty.data() + l * NC;
+      float* lse = a.lse.data() + static_cast<size_t>(l) * N * NH;
+      T* residual2 = a.residual2.data() + l * NC;
+      T* ln2 = a.ln2.data() + l * NC;
+      T* fch = a.fch.data() + l * 4 * NC;
+      T* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
+      T* residual3 = a.residual3.data() + l * NC;
+
+      matmul(qkv, ln1, w.qkvw, w.qkvb, nullptr, N, 3 * C, C, false, false, false, GemmEpilogue::kBias);  // -> (B,T,3C)
+      kernels::attention_forward_cuda<T>(atty, lse, qkv, B, T_, C, NH, stream_);                        // -> (B,T,C)
+      matmul(a.btc.data(), atty, w.attprojw, w.attprojb, nullptr, N, C, C, false, false, false,
+             GemmEpilogue::kBias);                                                                      // -> (B,T,C)
+      kernels::residual_layernorm_forward_cuda<T>(residual2, ln2, a.ln2_mean.data() + l * N,
+                                                  a.ln2_rstd.data() + l * N, residual, a.btc.data(), w.ln2w, w.ln2b,
+                                                  N, C, stream_);
+      // MLP up-projection with GELU fused into the epilogue: fch keeps the pre-activation for backward.
+      matmul(fch_gelu, ln2, w.fcw, w.fcb, fch, N, 4 * C, C, false, false, false, GemmEpilogue::kBiasGelu);
+      matmul(a.btc.data(), fch_gelu, w.fcprojw, w.fcprojb, nullptr, N, C, 4 * C, false, false, false,
+             GemmEpilogue::kBias);                                                                      // -> (B,T,C)
+      // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
+      const bool last = l + 1 == L;
+      kernels::residual_layernorm_forward_cuda<T>(
+          residual3, last ? a.lnf.data() : a.ln1.data() + (l + 1) * NC,
+          last ? a.lnf_mean.data() : a.ln1_mean.data() + (l + 1) * N,
+          last ? a.lnf_rstd.data() : a.ln1_rstd.data() + (l + 1) * N, residual2, a.btc.data(),
+          last ? p.lnfw : p.blocks[l + 1].ln1w, last ? p.lnfb : p.blocks[l + 1].ln1b, N, C, stream_);
+    }
+    // Tied LM head: logits (N,Vp) = lnf (N,C) @ wte^T, wte stored (Vp,C).
+    matmul(a.logits.data(), a.lnf.data(), p.wte, nullptr, nullptr, N, Vp, C, false, true, false, GemmEpilogue::kNone);
+  }
+
+  void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T_, float dloss) override {
+    upload_batch(inputs, targets, B, T_, /*with_plan=*/true);
+    forward(B, T_);
+    const int N = B * T_;
+    kernels::softmax_xent_cuda<T>(acts_.losses.data(), acts_.logits.data(), acts_.targets.data(), N, cfg_.vocab_size,
+                                  cfg_.padded_vocab_size(), dloss, /*write_grad=*/true, stream_);
+    queue_losses(N);
+    have_dlogits_ = true;
+  }
+
+  // The per-token losses go to pinned host memory asynchronously; take_loss_sum() adds them up after
+  // one synchronisation per step instead of one per micro-step.
+  void queue_losses(int N) {
+    if (pending_ > 0 && (pending_ == loss_slots_ || N != pending_n_)) {  // full, or another shape: fold in
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      loss_carry_ += sum_pending(pending_n_);
+      pending_ = 0;
+      if (N == pending_n_) loss_slots_ *= 2;  // grows to the number of micro-steps per step
+    }
+    loss_host_.resize(static_cast<size_t>(loss_slots_) * N);  // only ever when nothing is pending
+    CUDA_CHECK(cudaMemcpyAsync(loss_host_.data() + static_cast<size_t>(pending_) * N, acts_.losses.data(),
+                               N * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    ++pending_;
+    pending_n_ = N;
+  }
+  double sum_pending(int N) {
+    double total = 0;
+    for (int m = 0; m < pending_; ++m) {
+      double s = 0;
+      const float* l = loss_host_.data() + static_cast<size_t>(m) * N;
+      for (int i = 0; i < N; ++i) s += l[i];
+      total += s / N;
+    }
+    return total;
+  }
+  double take_loss_sum() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const double s = loss_carry_ + (pending_ ? sum_pending(pending_n_) : 0.0);
+    loss_carry_ = 0;
+    pending_ = 0;
+    return s;
+  }
+
+  float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T_) override {
+    upload_batch(inputs, targets, B, T_, /*with_plan=*/false);
+    have_dlogits_ = false;
+    forward(B, T_);
+    const int N = B * T_;
+    kernels::softmax_xent_cuda<T>(acts_.losses.data(), acts_.logits.data(), acts_.targets.data(), N, cfg_.vocab_size,
+                                  cfg_.padded_vocab_size(), 0.0f, /*write_grad=*/false, stream_);
+    std::vector<float> losses(N);
+    CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_.losses.data(), N * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double s = 0;
+    for (float x : losses) s += x;
+    return static_cast<float>(s / N);
+  }
+
+  // ---- backward --------------------------------------------------------------------------------
+  void backward(const GradReadyFn& on_ready) override {
+    GPT2_CHECK(have_dlogits_, "backward() needs a forward_train() first");
+    have_dlogits_ = false;
+    DeviceActivations<T>& a = acts_;
+    const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
+    const int B = a.B, T_ = a.T_, N = B * T_;
+    const size_t NC = static_cast<size_t>(N) * C;
+    const ModelTensorsT p = tensors(params());
+    const ModelTensorsT g = tensors(grads_.data());
+    void* ws = a.workspace.data();
+    auto ready = [&](size_t from) {
+      if (on_ready) on_ready(from);
+    };
+    auto bias_backward = [&](T* dbias, const T* dout, int OC) {
+      kernels::bias_backward_cuda<T>(dbias, ws, dout, N, OC, stream_);
+    };
+
+    // LM head (tied): dwte gets its first contribution here; its last comes from the encoder below.
+    matmul(a.btc.data(), a.logits.data(), p.wte, nullptr, nullptr, N, C, Vp, false, false, false,
+           GemmEpilogue::kNone);  // dlnf (N,C) = dlogits (N,Vp) @ wte (Vp,C)
+    matmul(g.wte, a.logits.data(), a.lnf.data(), nullptr, nullptr, Vp, C, N, true, false, true,
+           GemmEpilogue::kNone);  // dwte (Vp,C) += dlogits^T @ lnf
+    a.dresidual.zero(stream_);
+    kernels::layernorm_backward_cuda<T>(a.dresidual.data(), g.lnfw, g.lnfb, ws, a.btc.data(),
+                                        a.residual3.data() + (L - 1) * NC, p.lnfw, a.lnf_mean.data(),
+                                        a.lnf_rstd.data(), N, C, stream_);
+    ready(table_.block_begin(L));
+
+    for (int l = L - 1; l >= 0; --l) {
+      const BlockT& w = p.blocks[l];
+      const BlockT& dw = g.blocks[l];
+      const T* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * NC;
+      const T* ln1 = a.ln1.data() + l * NC;
+      const T* qkv = a.qkv.data() + l * 3 * NC;
+      const T* atty = a.atty.data() + l * NC;
+      const float* lse = a.lse.data() + static_cast<size_t>(l) * N * NH;
+      const T* ln2 = a.ln2.data() + l * NC;
+      T* fch = a.fch.data() + l * 4 * NC;
+      const T* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
+      T* dres = a.dresidual.data();
+      // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
+      // MLP down-projection: d(fch) = (dresidual @ fcprojw^T) * gelu'(fch), GELU backward fused.
+      matmul(a.dbt4c.data(), dres, w.fcprojw, nullptr, fch, N, 4 * C, C, false, true, false, GemmEpilogue::kDGelu);
+      matmul(dw.fcprojw, fch_gelu, dres, nullptr, nullptr, 4 * C, C, N, true, false, true, GemmEpilogue::kNone);
+      bias_backward(dw.fcprojb, dres, C);
+      // MLP up-projection
+      matmul(a.btc.data(), a.dbt4c.data(), w.fcw, nullptr, nullptr, N, C, 4 * C, false, true, false,
+             GemmEpilogue::kNone);
+      matmul(dw.fcw, ln2, a.dbt4c.data(), nullptr, nullptr, C, 4 * C, N, true, false, true, GemmEpilogue::kNone);
+      bias_backward(dw.fcb, a.dbt4c.data(), 4 * C);
+      kernels::layernorm_backward_cuda<T>(dres, dw.ln2w, dw.ln2b, ws, a.btc.data(), a.residual2.data() + l * NC,
+                                          w.ln2w, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, N, C,
+                                          stream_);
+      // dresidual now holds d(residual2[l]). Attention projection:
+      matmul(a.btc.data(), dres, w.attprojw, nullptr, nullptr, N, C, C, false, true, false, GemmEpilogue::kNone);
+      matmul(dw.attprojw, atty, dres, nullptr, nullptr, C, C, N, true, false, true, GemmEpilogue::kNone);
+      bias_backward(dw.attprojb, dres, C);
+      kernels::attention_backward_cuda<T>(a.dqkv.data(), ws, a.btc.data(), qkv, atty, lse, B, T_, C, NH, stream_);
+      // QKV projection
+      matmul(a.btc.data(), a.dqkv.data(), w.qkvw, nullptr, nullptr, N, C, 3 * C, false, true, false,
+             GemmEpilogue::kNone);
+      matmul(dw.qkvw, ln1, a.dqkv.data(), nullptr, nullptr, C, 3 * C, N, true, false, true, GemmEpilogue::kNone);
+      bias_backward(dw.qkvb, a.dqkv.data(), 3 * C);
+      kernels::layernorm_backward_cuda<T>(dres, dw.ln1w, dw.ln1b, ws, a.btc.data(), residual, w.ln1w,
+                                          a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, N, C, stream_);
+      // dresidual now holds d(residual entering block l)
+      ready(table_.block_begin(l));
+    }
+    kernels::encoder_backward_cuda<T>(g.wte, g.wpe, a.dresidual.data(), a.plan.data(), num_unique_, B, T_, C, stream_);
+    ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
+  }
+
+  // ---- optimizer and norms ---------------------------------------------------------------------
+  double grad_sum_squares() override { return sum_squares(grads_.data(), table_.total()); }
+  double param_sum_squares() override { return sum_squares(master_.data(), table_.total()); }
+  template <class E>
+  double sum_squares(const E* x, size_t n) {
+    scratch_.resize(std::max(scratch_.size(), kernels::sum_squares_scratch_bytes(static_cast<long>(n))));
+    kernels::sum_squares_cuda<E>(result_.data(), scratch_.data(), x, static_cast<long>(n), stream_);
+    double r = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&r, result_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return r;
+  }
+
+  void adamw_step(const kernels::AdamWStep& step) override {
+    for (const ParamInfo& pi : table_.params()) {
+      kernels::AdamWStep s = step;
+      if (!pi.decay) s.weight_decay = 0.0f;
+      kernels::adamw_update_cuda<T>(master_.data() + pi.offset, params() + pi.offset, grads_.data() + pi.offset,
+                                    m_.data() + pi.offset, v_.data() + pi.offset, static_cast<long>(pi.numel), s,
+                                    stream_);
+    }
+  }
+
+ private:
+  // The parameter table's pointers, typed for T (the table itself hands out float pointers).
+  struct BlockT {
+    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  };
+  struct ModelTensorsT {
+    T *wte, *wpe, *lnfw, *lnfb;
+    std::vector<BlockT> blocks;
+  };
+  ModelTensorsT tensors(T* base) const {
+    // The table's order is fixed (model/params.cpp): wte, wpe, 12 tensors per block, ln_f.weight, ln_f.bias.
+    const std::vector<ParamInfo>& info = table_.params();
+    auto at = [&](size_t i) { return base + info[i].offset; };
+    const size_t L = static_cast<size_t>(cfg_.n_layer);
+    GPT2_CHECK(info.size() == 4 + 12 * L, "parameter table of " << info.size() << " tensors");
+    ModelTensorsT t;
+    t.wte = at(0);
+    t.wpe = at(1);
+    for (size_t l = 0; l < L; ++l) {
+      const size_t i = 2 + 12 * l;
+      t.blocks.push_back({at(i), at(i + 1), at(i + 2), at(i + 3), at(i + 4), at(i + 5), at(i + 6), at(i + 7), at(i + 8),
+                          at(i + 9), at(i + 10), at(i + 11)});
+    }
+    t.lnfw = at(2 + 12 * L);
+    t.lnfb = at(3 + 12 * L);
+    return t;
+  }
+
+  DeviceBuffer<float> master_;  // (total) fp32 master weights
+  DeviceBuffer<T> params_;      // (total) the weights the kernels read (unused for fp32: master_ is used)
+  DeviceBuffer<T> grads_;       // (total)
+  DeviceBuffer<float> m_, v_;   // (total) AdamW moments
+  DeviceBuffer<double> result_; // one reduction result
+  DeviceBuffer<char> scratch_;  // reductions outside a step's workspace
+  DeviceActivations<T> acts_;
+  PinnedBuffer<int32_t> staging_, plan_staging_;
+  std::unique_ptr<CudaEvent> staging_free_;
+  std::vector<int32_t> plan_host_;
+  int num_unique_ = 0;
+  PinnedBuffer<float> loss_host_;
+  int pending_ = 0, pending_n_ = 0, loss_slots_ = 4;
+  double loss_carry_ = 0;
+  bool have_dlogits_ = false;
+};
+
+}  // namespace
+
+GPT2Cuda::GPT2Cuda(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t stream) {
+  if (opt.precision == Precision::kBf16) impl_ = std::make_unique<ModelImpl<bf16>>(cfg, opt, stream);
+  else impl_ = std::make_unique<ModelImpl<float>>(cfg, opt, stream);
+}
+GPT2Cuda::~GPT2Cuda() = default;
+
+const GPT2Config& GPT2Cuda::config() const { return impl_->cfg_; }
+const ParamTable& GPT2Cuda::table() const { return impl_->table_; }
+Precision GPT2Cuda::precision() const { return impl_->opt_.precision; }
+cudaStream_t GPT2Cuda::stream() const { return impl_->stream_; }
+void GPT2Cuda::set_params(const float* host) { impl_->set_params(host); }
+void GPT2Cuda::get_params(float* host) const { impl_->get_params(host); }
+void GPT2Cuda::set_moments(const float* m, const float* v) { impl_->set_moments(m, v); }
+void GPT2Cuda::get_moments(float* m, float* v) const { impl_->get_moments(m, v); }
+std::vector<float> GPT2Cuda::get_grads() const { return impl_->get_grads(); }
+void* GPT2Cuda::grads_device() { return impl_->grads_device(); }
+void GPT2Cuda::zero_grad() { impl_->zero_grad(); }
+void GPT2Cuda::forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  impl_->forward_train(inputs, targets, B, T, dloss);
+}
+double GPT2Cuda::take_loss_sum() { return impl_->take_loss_sum(); }
+float GPT2Cuda::forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  return impl_->forward_eval(inputs, targets, B, T);
+}
+void GPT2Cuda::backward(const GradReadyFn& on_ready) { impl_->backward(on_ready); }
+double GPT2Cuda::grad_sum_squares() { return impl_->grad_sum_squares(); }
+double GPT2Cuda::param_sum_squares() { return impl_->param_sum_squares(); }
+void GPT2Cuda::adamw_step(const kernels::AdamWStep& s) { impl_->adamw_step(s); }
+
+}  // namespace gpt2

@@ -1,0 +1,79 @@
+// GPT-2 on the CUDA backend: the same forward and backward as model/gpt2.hpp (the CPU specification),
+// as a sequence of CUDA kernel launches on one stream. Parameters, activations and gradients are
+// stored in the precision chosen (--precision bf16|fp32); master weights and the AdamW moments are fp32.
+// Nothing here synchronises the host unless its comment says so.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/common/cuda_dtype.hpp"
+#include "kernels/gemm/gemm_cuda.hpp"
+#include "model/config.hpp"
+#include "model/gpt2.hpp"
+#include "model/params.hpp"
+#include "kernels/adamw/adamw.hpp"
+
+namespace gpt2 {
+
+struct CudaModelOptions {
+  Precision precision = Precision::kBf16;
+  kernels::GemmBackend gemm = kernels::GemmBackend::kCublasLt;
+};
+
+class GPT2Cuda {
+ public:
+  // Allocates parameters, master weights, gradients and moments on the current device; activations
+  // are allocated at the first forward of a (B, T) shape. Work is enqueued on `stream`.
+  GPT2Cuda(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t stream);
+  ~GPT2Cuda();
+  GPT2Cuda(const GPT2Cuda&) = delete;
+  GPT2Cuda& operator=(const GPT2Cuda&) = delete;
+
+  const GPT2Config& config() const;
+  const ParamTable& table() const;
+  Precision precision() const;
+  cudaStream_t stream() const;
+
+  // Host <-> device copies of the flat fp32 buffers (ParamTable layout). Synchronous.
+  void set_params(const float* host);  // master weights, and the stored parameters rounded from them
+  void get_params(float* host) const;  // master weights
+  void set_moments(const float* m, const float* v);
+  void get_moments(float* m, float* v) const;
+  std::vector<float> get_grads() const;  // the stored gradients, as fp32
+
+  // The flat gradient buffer on the device (precision() elements, table().total() of them): the
+  // reducer all-reduces slices of it.
+  void* grads_device();
+
+  void zero_grad();
+  // Training forward: as GPT2::forward_train, but enqueued: the mean loss is collected on the host
+  // and returned by take_loss_sum(). inputs/targets are host arrays (B,T), validated here.
+  void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  // Sum of the mean losses of the forward_train calls since the last call. Synchronises the stream.
+  double take_loss_sum();
+  // Mean loss without preparing backward. Synchronous.
+  float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Accumulates (+=) gradients of the last forward_train; calls on_ready on the host as each block's
+  // backward has been ENQUEUED (the reducer records an event on stream() there), in the same order
+  // as GPT2::backward: block_begin(L), block_begin(L-1), ..., block_begin(0), then 0.
+  void backward(const GradReadyFn& on_ready = {});
+
+  // Sum of squares of the gradient buffer (deterministic). Synchronises the stream.
+  double grad_sum_squares();
+  // Sum of squares of the master weights (deterministic), to check that ranks agree. Synchronous.
+  double param_sum_squares();
+  // One AdamW update of every tensor. s.weight_decay applies to the tensors with ParamInfo::decay, the
+  // others get 0; s.step is the 1-based step count. Enqueued.
+  void adamw_step(const kernels::AdamWStep& s);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpt2

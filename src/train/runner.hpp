@@ -1,0 +1,62 @@
+// What the step loop needs from a backend, so one loop drives both: the CPU backend (model/gpt2 +
+// optim/adamw + comm/grad_reducer) and the CUDA backend (model/gpt2_cuda + comm/device_reducer).
+// The host GPT2 and AdamW objects are the CPU backend's working state and the CUDA backend's mirror
+// for checkpoints and sampling: to_host() makes them current, from_host() sends them to the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/bucket_plan.hpp"
+#include "comm/communicator.hpp"
+#include "model/gpt2.hpp"
+#include "optim/adamw.hpp"
+
+namespace gpt2 {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // "cpu, 2 thread(s)" or "cuda:0 NVIDIA H100 80GB HBM3 | bf16 | gemm cublaslt | comm nccl"
+  virtual std::string describe() const = 0;
+  // Per-rank peak in TFLOP/s for MFU when --peak-tflops is not given (0: unknown).
+  virtual double default_peak_tflops() const = 0;
+
+  virtual void zero_grad() = 0;
+  // Forward of one micro-batch with dlogits prepared (see GPT2::forward_train); the loss is collected.
+  virtual void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) = 0;
+  // Sum of the mean losses since the last call (synchronises a device).
+  virtual double take_loss_sum() = 0;
+  // Backward of the last forward_train (gradients +=). communicate: this is the step's last
+  // micro-step on a multi-rank run, so buckets are all-reduced as backward produces them.
+  virtual void backward(bool communicate) = 0;
+  // Waits for every bucket; returns the communication ms backward did not hide.
+  virtual double finish_communication() = 0;
+  // Mean loss of one micro-batch, no backward.
+  virtual float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
+  virtual double grad_sum_squares() = 0;
+  virtual double param_sum_squares() = 0;
+  // One AdamW step of every parameter (the step count lives in the host AdamW object).
+  virtual void optimizer_step(float lr, float grad_scale) = 0;
+  virtual void to_host() = 0;
+  virtual void from_host() = 0;
+};
+
+// CPU backend: works on `model` and `opt` directly; comm is the MPI communicator.
+std::unique_ptr<ModelRunner> make_cpu_runner(GPT2& model, AdamW& opt, Communicator& comm, const BucketPlan& plan,
+                                             int threads);
+
+struct CudaRunnerOptions {
+  std::string precision = "bf16";  // bf16 | fp32
+  std::string gemm = "cublaslt";   // hand | cublaslt
+  std::string comm = "nccl";       // nccl | mpi
+  double comm_timeout_s = 600;
+  int local_rank = 0, local_size = 1, world_size = 1;
+};
+
+// CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so).
+std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, const BucketPlan& plan,
+                                              const CudaRunnerOptions& options);
+
+}  // namespace gpt2

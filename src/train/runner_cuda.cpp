@@ -1,0 +1,117 @@
+// The CUDA backend behind ModelRunner: GPT2Cuda on this rank's GPU, DeviceGradReducer for the buckets.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "comm/device_reducer.hpp"
+#include "core/error.hpp"
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "model/gpt2_cuda.hpp"
+#include "train/runner.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+Precision parse_precision(const std::string& s) {
+  if (s == "bf16") return Precision::kBf16;
+  if (s == "fp32") return Precision::kFp32;
+  fatal("--precision must be bf16 or fp32 (got '" + s + "')");
+}
+
+// Dense peak of the device in TFLOP/s for the precision, from its name; 0 when unknown (then MFU is
+// reported only with --peak-tflops). bf16 uses the tensor cores; fp32 here is plain (non-TF32) FMA.
+double known_peak_tflops(const std::string& name, Precision p) {
+  struct Peak {
+    const char* tag;
+    double bf16, fp32;
+  };
+  static const Peak kPeaks[] = {{"H200", 989.0, 67.0}, {"H100 PCIe", 756.0, 51.0}, {"H100", 989.0, 67.0},
+                                {"A100", 312.0, 19.5}, {"L40S", 362.0, 91.6}, {"A10", 125.0, 31.2}};
+  for (const Peak& k : kPeaks)
+    if (name.find(k.tag) != std::string::npos) return p == Precision::kBf16 ? k.bf16 : k.fp32;
+  return 0.0;
+}
+
+class CudaRunner final : public ModelRunner {
+ public:
+  CudaRunner(GPT2& host, AdamW& opt, const BucketPlan& plan, const CudaRunnerOptions& o)
+      : host_(host), opt_(opt), comm_kind_(parse_device_comm(o.comm)) {
+    device_ = select_device(o.local_rank, o.local_size, comm_kind_);
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    device_name_ = prop.name;
+    CudaModelOptions mo;
+    mo.precision = parse_precision(o.precision);
+    mo.gemm = kernels::parse_gemm_backend(o.gemm);
+    stream_ = std::make_unique<CudaStream>();
+    model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
+    if (o.world_size > 1)
+      reducer_ = std::make_unique<DeviceGradReducer>(comm_kind_, plan, model_->grads_device(), mo.precision,
+                                                     stream_->get(), o.comm_timeout_s);
+    desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + precision_name(mo.precision) +
+            " | gemm " + o.gemm + (o.world_size > 1 ? " | comm " + o.comm : "");
+    peak_ = known_peak_tflops(device_name_, mo.precision);
+  }
+
+  std::string describe() const override { return desc_; }
+  double default_peak_tflops() const override { return peak_; }
+  void zero_grad() override { model_->zero_grad(); }
+  void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) override {
+    model_->forward_train(inputs, targets, B, T, dloss);
+  }
+  double take_loss_sum() override { return model_->take_loss_sum(); }
+  void backward(bool communicate) override {
+    communicating_ = communicate && reducer_;
+    if (!communicating_) return model_->backward();
+    reducer_->begin_step();
+    model_->backward([&](size_t ready_from) { reducer_->on_grads_ready(ready_from); });
+  }
+  double finish_communication() override {
+    if (!communicating_) return 0.0;
+    communicating_ = false;
+    return reducer_->finish();
+  }
+  float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) override {
+    return model_->forward_eval(inputs, targets, B, T);
+  }
+  double grad_sum_squares() override { return model_->grad_sum_squares(); }
+  double param_sum_squares() override { return model_->param_sum_squares(); }
+  void optimizer_step(float lr, float grad_scale) override {
+    opt_.set_step_count(opt_.step_count() + 1);
+    const AdamWConfig& c = opt_.config();
+    model_->adamw_step({lr, c.beta1, c.beta2, c.eps, c.weight_decay, grad_scale, opt_.step_count()});
+  }
+  void to_host() override {
+    model_->get_params(host_.params().data());
+    model_->get_moments(opt_.m().data(), opt_.v().data());
+  }
+  void from_host() override {
+    model_->set_params(host_.params().data());
+    model_->set_moments(opt_.m().data(), opt_.v().data());
+  }
+
+ private:
+  GPT2& host_;
+  AdamW& opt_;
+  DeviceComm comm_kind_;
+  int device_ = 0;
+  std::string device_name_, desc_;
+  double peak_ = 0;
+  std::unique_ptr<CudaStream> stream_;
+  std::unique_ptr<GPT2Cuda> model_;
+  std::unique_ptr<DeviceGradReducer> reducer_;
+  bool communicating_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, const BucketPlan& plan,
+                                              const CudaRunnerOptions& options) {
+  return std::make_unique<CudaRunner>(model, opt, plan, options);
+}
+
+}  // namespace gpt2
