@@ -1,0 +1,1279 @@
+// Causal flash attention, forward and backward (FlashAttention-2 algorithm, deterministic backward).
+//
+// Two implementations behind one set of launchers:
+//  * bf16 tensor-core path for hs in {64, 80, 96, 128}: mma.sync m16n8k16 (bf16 operands, fp32
+//    accumulation), ldmatrix fragments from padded shared-memory tiles, cp.async double buffering of
+//    the streamed tiles. Each warp owns whole 16-row MMA tiles, so softmax statistics and the P / dS
+//    operands never leave registers.
+//  * fp32 SIMT path for everything else (T = float, any hs <= 128), also the fallback that
+//    attention_force_generic() selects for tests.
+// Both: the T x T score matrix is never materialised; causal tiles above the diagonal are skipped;
+// the backward recomputes P = exp(s - lse) and writes every output element from exactly one block
+// (dK, dV: one block per key tile looping over query tiles; dQ: one block per query tile looping over
+// key tiles), so results are bit-identical from run to run.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "core/error.hpp"
+#include "kernels/attention/attention_cuda.hpp"
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/cuda_util.cuh"
+
+namespace gpt2::kernels {
+namespace {
+
+// ================================================================================================
+// Device primitives (sm_80+ PTX) and the launch helper
+// ================================================================================================
+
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char attention_smem[];
+  return attention_smem;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy that bypasses the registers; when !full the destination is zero-filled
+// and nothing is read (src must still be a valid address).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool full) {
+  const int src_bytes = full ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool full) {
+  const int src_bytes = full ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives
+// matrix i (lane l: row l/4, columns 2(l%4), 2(l%4)+1; transposed with _trans).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d += a (16x16, row) * b (16x8, col); bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two bf16, `lo` in the low half (the lower column of an MMA fragment).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Plain shared-memory read of an fp32 value written by cp.async (kept separate so it is visible as a
+// shared-memory access in one place).
+__device__ __forceinline__ float lds_f32(const float* p) {
+  return *p;
+}
+
+// Launches `kernel`, first raising its dynamic shared-memory limit when it needs more than the default 48 KB.
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                   Args... args) {
+  if (smem_bytes > 48 * 1024) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+  }
+  kernel<<<grid, block, smem_bytes, stream>>>(static_cast<Params>(args)...);
+  CUDA_CHECK_LAUNCH();
+}
+
+// ================================================================================================
+// Kernels
+// ================================================================================================
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMaxHeadSize = 128;
+
+// ---- D = rowsum(dout * out), shared by both backward paths ----------------------------------------
+
+// One warp per (b, t, h) row: hs <= 128 elements, a warp-sum in fixed order.
+constexpr int kRowdotThreads = 256;
+
+template <class T>
+__global__ void __launch_bounds__(kRowdotThreads)
+    attention_bwd_rowdot(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long row = static_cast<long>(blockIdx.x) * (kRowdotThreads / 32) + warp;  // (b, t, h) order
+  if (row >= static_cast<long>(B) * T_ * NH) return;                              // whole warps leave together
+  const int hs = C / NH;
+  const int h = static_cast<int>(row % NH);
+  const long bt = row / NH;
+  const int b = static_cast<int>(bt / T_), t = static_cast<int>(bt % T_);
+  const T* a = dout + bt * C + h * hs;
+  const T* o = out + bt * C + h * hs;
+  float s = 0.0f;
+  for (int d = lane; d < hs; d += 32) s += cuda::to_f32(a[d]) * cuda::to_f32(o[d]);
+  s = cuda::warp_sum(s);
+  if (lane == 0) D[(static_cast<size_t>(b) * NH + h) * T_ + t] = s;
+}
+
+// ---- fp32 SIMT path (any hs <= 128, T = float or bf16) ------------------------------------------
+
+// Tiles of 32 query rows x 32 keys. A warp owns 8 rows and lane j takes key j (or dimension j + 32c),
+// so score rows reduce with warp shuffles; 4 warps fill one 32-row tile. Tiles are fp32 in shared
+// memory with an odd row pitch: lane j reading row j at a fixed column hits bank (j * pitch) % 32,
+// all different.
+struct SimtTiles {
+  static constexpr int kRows = 32;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpRows = kRows / kWarps;      // 8
+  static constexpr int kDimChunks = kMaxHeadSize / 32;  // dimension d = lane + 32 c, c < 4
+  static constexpr int pitch(int hs) { return hs | 1; }
+  static constexpr size_t tile_floats(int hs) { return static_cast<size_t>(kRows) * pitch(hs); }
+  static constexpr size_t warp_scratch_floats() { return static_cast<size_t>(kWarps) * kWarpRows * 32; }
+  // forward: Q, K, V tiles + per-warp P
+  static constexpr size_t fwd_smem_bytes(int hs) { return (3 * tile_floats(hs) + warp_scratch_floats()) * 4; }
+  // dK/dV: K, V, Q, dO tiles + per-warp P and dS + lse, D of the query tile
+  static constexpr size_t dkdv_smem_bytes(int hs) {
+    return (4 * tile_floats(hs) + 2 * warp_scratch_floats() + 2 * kRows) * 4;
+  }
+  // dQ: Q, dO, K, V tiles + per-warp dS
+  static constexpr size_t dq_smem_bytes(int hs) { return (4 * tile_floats(hs) + warp_scratch_floats()) * 4; }
+};
+
+// Rows [row0, row0 + 32) of a row-major matrix with leading dimension ld (src already points at the
+// head's first column), hs columns, converted to fp32 into dst [32][pitch]; rows >= T_ become zero.
+template <class T>
+__device__ __forceinline__ void simt_load_tile(float* dst, const T* src, size_t ld, int row0, int T_, int hs) {
+  const int pitch = SimtTiles::pitch(hs);
+  for (int i = threadIdx.x; i < SimtTiles::kRows * hs; i += SimtTiles::kThreads) {
+    const int r = i / hs, d = i - r * hs;
+    const int t = row0 + r;
+    dst[r * pitch + d] = t < T_ ? cuda::to_f32(src[static_cast<size_t>(t) * ld + d]) : 0.0f;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(SimtTiles::kThreads)
+    attention_fwd_simt(T* out, float* lse, const T* qkv, int T_, int C, int NH, int hs, float scale_log2) {
+  constexpr int kR = SimtTiles::kWarpRows;
+  const int qt = gridDim.x - 1 - blockIdx.x;  // longest causal prefixes first: better tail balance
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pitch = SimtTiles::pitch(hs);
+  float* sQ = reinterpret_cast<float*>(dynamic_smem());
+  float* sK = sQ + SimtTiles::tile_floats(hs);
+  float* sV = sK + SimtTiles::tile_floats(hs);
+  float* sP = sV + SimtTiles::tile_floats(hs) + warp * kR * 32;  // this warp's [8][32] probabilities
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const T* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * hs;
+  const int q0 = qt * SimtTiles::kRows;
+  const int wr0 = warp * kR;  // first tile row of this warp
+  simt_load_tile(sQ, q_g, ld, q0, T_, hs);
+
+  float o[kR][SimtTiles::kDimChunks], m[kR], l[kR];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < SimtTiles::kDimChunks; ++c) o[i][c] = 0.0f;
+  }
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    __syncthreads();  // the previous K, V tile is fully consumed
+    simt_load_tile(sK, q_g + C, ld, kt * SimtTiles::kRows, T_, hs);
+    simt_load_tile(sV, q_g + 2 * C, ld, kt * SimtTiles::kRows, T_, hs);
+    __syncthreads();
+
+    float s[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) s[i] = 0.0f;
+    for (int d = 0; d < hs; ++d) {
+      const float kd = sK[lane * pitch + d];
+#pragma unroll
+      for (int i = 0; i < kR; ++i) s[i] += sQ[(wr0 + i) * pitch + d] * kd;
+    }
+    const int key = kt * SimtTiles::kRows + lane;
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int q = q0 + wr0 + i;
+      const bool visible = key <= q && key < T_;
+      const float x = visible ? s[i] * scale_log2 : -INFINITY;
+      // Key 0 is visible to every row in tile 0, so m is finite from the first tile on.
+      const float m_new = fmaxf(m[i], cuda::warp_max(x));
+      const float alpha = exp2f(m[i] - m_new);
+      const float p = visible ? exp2f(x - m_new) : 0.0f;
+      l[i] = l[i] * alpha + cuda::warp_sum(p);
+      m[i] = m_new;
+      sP[i * 32 + lane] = p;
+#pragma unroll
+      for (int c = 0; c < SimtTiles::kDimChunks; ++c) o[i][c] *= alpha;
+    }
+    __syncwarp();
+    for (int j = 0; j < 32; ++j) {
+#pragma unroll
+      for (int c = 0; c < SimtTiles::kDimChunks; ++c) {
+        const int d = lane + 32 * c;
+        if (d < hs) {
+          const float vd = sV[j * pitch + d];
+#pragma unroll
+          for (int i = 0; i < kR; ++i) o[i][c] += sP[i * 32 + j] * vd;
+        }
+      }
+    }
+    __syncwarp();  // sP is rewritten by the next tile
+  }
+
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const int q = q0 + wr0 + i;
+    if (q >= T_) continue;
+    const float inv = 1.0f / l[i];
+    T* orow = out + (static_cast<size_t>(b) * T_ + q) * C + static_cast<size_t>(h) * hs;
+#pragma unroll
+    for (int c = 0; c < SimtTiles::kDimChunks; ++c) {
+      const int d = lane + 32 * c;
+      if (d < hs) orow[d] = cuda::from_f32<T>(o[i][c] * inv);
+    }
+    if (lane == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + q] = (m[i] + log2f(l[i])) * kLn2;
+  }
+}
+
+// dK, dV of one 32-key tile: loops over the query tiles at or below the diagonal.
+template <class T>
+__global__ void __launch_bounds__(SimtTiles::kThreads)
+    attention_bwd_dkdv_simt(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int C,
+                            int NH, int hs, float scale_log2, float scale) {
+  constexpr int kR = SimtTiles::kWarpRows;
+  const int kt = blockIdx.x;  // tile 0 sees the most query tiles: natural order is heaviest first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pitch = SimtTiles::pitch(hs);
+  float* sK = reinterpret_cast<float*>(dynamic_smem());
+  float* sV = sK + SimtTiles::tile_floats(hs);
+  float* sQ = sV + SimtTiles::tile_floats(hs);
+  float* sdO = sQ + SimtTiles::tile_floats(hs);
+  float* sP = sdO + SimtTiles::tile_floats(hs) + warp * kR * 32;
+  float* sdS = sdO + SimtTiles::tile_floats(hs) + SimtTiles::warp_scratch_floats() + warp * kR * 32;
+  float* sLse = sdO + SimtTiles::tile_floats(hs) + 2 * SimtTiles::warp_scratch_floats();  // log2 domain
+  float* sD = sLse + SimtTiles::kRows;
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const T* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * hs;
+  const T* do_g = dout + static_cast<size_t>(b) * T_ * C + static_cast<size_t>(h) * hs;
+  const float* lse_g = lse + (static_cast<size_t>(b) * NH + h) * T_;
+  const float* D_g = D + (static_cast<size_t>(b) * NH + h) * T_;
+  const int k0 = kt * SimtTiles::kRows;
+  const int wr0 = warp * kR;
+  simt_load_tile(sK, q_g + C, ld, k0, T_, hs);
+  simt_load_tile(sV, q_g + 2 * C, ld, k0, T_, hs);
+
+  float dk[kR][SimtTiles::kDimChunks], dv[kR][SimtTiles::kDimChunks];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+#pragma unroll
+    for (int c = 0; c < SimtTiles::kDimChunks; ++c) dk[i][c] = dv[i][c] = 0.0f;
+  }
+
+  const int nq = (T_ + SimtTiles::kRows - 1) / SimtTiles::kRows;
+  for (int qt = kt; qt < nq; ++qt) {
+    const int q0 = qt * SimtTiles::kRows;
+    __syncthreads();  // the previous query tile is fully consumed
+    simt_load_tile(sQ, q_g, ld, q0, T_, hs);
+    simt_load_tile(sdO, do_g, static_cast<size_t>(C), q0, T_, hs);
+    if (threadIdx.x < SimtTiles::kRows) {
+      const int q = q0 + threadIdx.x;
+      sLse[threadIdx.x] = q < T_ ? lse_g[q] * kLog2e : 0.0f;
+      sD[threadIdx.x] = q < T_ ? D_g[q] : 0.0f;
+    }
+    __syncthreads();
+
+    float s[kR], dp[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) s[i] = dp[i] = 0.0f;
+    for (int d = 0; d < hs; ++d) {
+      const float qd = sQ[lane * pitch + d], dod = sdO[lane * pitch + d];
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        s[i] += sK[(wr0 + i) * pitch + d] * qd;
+        dp[i] += sV[(wr0 + i) * pitch + d] * dod;
+      }
+    }
+    const int q = q0 + lane;
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int key = k0 + wr0 + i;
+      const bool visible = key <= q && q < T_;
+      const float p = visible ? exp2f(s[i] * scale_log2 - sLse[lane]) : 0.0f;
+      sP[i * 32 + lane] = p;
+      sdS[i * 32 + lane] = p * (dp[i] - sD[lane]);
+    }
+    __syncwarp();
+    for (int j = 0; j < 32; ++j) {
+#pragma unroll
+      for (int c = 0; c < SimtTiles::kDimChunks; ++c) {
+        const int d = lane + 32 * c;
+        if (d < hs) {
+          const float qd = sQ[j * pitch + d], dod = sdO[j * pitch + d];
+#pragma unroll
+          for (int i = 0; i < kR; ++i) {
+            dv[i][c] += sP[i * 32 + j] * dod;
+            dk[i][c] += sdS[i * 32 + j] * qd;
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const int key = k0 + wr0 + i;
+    if (key >= T_) continue;
+    T* krow = dqkv + (static_cast<size_t>(b) * T_ + key) * ld + C + static_cast<size_t>(h) * hs;
+#pragma unroll
+    for (int c = 0; c < SimtTiles::kDimChunks; ++c) {
+      const int d = lane + 32 * c;
+      if (d < hs) {
+        krow[d] = cuda::from_f32<T>(dk[i][c] * scale);
+        krow[C + d] = cuda::from_f32<T>(dv[i][c]);
+      }
+    }
+  }
+}
+
+// dQ of one 32-row query tile: loops over the key tiles at or below the diagonal.
+template <class T>
+__global__ void __launch_bounds__(SimtTiles::kThreads)
+    attention_bwd_dq_simt(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int C, int NH,
+                          int hs, float scale_log2, float scale) {
+  constexpr int kR = SimtTiles::kWarpRows;
+  const int qt = gridDim.x - 1 - blockIdx.x;  // longest causal prefixes first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pitch = SimtTiles::pitch(hs);
+  float* sQ = reinterpret_cast<float*>(dynamic_smem());
+  float* sdO = sQ + SimtTiles::tile_floats(hs);
+  float* sK = sdO + SimtTiles::tile_floats(hs);
+  float* sV = sK + SimtTiles::tile_floats(hs);
+  float* sdS = sV + SimtTiles::tile_floats(hs) + warp * kR * 32;
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const T* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * hs;
+  const T* do_g = dout + static_cast<size_t>(b) * T_ * C + static_cast<size_t>(h) * hs;
+  const float* lse_g = lse + (static_cast<size_t>(b) * NH + h) * T_;
+  const float* D_g = D + (static_cast<size_t>(b) * NH + h) * T_;
+  const int q0 = qt * SimtTiles::kRows;
+  const int wr0 = warp * kR;
+  simt_load_tile(sQ, q_g, ld, q0, T_, hs);
+  simt_load_tile(sdO, do_g, static_cast<size_t>(C), q0, T_, hs);
+
+  float dq[kR][SimtTiles::kDimChunks], lse2[kR], Dr[kR];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const int q = q0 + wr0 + i;
+    lse2[i] = q < T_ ? lse_g[q] * kLog2e : 0.0f;
+    Dr[i] = q < T_ ? D_g[q] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < SimtTiles::kDimChunks; ++c) dq[i][c] = 0.0f;
+  }
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    __syncthreads();
+    simt_load_tile(sK, q_g + C, ld, kt * SimtTiles::kRows, T_, hs);
+    simt_load_tile(sV, q_g + 2 * C, ld, kt * SimtTiles::kRows, T_, hs);
+    __syncthreads();
+
+    float s[kR], dp[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) s[i] = dp[i] = 0.0f;
+    for (int d = 0; d < hs; ++d) {
+      const float kd = sK[lane * pitch + d], vd = sV[lane * pitch + d];
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        s[i] += sQ[(wr0 + i) * pitch + d] * kd;
+        dp[i] += sdO[(wr0 + i) * pitch + d] * vd;
+      }
+    }
+    const int key = kt * SimtTiles::kRows + lane;
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int q = q0 + wr0 + i;
+      const bool visible = key <= q && q < T_;
+      const float p = visible ? exp2f(s[i] * scale_log2 - lse2[i]) : 0.0f;
+      sdS[i * 32 + lane] = p * (dp[i] - Dr[i]);
+    }
+    __syncwarp();
+    for (int j = 0; j < 32; ++j) {
+#pragma unroll
+      for (int c = 0; c < SimtTiles::kDimChunks; ++c) {
+        const int d = lane + 32 * c;
+        if (d < hs) {
+          const float kd = sK[j * pitch + d];
+#pragma unroll
+          for (int i = 0; i < kR; ++i) dq[i][c] += sdS[i * 32 + j] * kd;
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const int q = q0 + wr0 + i;
+    if (q >= T_) continue;
+    T* qrow = dqkv + (static_cast<size_t>(b) * T_ + q) * ld + static_cast<size_t>(h) * hs;
+#pragma unroll
+    for (int c = 0; c < SimtTiles::kDimChunks; ++c) {
+      const int d = lane + 32 * c;
+      if (d < hs) qrow[d] = cuda::from_f32<T>(dq[i][c] * scale);
+    }
+  }
+}
+
+// ---- bf16 tensor-core path (hs in {64, 80, 96, 128}) ---------------------------------------------
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): with g = lane / 4 and tq = lane % 4, the
+// accumulator of a 16x8 tile holds (row g, cols 2tq, 2tq+1) in c0, c1 and (row g+8, same cols) in
+// c2, c3; the A operand holds (row g | g+8, cols 2tq.. | 2tq+8..) in a0..a3; the B operand (16x8)
+// holds (k rows 2tq, 2tq+1 | 2tq+8, 2tq+9; col g) in b0, b1. An accumulator pair of adjacent 8-column
+// tiles is therefore exactly an A operand of the next product (P, dS stay in registers).
+//
+// Shared-memory tiles are bf16 rows padded by 16 bytes: the row pitch of 144/176/208/272 bytes moves
+// 8 consecutive rows into 8 different 16-byte bank groups, so every ldmatrix phase is conflict-free.
+
+template <int HS>
+struct TcTile {
+  static_assert(HS % 16 == 0 && HS <= kMaxHeadSize, "tensor-core head sizes are multiples of 16, at most 128");
+  static constexpr int kPitch = HS + 8;      // elements per smem row
+  static constexpr int kChunks = HS / 8;     // 16-byte chunks per row
+  static constexpr int kKSteps = HS / 16;    // k-steps of a product over the head dimension
+  static constexpr int kDimBlocks = HS / 8;  // 8-column accumulator tiles over the head dimension
+};
+
+// Per-head-size tile shapes (the knobs to tune on the device). Every warp owns whole 16-row MMA tiles,
+// and the accumulators plus the fragments kept in registers must stay within 255 registers without
+// spilling (check the -Xptxas -v report after a change):
+//   forward: O (kFwdMTiles x 16 rows x HS), S (kFwdMTiles x 16 x kFwdBlockN), Q fragments if kFwdQInRegs;
+//   dK/dV:   dK, dV (16 keys x HS each), S^T, dP^T (16 x kBwdBlockM each), K, V fragments if kBwdKVInRegs;
+//   dQ:      dQ (16 x HS), S, dP (16 x kDqBlockN each), Q and dO fragments.
+// Two row tiles per forward warp let every K/V fragment read from shared memory feed two MMAs, which
+// keeps ldmatrix traffic under the tensor-core rate.
+template <int HS>
+struct TcShapes;
+template <>
+struct TcShapes<64> {
+  static constexpr int kFwdWarps = 4, kFwdMTiles = 2, kFwdBlockN = 64;
+  static constexpr bool kFwdQInRegs = true;
+  static constexpr int kBwdBlockM = 64;
+  static constexpr bool kBwdKVInRegs = true;
+  static constexpr int kDqBlockN = 64;
+};
+template <>
+struct TcShapes<80> {
+  static constexpr int kFwdWarps = 4, kFwdMTiles = 2, kFwdBlockN = 64;
+  static constexpr bool kFwdQInRegs = false;
+  static constexpr int kBwdBlockM = 64;
+  static constexpr bool kBwdKVInRegs = false;
+  static constexpr int kDqBlockN = 64;
+};
+template <>
+struct TcShapes<96> {
+  static constexpr int kFwdWarps = 4, kFwdMTiles = 2, kFwdBlockN = 64;
+  static constexpr bool kFwdQInRegs = false;
+  static constexpr int kBwdBlockM = 64;
+  static constexpr bool kBwdKVInRegs = false;
+  static constexpr int kDqBlockN = 64;
+};
+template <>
+struct TcShapes<128> {
+  static constexpr int kFwdWarps = 4, kFwdMTiles = 2, kFwdBlockN = 32;
+  static constexpr bool kFwdQInRegs = false;
+  static constexpr int kBwdBlockM = 32;
+  static constexpr bool kBwdKVInRegs = false;
+  static constexpr int kDqBlockN = 32;
+};
+
+// Forward: kWarps x kMTiles x 16 query rows per block (128 with the defaults); <= 80 KB of smem and
+// 128 threads let two blocks share an SM.
+template <int HS>
+struct TcFwdConfig {
+  static constexpr int kWarps = TcShapes<HS>::kFwdWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMTiles = TcShapes<HS>::kFwdMTiles;
+  static constexpr int kWarpRows = 16 * kMTiles;
+  static constexpr int kBlockM = kWarps * kWarpRows;
+  static constexpr int kBlockN = TcShapes<HS>::kFwdBlockN;
+  static constexpr bool kQInRegs = TcShapes<HS>::kFwdQInRegs;
+  static constexpr int kPitch = TcTile<HS>::kPitch;
+  // Q tile + two stages of K and V
+  static constexpr size_t kSmemBytes = static_cast<size_t>(kBlockM + 4 * kBlockN) * kPitch * sizeof(bf16);
+};
+
+// dK/dV: 4 warps x 16 keys = 64 keys per block; the query tiles (kBlockM rows of Q, dO, lse, D) stream
+// through two stages.
+template <int HS>
+struct TcDkdvConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockN = 16 * kWarps;
+  static constexpr int kBlockM = TcShapes<HS>::kBwdBlockM;
+  static constexpr bool kKVInRegs = TcShapes<HS>::kBwdKVInRegs;
+  static constexpr int kPitch = TcTile<HS>::kPitch;
+  // K, V tiles + two stages of (Q, dO tiles, lse, D)
+  static constexpr size_t kSmemBytes =
+      static_cast<size_t>(2 * kBlockN + 4 * kBlockM) * kPitch * sizeof(bf16) + 2 * 2 * kBlockM * sizeof(float);
+};
+
+// dQ: 4 warps x 16 query rows = 64 rows per block; K, V tiles stream through two stages.
+template <int HS>
+struct TcDqConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = 16 * kWarps;
+  static constexpr int kBlockN = TcShapes<HS>::kDqBlockN;
+  static constexpr int kPitch = TcTile<HS>::kPitch;
+  // Q, dO tiles + two stages of K and V
+  static constexpr size_t kSmemBytes = static_cast<size_t>(2 * kBlockM + 4 * kBlockN) * kPitch * sizeof(bf16);
+};
+
+// Rows [row0, row0 + kRows) of a bf16 matrix with leading dimension ld (src already points at the head's
+// first column) into a padded smem tile, 16 bytes per cp.async; rows >= T_ are zero-filled, so masked
+// products read zeros, never stale data or NaN.
+template <int HS, int kRows, int kThreads>
+__device__ __forceinline__ void tc_load_tile(bf16* dst, const bf16* src, size_t ld, int row0, int T_) {
+  constexpr int kChunks = TcTile<HS>::kChunks;
+#pragma unroll
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int t = row0 + r;
+    const bool inside = t < T_;
+    cp_async_16(dst + r * TcTile<HS>::kPitch + c * 8, src + static_cast<size_t>(inside ? t : 0) * ld + c * 8, inside);
+  }
+}
+
+// kRows fp32 values src[row0 ..] into dst, zero past T_.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void tc_load_vec(float* dst, const float* src, int row0, int T_) {
+  for (int i = threadIdx.x; i < kRows; i += kThreads) {
+    const int t = row0 + i;
+    const bool inside = t < T_;
+    cp_async_4(dst + i, src + (inside ? t : 0), inside);
+  }
+}
+
+// A-operand fragment (16 rows x 16 columns at `tile`, row-major with pitch kPitch) for mma.m16n8k16:
+// lanes 0-15 address rows 0-15 at column 0, lanes 16-31 rows 0-15 at column 8.
+template <int kPitch>
+__device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const bf16* tile, int lane) {
+  ldsm_x4(a, tile + (lane & 15) * kPitch + (lane >> 4) * 8);
+}
+// B operands of two adjacent 8-column tiles for a product X * Y^T, with Y stored row-major as
+// [n][k] (16 rows of n at `tile`, 16 columns of k): {r0, r1} serve n-rows 0-7, {r2, r3} n-rows 8-15.
+template <int kPitch>
+__device__ __forceinline__ void load_b_frags_nk(uint32_t (&r)[4], const bf16* tile, int lane) {
+  ldsm_x4(r, tile + ((lane & 7) + ((lane >> 4) << 3)) * kPitch + ((lane >> 3) & 1) * 8);
+}
+// B operands of two adjacent 8-column tiles for a product X * Y, with Y stored row-major as [k][n]
+// (16 rows of k at `tile`, 16 columns of n): {r0, r1} serve columns 0-7, {r2, r3} columns 8-15.
+template <int kPitch>
+__device__ __forceinline__ void load_b_frags_kn(uint32_t (&r)[4], const bf16* tile, int lane) {
+  ldsm_x4_trans(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);
+}
+// Accumulators of 8-column tiles 2j and 2j+1 (fp32) -> the bf16 A operand spanning those 16 columns.
+__device__ __forceinline__ void acc_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack_bf16x2(lo[0], lo[1]);
+  a[1] = pack_bf16x2(lo[2], lo[3]);
+  a[2] = pack_bf16x2(hi[0], hi[1]);
+  a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
+template <int HS>
+__global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
+    attention_fwd_tc(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, float scale_log2) {
+  using Cfg = TcFwdConfig<HS>;
+  constexpr int kP = Cfg::kPitch;
+  constexpr int kMT = Cfg::kMTiles;
+  constexpr int kBN = Cfg::kBlockN;
+  constexpr int kNB = kBN / 8;  // 8-key tiles of S
+  constexpr int kKS = TcTile<HS>::kKSteps;
+  constexpr int kDB = TcTile<HS>::kDimBlocks;  // 8-dim tiles of O
+  const int qb = gridDim.x - 1 - blockIdx.x;   // longest causal prefixes first: better tail balance
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tq = lane & 3;
+
+  bf16* sQ = reinterpret_cast<bf16*>(dynamic_smem());
+  bf16* sK = sQ + Cfg::kBlockM * kP;  // [2][kBN][kP]
+  bf16* sV = sK + 2 * kBN * kP;       // [2][kBN][kP]
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * HS;
+  const bf16* k_g = q_g + C;
+  const bf16* v_g = q_g + 2 * C;
+  const int q0 = qb * Cfg::kBlockM;
+  const int q_end = T_ < q0 + Cfg::kBlockM ? T_ : q0 + Cfg::kBlockM;  // > q0: the grid covers T_ exactly
+  const int n_kt = (q_end - 1) / kBN + 1;                             // key tiles holding keys 0 .. q_end-1
+  const int wq0 = q0 + warp * Cfg::kWarpRows;
+  const bool warp_has_rows = wq0 < T_;
+
+  tc_load_tile<HS, Cfg::kBlockM, Cfg::kThreads>(sQ, q_g, ld, q0, T_);
+  tc_load_tile<HS, kBN, Cfg::kThreads>(sK, k_g, ld, 0, T_);
+  tc_load_tile<HS, kBN, Cfg::kThreads>(sV, v_g, ld, 0, T_);
+  cp_async_commit();
+
+  float o[kMT][kDB][4];
+  float m[kMT][2], l[kMT][2];  // rows g and g+8 of each row tile; l is this thread's share of the row sum
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[mt][r] = -INFINITY;
+      l[mt][r] = 0.0f;
+    }
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) o[mt][db][0] = o[mt][db][1] = o[mt][db][2] = o[mt][db][3] = 0.0f;
+  }
+  uint32_t qf[Cfg::kQInRegs ? kMT : 1][Cfg::kQInRegs ? kKS : 1][4];
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int stage = kt & 1;
+    if (kt + 1 < n_kt) {  // prefetch the next K, V tile into the other stage while this one is used
+      tc_load_tile<HS, kBN, Cfg::kThreads>(sK + (stage ^ 1) * kBN * kP, k_g, ld, (kt + 1) * kBN, T_);
+      tc_load_tile<HS, kBN, Cfg::kThreads>(sV + (stage ^ 1) * kBN * kP, v_g, ld, (kt + 1) * kBN, T_);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* cK = sK + stage * kBN * kP;
+    const bf16* cV = sV + stage * kBN * kP;
+    const int k0 = kt * kBN;
+
+    // Warp-uniform: skip tiles whose keys all lie above the diagonal of this warp's rows.
+    if (warp_has_rows && k0 <= wq0 + Cfg::kWarpRows - 1) {
+      if constexpr (Cfg::kQInRegs) {
+        if (kt == 0) {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+            for (int ks = 0; ks < kKS; ++ks)
+              load_a_frag<kP>(qf[mt][ks], sQ + (warp * Cfg::kWarpRows + mt * 16) * kP + ks * 16, lane);
+          }
+        }
+      }
+
+      // S = Q K^T (raw dot products)
+      float s[kMT][kNB][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[mt][i] = qf[mt][ks][i];
+          } else {
+            load_a_frag<kP>(a[mt], sQ + (warp * Cfg::kWarpRows + mt * 16) * kP + ks * 16, lane);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < kNB / 2; ++np) {
+          uint32_t bk[4];
+          load_b_frags_nk<kP>(bk, cK + np * 16 * kP + ks * 16, lane);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16_16816(s[mt][2 * np], a[mt], bk[0], bk[1]);
+            mma_bf16_16816(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+          }
+        }
+      }
+
+      // Causal / end-of-sequence mask, only on tiles that cross the diagonal or the end.
+      if (k0 + kBN - 1 > wq0 || k0 + kBN > T_) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = wq0 + mt * 16 + g + 8 * (e >> 1);
+              const int col = k0 + nb * 8 + 2 * tq + (e & 1);
+              if (col > row || col >= T_) s[mt][nb][e] = -INFINITY;
+            }
+          }
+        }
+      }
+
+      // Online softmax in the log2 domain; the 4 threads of a quad share each row.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m[mt][r], mx * scale_log2);
+          // A row that has seen no visible key yet keeps p = 0 instead of NaN (cannot happen for rows
+          // < T_, which always see key 0 in the first tile; kept for robustness).
+          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+          const float alpha = exp2f(m[mt][r] - m_use);
+          m[mt][r] = m_new;
+          float sum = 0.0f;
+#pragma unroll
+          for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+            for (int e = 2 * r; e < 2 * r + 2; ++e) {
+              const float p = exp2f(fmaf(s[mt][nb][e], scale_log2, -m_use));
+              s[mt][nb][e] = p;
+              sum += p;
+            }
+          }
+          l[mt][r] = l[mt][r] * alpha + sum;
+#pragma unroll
+          for (int db = 0; db < kDB; ++db) {
+            o[mt][db][2 * r] *= alpha;
+            o[mt][db][2 * r + 1] *= alpha;
+          }
+        }
+      }
+
+      // O += P V, P as bf16 A operands straight from the S accumulators.
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t pa[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) acc_to_a_frag(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+        for (int dp = 0; dp < kDB / 2; ++dp) {
+          uint32_t bv[4];
+          load_b_frags_kn<kP>(bv, cV + kk * 16 * kP + dp * 16, lane);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16_16816(o[mt][2 * dp], pa[mt], bv[0], bv[1]);
+            mma_bf16_16816(o[mt][2 * dp + 1], pa[mt], bv[2], bv[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // all warps are done with `stage` before the next iteration refills it
+  }
+
+  if (warp_has_rows) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = l[mt][r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = wq0 + mt * 16 + g + 8 * r;
+        if (row < T_) {
+          const float inv = 1.0f / sum;  // >= 1 term: the row maximum contributes exp2(0)
+          bf16* orow = out + (static_cast<size_t>(b) * T_ + row) * C + static_cast<size_t>(h) * HS + 2 * tq;
+#pragma unroll
+          for (int db = 0; db < kDB; ++db) {
+            *reinterpret_cast<__nv_bfloat162*>(orow + db * 8) =
+                __floats2bfloat162_rn(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+          }
+          if (tq == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + row] = (m[mt][r] + log2f(sum)) * kLn2;
+        }
+      }
+    }
+  }
+}
+
+// dK, dV of one 64-key tile (16 keys per warp): loops over the query tiles from the diagonal to the end.
+// Computing S^T = K Q^T and dP^T = V dO^T puts keys on the MMA rows, so P^T and dS^T come out as A operands
+// of dV += P^T dO and dK += dS^T Q without a trip through shared memory.
+template <int HS>
+__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                  const float* lse, const float* D, int T_, int C, int NH,
+                                                  float scale_log2, float scale) {
+  using Cfg = TcDkdvConfig<HS>;
+  constexpr int kP = Cfg::kPitch;
+  constexpr int kBM = Cfg::kBlockM;
+  constexpr int kMB = kBM / 8;  // 8-query tiles of S^T
+  constexpr int kKS = TcTile<HS>::kKSteps;
+  constexpr int kDB = TcTile<HS>::kDimBlocks;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tq = lane & 3;
+
+  bf16* sK = reinterpret_cast<bf16*>(dynamic_smem());
+  bf16* sV = sK + Cfg::kBlockN * kP;
+  bf16* sQ = sV + Cfg::kBlockN * kP;                           // [2][kBM][kP]
+  bf16* sdO = sQ + 2 * kBM * kP;                               // [2][kBM][kP]
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kBM * kP);  // [2][kBM]
+  float* sD = sLse + 2 * kBM;                                  // [2][kBM]
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * HS;
+  const bf16* do_g = dout + static_cast<size_t>(b) * T_ * C + static_cast<size_t>(h) * HS;
+  const float* lse_g = lse + (static_cast<size_t>(b) * NH + h) * T_;
+  const float* D_g = D + (static_cast<size_t>(b) * NH + h) * T_;
+  const int k0 = kt * Cfg::kBlockN;
+  const int wk0 = k0 + warp * 16;  // first key of this warp
+  const int qt_first = k0 / kBM;   // first query tile holding a query >= k0
+  const int nq = (T_ + kBM - 1) / kBM;
+
+  tc_load_tile<HS, Cfg::kBlockN, Cfg::kThreads>(sK, q_g + C, ld, k0, T_);
+  tc_load_tile<HS, Cfg::kBlockN, Cfg::kThreads>(sV, q_g + 2 * C, ld, k0, T_);
+  tc_load_tile<HS, kBM, Cfg::kThreads>(sQ, q_g, ld, qt_first * kBM, T_);
+  tc_load_tile<HS, kBM, Cfg::kThreads>(sdO, do_g, static_cast<size_t>(C), qt_first * kBM, T_);
+  tc_load_vec<kBM, Cfg::kThreads>(sLse, lse_g, qt_first * kBM, T_);
+  tc_load_vec<kBM, Cfg::kThreads>(sD, D_g, qt_first * kBM, T_);
+  cp_async_commit();
+
+  float dk[kDB][4], dv[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.0f;
+  }
+  uint32_t kf[Cfg::kKVInRegs ? kKS : 1][4], vf[Cfg::kKVInRegs ? kKS : 1][4];
+  const bool warp_has_keys = wk0 < T_;
+
+  for (int qt = qt_first; qt < nq; ++qt) {
+    const int stage = (qt - qt_first) & 1;
+    if (qt + 1 < nq) {
+      const int nxt = stage ^ 1;
+      tc_load_tile<HS, kBM, Cfg::kThreads>(sQ + nxt * kBM * kP, q_g, ld, (qt + 1) * kBM, T_);
+      tc_load_tile<HS, kBM, Cfg::kThreads>(sdO + nxt * kBM * kP, do_g, static_cast<size_t>(C), (qt + 1) * kBM, T_);
+      tc_load_vec<kBM, Cfg::kThreads>(sLse + nxt * kBM, lse_g, (qt + 1) * kBM, T_);
+      tc_load_vec<kBM, Cfg::kThreads>(sD + nxt * kBM, D_g, (qt + 1) * kBM, T_);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* cQ = sQ + stage * kBM * kP;
+    const bf16* cdO = sdO + stage * kBM * kP;
+    const float* cLse = sLse + stage * kBM;
+    const float* cD = sD + stage * kBM;
+    const int qs0 = qt * kBM;
+
+    // Warp-uniform: skip query tiles that lie entirely above the diagonal of this warp's keys.
+    if (warp_has_keys && wk0 <= qs0 + kBM - 1) {
+      if constexpr (Cfg::kKVInRegs) {
+        if (qt == qt_first) {
+#pragma unroll
+          for (int ks = 0; ks < kKS; ++ks) {
+            load_a_frag<kP>(kf[ks], sK + warp * 16 * kP + ks * 16, lane);
+            load_a_frag<kP>(vf[ks], sV + warp * 16 * kP + ks * 16, lane);
+          }
+        }
+      }
+
+      // S^T = K Q^T, dP^T = V dO^T (keys on rows, queries on columns)
+      float st[kMB][4], dpt[kMB][4];
+#pragma unroll
+      for (int nb = 0; nb < kMB; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[nb][e] = dpt[nb][e] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        uint32_t ak[4], av[4];
+        if constexpr (Cfg::kKVInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            ak[i] = kf[ks][i];
+            av[i] = vf[ks][i];
+          }
+        } else {
+          load_a_frag<kP>(ak, sK + warp * 16 * kP + ks * 16, lane);
+          load_a_frag<kP>(av, sV + warp * 16 * kP + ks * 16, lane);
+        }
+#pragma unroll
+        for (int np = 0; np < kMB / 2; ++np) {
+          uint32_t bq[4], bo[4];
+          load_b_frags_nk<kP>(bq, cQ + np * 16 * kP + ks * 16, lane);
+          mma_bf16_16816(st[2 * np], ak, bq[0], bq[1]);
+          mma_bf16_16816(st[2 * np + 1], ak, bq[2], bq[3]);
+          load_b_frags_nk<kP>(bo, cdO + np * 16 * kP + ks * 16, lane);
+          mma_bf16_16816(dpt[2 * np], av, bo[0], bo[1]);
+          mma_bf16_16816(dpt[2 * np + 1], av, bo[2], bo[3]);
+        }
+      }
+
+      // P^T = exp(s - lse), dS^T = P^T (dP^T - D); the mask is applied by selection, so exp overflow
+      // on masked entries never reaches the products.
+      const bool need_mask = qs0 < wk0 + 15 || qs0 + kBM > T_;
+#pragma unroll
+      for (int nb = 0; nb < kMB; ++nb) {
+        const int cl = nb * 8 + 2 * tq;  // local query column of elements 0 and 2
+        const float lse0 = lds_f32(cLse + cl) * kLog2e, lse1 = lds_f32(cLse + cl + 1) * kLog2e;
+        const float d0 = lds_f32(cD + cl), d1 = lds_f32(cD + cl + 1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = wk0 + g + 8 * (e >> 1);
+          const int q = qs0 + cl + (e & 1);
+          float p = exp2f(fmaf(st[nb][e], scale_log2, -((e & 1) ? lse1 : lse0)));
+          if (need_mask && (q < key || q >= T_)) p = 0.0f;
+          st[nb][e] = p;
+          dpt[nb][e] = p * (dpt[nb][e] - ((e & 1) ? d1 : d0));
+        }
+      }
+
+      // dV += P^T dO, dK += dS^T Q (queries are the reduction dimension)
+#pragma unroll
+      for (int kk = 0; kk < kMB / 2; ++kk) {
+        uint32_t pa[4], da[4];
+        acc_to_a_frag(pa, st[2 * kk], st[2 * kk + 1]);
+        acc_to_a_frag(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+        for (int dp = 0; dp < kDB / 2; ++dp) {
+          uint32_t bo[4], bq[4];
+          load_b_frags_kn<kP>(bo, cdO + kk * 16 * kP + dp * 16, lane);
+          mma_bf16_16816(dv[2 * dp], pa, bo[0], bo[1]);
+          mma_bf16_16816(dv[2 * dp + 1], pa, bo[2], bo[3]);
+          load_b_frags_kn<kP>(bq, cQ + kk * 16 * kP + dp * 16, lane);
+          mma_bf16_16816(dk[2 * dp], da, bq[0], bq[1]);
+          mma_bf16_16816(dk[2 * dp + 1], da, bq[2], bq[3]);
+        }
+      }
+    }
+    __syncthreads();  // all warps are done with `stage` before the next iteration refills it
+  }
+
+  if (warp_has_keys) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = wk0 + g + 8 * r;
+      if (key >= T_) continue;
+      bf16* krow = dqkv + (static_cast<size_t>(b) * T_ + key) * ld + C + static_cast<size_t>(h) * HS + 2 * tq;
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        *reinterpret_cast<__nv_bfloat162*>(krow + db * 8) =
+            __floats2bfloat162_rn(dk[db][2 * r] * scale, dk[db][2 * r + 1] * scale);
+        *reinterpret_cast<__nv_bfloat162*>(krow + C + db * 8) = __floats2bfloat162_rn(dv[db][2 * r], dv[db][2 * r + 1]);
+      }
+    }
+  }
+}
+
+// dQ of one 64-row query tile (16 rows per warp): loops over the key tiles up to the diagonal.
+template <int HS>
+__device__ __forceinline__ void bwd_dq_tc_block(int qt, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                                                const float* D, int T_, int C, int NH, float scale_log2, float scale) {
+  using Cfg = TcDqConfig<HS>;
+  constexpr int kP = Cfg::kPitch;
+  constexpr int kBN = Cfg::kBlockN;
+  constexpr int kNB = kBN / 8;
+  constexpr int kKS = TcTile<HS>::kKSteps;
+  constexpr int kDB = TcTile<HS>::kDimBlocks;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tq = lane & 3;
+
+  bf16* sQ = reinterpret_cast<bf16*>(dynamic_smem());
+  bf16* sdO = sQ + Cfg::kBlockM * kP;
+  bf16* sK = sdO + Cfg::kBlockM * kP;  // [2][kBN][kP]
+  bf16* sV = sK + 2 * kBN * kP;        // [2][kBN][kP]
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * HS;
+  const bf16* k_g = q_g + C;
+  const bf16* v_g = q_g + 2 * C;
+  const bf16* do_g = dout + static_cast<size_t>(b) * T_ * C + static_cast<size_t>(h) * HS;
+  const int q0 = qt * Cfg::kBlockM;
+  const int q_end = T_ < q0 + Cfg::kBlockM ? T_ : q0 + Cfg::kBlockM;
+  const int n_kt = (q_end - 1) / kBN + 1;
+  const int wq0 = q0 + warp * 16;
+  const bool warp_has_rows = wq0 < T_;
+
+  tc_load_tile<HS, Cfg::kBlockM, Cfg::kThreads>(sQ, q_g, ld, q0, T_);
+  tc_load_tile<HS, Cfg::kBlockM, Cfg::kThreads>(sdO, do_g, static_cast<size_t>(C), q0, T_);
+  tc_load_tile<HS, kBN, Cfg::kThreads>(sK, k_g, ld, 0, T_);
+  tc_load_tile<HS, kBN, Cfg::kThreads>(sV, v_g, ld, 0, T_);
+  cp_async_commit();
+
+  float lse2[2], Dr[2];  // rows g and g+8 of this warp
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = wq0 + g + 8 * r;
+    const size_t i = (static_cast<size_t>(b) * NH + h) * T_ + row;
+    lse2[r] = row < T_ ? lse[i] * kLog2e : 0.0f;
+    Dr[r] = row < T_ ? D[i] : 0.0f;
+  }
+  float dq[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
+  uint32_t qf[kKS][4], dof[kKS][4];
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int stage = kt & 1;
+    if (kt + 1 < n_kt) {
+      tc_load_tile<HS, kBN, Cfg::kThreads>(sK + (stage ^ 1) * kBN * kP, k_g, ld, (kt + 1) * kBN, T_);
+      tc_load_tile<HS, kBN, Cfg::kThreads>(sV + (stage ^ 1) * kBN * kP, v_g, ld, (kt + 1) * kBN, T_);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* cK = sK + stage * kBN * kP;
+    const bf16* cV = sV + stage * kBN * kP;
+    const int k0 = kt * kBN;
+
+    if (warp_has_rows && k0 <= wq0 + 15) {
+      if (kt == 0) {
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) {
+          load_a_frag<kP>(qf[ks], sQ + warp * 16 * kP + ks * 16, lane);
+          load_a_frag<kP>(dof[ks], sdO + warp * 16 * kP + ks * 16, lane);
+        }
+      }
+
+      // S = Q K^T, dP = dO V^T
+      float s[kNB][4], dp[kNB][4];
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < kNB / 2; ++np) {
+          uint32_t bk[4], bv[4];
+          load_b_frags_nk<kP>(bk, cK + np * 16 * kP + ks * 16, lane);
+          mma_bf16_16816(s[2 * np], qf[ks], bk[0], bk[1]);
+          mma_bf16_16816(s[2 * np + 1], qf[ks], bk[2], bk[3]);
+          load_b_frags_nk<kP>(bv, cV + np * 16 * kP + ks * 16, lane);
+          mma_bf16_16816(dp[2 * np], dof[ks], bv[0], bv[1]);
+          mma_bf16_16816(dp[2 * np + 1], dof[ks], bv[2], bv[3]);
+        }
+      }
+
+      // dS = P (dP - D); masked by selection (rows >= T_ only feed dQ rows that are never stored).
+      const bool need_mask = k0 + kBN - 1 > wq0 || k0 + kBN > T_;
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const int row = wq0 + g + 8 * r;
+          const int col = k0 + nb * 8 + 2 * tq + (e & 1);
+          float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[r]));
+          if (need_mask && (col > row || col >= T_)) p = 0.0f;
+          s[nb][e] = p * (dp[nb][e] - Dr[r]);
+        }
+      }
+
+      // dQ += dS K
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t da[4];
+        acc_to_a_frag(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int dpi = 0; dpi < kDB / 2; ++dpi) {
+          uint32_t bk[4];
+          load_b_frags_kn<kP>(bk, cK + kk * 16 * kP + dpi * 16, lane);
+          mma_bf16_16816(dq[2 * dpi], da, bk[0], bk[1]);
+          mma_bf16_16816(dq[2 * dpi + 1], da, bk[2], bk[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  if (warp_has_rows) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = wq0 + g + 8 * r;
+      if (row >= T_) continue;
+      bf16* qrow = dqkv + (static_cast<size_t>(b) * T_ + row) * ld + static_cast<size_t>(h) * HS + 2 * tq;
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        *reinterpret_cast<__nv_bfloat162*>(qrow + db * 8) =
+            __floats2bfloat162_rn(dq[db][2 * r] * scale, dq[db][2 * r + 1] * scale);
+      }
+    }
+  }
+}
+
+// The whole backward in one launch: blocks [0, n_kv) own the dK, dV of one key tile each, the rest the
+// dQ of one query tile each. Both roles only read their inputs, so they run concurrently and the causal
+// tail of one fills in behind the other; each role is ordered heaviest tile first.
+template <int HS>
+struct TcBwdConfig {
+  static_assert(TcDkdvConfig<HS>::kThreads == TcDqConfig<HS>::kThreads, "both roles share the block size");
+  static constexpr int kThreads = TcDkdvConfig<HS>::kThreads;
+  static constexpr size_t kSmemBytes = TcDkdvConfig<HS>::kSmemBytes > TcDqConfig<HS>::kSmemBytes
+                                           ? TcDkdvConfig<HS>::kSmemBytes
+                                           : TcDqConfig<HS>::kSmemBytes;
+  static int kv_blocks(int T_) { return (T_ + TcDkdvConfig<HS>::kBlockN - 1) / TcDkdvConfig<HS>::kBlockN; }
+  static int q_blocks(int T_) { return (T_ + TcDqConfig<HS>::kBlockM - 1) / TcDqConfig<HS>::kBlockM; }
+};
+
+template <int HS>
+__global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
+    attention_bwd_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D, int T_, int C,
+                     int NH, int n_kv_blocks, float scale_log2, float scale) {
+  if (static_cast<int>(blockIdx.x) < n_kv_blocks) {
+    // key tile 0 sees the most query tiles: natural order is heaviest first
+    bwd_dkdv_tc_block<HS>(blockIdx.x, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+  } else {
+    // the last query tile has the longest causal prefix: it comes first
+    bwd_dq_tc_block<HS>(gridDim.x - 1 - blockIdx.x, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+  }
+}
+
+}  // namespace
+
+// ================================================================================================
+// Launchers
+// ================================================================================================
+
+namespace {
+
+bool g_force_generic = false;
+
+// Calls f(std::integral_constant<int, HS>{}) when hs has a tensor-core kernel; returns whether it did.
+template <class F>
+bool dispatch_tc_head_size(int hs, F&& f) {
+  switch (hs) {
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      return true;
+    case 80:
+      f(std::integral_constant<int, 80>{});
+      return true;
+    case 96:
+      f(std::integral_constant<int, 96>{});
+      return true;
+    case 128:
+      f(std::integral_constant<int, 128>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+void check_shape(int B, int T_, int C, int NH) {
+  GPT2_CHECK(B > 0 && T_ > 0 && C > 0 && NH > 0, "attention: B=" << B << " T=" << T_ << " C=" << C << " NH=" << NH);
+  GPT2_CHECK(C % NH == 0, "attention: C=" << C << " is not a multiple of NH=" << NH);
+  GPT2_CHECK(C / NH <= kMaxHeadSize,
+             "attention: head size hs=C/NH=" << C / NH << " (C=" << C << ", NH=" << NH << ") exceeds " << kMaxHeadSize);
+}
+
+// Scores enter exp2 as s * (1/sqrt(hs)) * log2(e).
+float scale_of(int hs) {
+  return 1.0f / std::sqrt(static_cast<float>(hs));
+}
+
+}  // namespace
+
+void attention_force_generic(bool force) {
+  g_force_generic = force;
+}
+
+size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH) {
+  (void)C;
+  return static_cast<size_t>(B) * NH * T_ * sizeof(float);
+}
+
+template <class T>
+void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+  check_shape(B, T_, C, NH);
+  const int hs = C / NH;
+  const float scale_log2 = scale_of(hs) * kLog2e;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (!g_force_generic && aligned16(qkv) && aligned16(out)) {
+      const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
+        constexpr int HS = decltype(hs_const)::value;
+        using Cfg = TcFwdConfig<HS>;
+        const dim3 grid(static_cast<unsigned>((T_ + Cfg::kBlockM - 1) / Cfg::kBlockM), NH, B);
+        launch_kernel(attention_fwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, out, lse, qkv, T_, C,
+                      NH, scale_log2);
+      });
+      if (done) return;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>((T_ + SimtTiles::kRows - 1) / SimtTiles::kRows), NH, B);
+  launch_kernel(attention_fwd_simt<T>, grid, dim3(SimtTiles::kThreads), SimtTiles::fwd_smem_bytes(hs), stream, out, lse,
+                qkv, T_, C, NH, hs, scale_log2);
+}
+
+template <class T>
+void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                             int T_, int C, int NH, cudaStream_t stream) {
+  check_shape(B, T_, C, NH);
+  GPT2_CHECK(scratch != nullptr, "attention backward: scratch is null (needs "
+                                     << attention_backward_scratch_bytes(B, T_, C, NH) << " bytes)");
+  const int hs = C / NH;
+  const float scale = scale_of(hs);
+  const float scale_log2 = scale * kLog2e;
+  float* D = static_cast<float*>(scratch);
+
+  const long rows = static_cast<long>(B) * T_ * NH;
+  const long rowdot_blocks = (rows + kRowdotThreads / 32 - 1) / (kRowdotThreads / 32);
+  launch_kernel(attention_bwd_rowdot<T>, dim3(static_cast<unsigned>(rowdot_blocks)), dim3(kRowdotThreads), 0, stream, D,
+                dout, out, B, T_, C, NH);
+
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (!g_force_generic && aligned16(dqkv) && aligned16(dout) && aligned16(qkv)) {
+      const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
+        constexpr int HS = decltype(hs_const)::value;
+        using Cfg = TcBwdConfig<HS>;
+        const int n_kv = Cfg::kv_blocks(T_);
+        const dim3 grid(static_cast<unsigned>(n_kv + Cfg::q_blocks(T_)), NH, B);
+        launch_kernel(attention_bwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse, D,
+                      T_, C, NH, n_kv, scale_log2, scale);
+      });
+      if (done) return;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>((T_ + SimtTiles::kRows - 1) / SimtTiles::kRows), NH, B);
+  launch_kernel(attention_bwd_dkdv_simt<T>, grid, dim3(SimtTiles::kThreads), SimtTiles::dkdv_smem_bytes(hs), stream,
+                dqkv, dout, qkv, lse, D, T_, C, NH, hs, scale_log2, scale);
+  launch_kernel(attention_bwd_dq_simt<T>, grid, dim3(SimtTiles::kThreads), SimtTiles::dq_smem_bytes(hs), stream, dqkv,
+                dout, qkv, lse, D, T_, C, NH, hs, scale_log2, scale);
+}
+
+template void attention_forward_cuda<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
+template void attention_forward_cuda<bf16>(bf16*, float*, const bf16*, int, int, int, int, cudaStream_t);
+template void attention_backward_cuda<float>(float*, void*, const float*, const float*, const float*, const float*, int,
+                                             int, int, int, cudaStream_t);
+template void attention_backward_cuda<bf16>(bf16*, void*, const bf16*, const bf16*, const bf16*, const float*, int, int,
+                                            int, int, cudaStream_t);
+
+}  // namespace gpt2::kernels

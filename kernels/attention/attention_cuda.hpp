@@ -1,0 +1,46 @@
+// CUDA launchers of causal multi-head self-attention: fused flash-attention forward and backward.
+// Host-safe (g++ compiles it). Semantics equal the CPU reference (attention.hpp) except that the
+// (B,NH,T,T) probabilities are never materialised: the forward saves the log-sum-exp of each query
+// row instead, and the backward recomputes the probabilities from it.
+//
+// Shape flow:  qkv (B,T,3C) -> [forward] -> out (B,T,C), lse (B,NH,T)
+//              dout (B,T,C), qkv, out, lse -> [backward] -> dqkv (B,T,3C)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/common/cuda_dtype.hpp"
+
+namespace gpt2::kernels {
+
+// qkv (B,T,3C) holds [q | k | v] per token, each (NH, hs) with hs = C / NH <= 128. With
+// s[b,h,t,t2] = q[b,t,h] . k[b,t2,h] / sqrt(hs):
+//   lse[b,h,t] = log sum_{t2<=t} exp(s[b,h,t,t2])                  (fp32, natural log)
+//   out[b,t,h] = sum_{t2<=t} exp(s[b,h,t,t2] - lse[b,h,t]) * v[b,t2,h]
+//   [in] qkv (B,T,3C);  [out] out (B,T,C) overwritten, lse (B,NH,T) overwritten (saved for backward)
+// Fp32 statistics (online softmax); T = bf16 with hs in {64, 80, 96, 128} runs on the tensor cores
+// (bf16 operands, fp32 accumulation), everything else on an fp32 SIMT path.
+template <class T>
+void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
+
+// Bytes of scratch attention_backward_cuda needs: D = rowsum(dout * out), fp32 (B,NH,T).
+size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
+
+// Backward of attention_forward_cuda. With P = exp(s - lse) recomputed from qkv and lse,
+// D[b,h,t] = dout[b,t,h] . out[b,t,h] and dS = P * (dout.v - D) / sqrt(hs):
+//   dq = dS k,  dk = dS^T q,  dv = P^T dout   (per head, causal)
+//   [in] dout (B,T,C), qkv (B,T,3C), out (B,T,C) (the forward output), lse (B,NH,T);
+//   [out] dqkv (B,T,3C) overwritten (q, k and v parts); scratch: attention_backward_scratch_bytes
+// Deterministic: every output element has one owner (one kernel owns dK,dV per key tile, another dQ
+// per query tile); no atomics.
+template <class T>
+void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                             int T_, int C, int NH, cudaStream_t stream);
+
+// Test hook: while true, every launch takes the fp32 SIMT path (also for bf16 and the tensor-core
+// head sizes), so tests can compare it against the tensor-core path. Not thread-safe; default false.
+void attention_force_generic(bool force);
+
+}  // namespace gpt2::kernels

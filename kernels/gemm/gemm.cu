@@ -1,0 +1,887 @@
+// The hand-written GEMM backend, the launcher that dispatches between the backends, and the bias
+// gradient.
+//
+//  * fp32: a tiled SIMT kernel (128x128 block tile, 8x8 outputs per thread, true fp32 FMA).
+//  * bf16: a tensor-core kernel on mma.sync.m16n8k16 (the sm_80 instruction, also fast enough on
+//    sm_90): 128x128x32 block tiles, 4 warps of 64x64, a 4-stage cp.async pipeline into swizzled shared
+//    memory, ldmatrix (.trans where the operand's memory layout is the transpose of the fragment's).
+//    Row/column/K bounds are predicated (zero-fill), so any M, N, K works; when a leading dimension is not
+//    a multiple of 8 or a pointer is not 16-byte aligned, the same kernel loads tiles with scalar loads.
+//  * Epilogues (bias, bias+GELU with the pre-activation saved, GELU gradient, C +=) are applied to the
+//    fp32 accumulators in one place (apply_epilogue4), staged through shared memory so that every store
+//    is a coalesced row segment.
+//  * Split-K for small output grids with a long K (the weight gradients), the factor from a cost model
+//    (wave quantization against the partials' HBM traffic): each split writes fp32 partials to the
+//    context's workspace; a second kernel adds them in split order and applies the epilogue.
+//    Deterministic: the split factor depends on the shape only.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/gemm/gemm_cuda.hpp"
+
+namespace gpt2::kernels {
+
+namespace {
+
+using cuda::ceil_div;
+using cuda::from_f32;
+using cuda::to_f32;
+
+// ---------------------------------------------------------------------------------------------------
+// Launch configuration (named data; the reasons are in the comments).
+
+// The bf16 tensor-core kernel.
+struct TcTile {
+  // 128x128 output per block, K in steps of 32: 4 warps each own 64x64 (4 m16 x 8 n8 mma tiles), which
+  // gives 8 ldmatrix.x4 per 32 mma per k16 step, so shared-memory bandwidth stays at about half of what
+  // the tensor cores can consume. 128 threads x ~230 registers lets 2 blocks share an SM, so one block's
+  // epilogue overlaps the other's main loop.
+  static constexpr int kBM = 128, kBN = 128, kBK = 32;
+  static constexpr int kWarpsM = 2, kWarpsN = 2;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;
+  static constexpr int kMTiles = kWM / 16, kNTiles = kWN / 8;
+  // 4 stages x 16 KB: three tiles in flight cover HBM latency at this tile's compute time.
+  static constexpr int kStages = 4;
+  static constexpr int kStageElems = (kBM + kBN) * kBK;
+  // Epilogue staging: the fp32 tile with rows padded by 8 floats, so the fragment stores (float2 per
+  // lane, 4 rows x 4 lanes per half-warp) hit 32 distinct banks.
+  static constexpr int kCStride = kBN + 8;
+  static constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageElems * sizeof(bf16) >
+                                               static_cast<size_t>(kBM) * kCStride * sizeof(float)
+                                           ? static_cast<size_t>(kStages) * kStageElems * sizeof(bf16)
+                                           : static_cast<size_t>(kBM) * kCStride * sizeof(float);
+  static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile: whole m16 tiles and n8 pairs");
+  static_assert(kBK % 16 == 0, "K step: whole k16 mma steps");
+};
+
+// The fp32 SIMT kernel.
+struct SimtTile {
+  // 128x128 per block, 256 threads each computing 8x8 (two 4x4 quadrants 64 apart, so the float4 reads
+  // of a warp from shared memory are contiguous); K in steps of 16 (16 KB of shared memory).
+  static constexpr int kBM = 128, kBN = 128, kBK = 16;
+  static constexpr int kThreads = 256;
+  static constexpr int kPad = 4;  // keeps float4 alignment and spreads the transposing stores over banks
+  static constexpr int kLoadsPerThread = kBM * kBK / kThreads;  // 8 (A and B alike)
+};
+
+// Block order: GROUP_M row tiles are swept together along N, so the A rows and B columns that the
+// resident blocks read stay in L2 (the LM head's B, wte, is larger than L2).
+constexpr int kGroupM = 8;
+
+// Split-K cost model. A wave of resident blocks advances every block by one unit of K in the same time;
+// a split divides each block's K by s, multiplies the blocks by s, and costs the HBM round trip of
+// s fp32 partials. The constants describe an H100 (132 SMs, ~3 TB/s) and are not read off the device, so
+// the split factor, and hence the bits, depend on the shape alone, on every GPU.
+constexpr int kSplitModelSms = 132;
+constexpr double kSplitModelHbmBytesPerNs = 3000.0;
+constexpr int kSplitMinK = 1024;  // every split keeps >= 1024 of K (prologue/epilogue stay small)
+constexpr int kMaxSplits = 16;
+// 64 MiB: room for the best splits of GPT-2's weight gradients (768 x 3072 x 7 splits = 63 MiB).
+constexpr size_t kSplitKWorkspaceBytes = 64ull << 20;
+
+// Bias gradient: rows per partial column sum (scratch holds ceil(N/256) x OC floats).
+constexpr int kBiasRowsPerChunk = 256;
+// 32 lanes across columns (coalesced), 8 rows at a time.
+constexpr int kBiasThreadsX = 32, kBiasThreadsY = 8;
+constexpr int kElementwiseThreads = 256;
+
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// PTX wrappers (sm_80+).
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, bypassing L1; src_bytes = 0 writes zeros (out-of-bounds chunks).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+// d += a (16x16, row) * b (16x8, col), fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 4 consecutive elements of T <-> 4 floats (callers guarantee 4*sizeof(T) alignment).
+
+__device__ __forceinline__ void load4(const float* p, float v[4]) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+__device__ __forceinline__ void store4(float* p, const float v[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void load4(const bf16* p, float v[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+}
+__device__ __forceinline__ void store4(bf16* p, const float v[4]) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
+  uint2 raw;
+  raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The epilogue, shared by every kernel that finishes an output tile.
+
+template <class T>
+struct EpilogueParams {
+  T* c;
+  const T* bias;  // (N) for kBias / kBiasGelu
+  T* aux;         // (M,N): written by kBiasGelu, read by kDGelu
+  int M, N;
+  bool accumulate;  // C += (kNone only)
+  bool vec4;        // N % 4 == 0 and c, bias, aux aligned to 4 elements: whole 4-vectors
+};
+
+template <class T, GemmEpilogue kEp>
+__device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t idx, int col, float v) {
+  if constexpr (kEp == GemmEpilogue::kNone) {
+    if (p.accumulate) v += to_f32(p.c[idx]);
+  } else if constexpr (kEp == GemmEpilogue::kBias) {
+    v += to_f32(p.bias[col]);
+  } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
+    // GELU of the stored pre-activation, so forward and backward (which reads aux) see the same value.
+    const T pre = from_f32<T>(v + to_f32(p.bias[col]));
+    p.aux[idx] = pre;
+    v = cuda::gelu_f32(to_f32(pre));
+  } else {
+    v *= cuda::gelu_grad_f32(to_f32(p.aux[idx]));
+  }
+  return v;
+}
+
+// Elements (row, col..col+3) of C; the caller guarantees row < M and col < N.
+template <class T, GemmEpilogue kEp>
+__device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4]) {
+  const size_t idx = static_cast<size_t>(row) * p.N + col;
+  if (p.vec4) {
+    float x[4];
+    if constexpr (kEp == GemmEpilogue::kNone) {
+      if (p.accumulate) {
+        load4(p.c + idx, x);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] += x[j];
+      }
+    } else if constexpr (kEp == GemmEpilogue::kBias) {
+      load4(p.bias + col, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] += x[j];
+    } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
+      load4(p.bias + col, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = to_f32(from_f32<T>(v[j] + x[j]));  // the stored pre-activation
+      store4(p.aux + idx, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = cuda::gelu_f32(x[j]);
+    } else {
+      load4(p.aux + idx, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] *= cuda::gelu_grad_f32(x[j]);
+    }
+    store4(p.c + idx, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (col + j < p.N) p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
+    }
+  }
+}
+
+// Split-K partials: (row, col..col+3) of this split's M x N fp32 slice.
+__device__ __forceinline__ void store_partial4(float* part, int N, bool vec4, int row, int col, const float v[4]) {
+  const size_t idx = static_cast<size_t>(row) * N + col;
+  if (vec4) {
+    store4(part + idx, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (col + j < N) part[idx + j] = v[j];
+  }
+}
+
+template <class T>
+struct GemmParams {
+  const T* a;
+  const T* b;
+  int M, N, K;
+  int lda, ldb;
+  int k_per_split;  // K range of blockIdx.y: [y*k_per_split, min(K, (y+1)*k_per_split)), a multiple of kBK
+  float* partial;   // split-K: fp32 partials [splits][M][N] (the epilogue runs later); nullptr otherwise
+  EpilogueParams<T> ep;
+};
+
+// Block -> (tile_m, tile_n), GROUP_M row tiles at a time (see kGroupM).
+__device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+  const int pid = blockIdx.x;
+  const int in_group = kGroupM * tiles_n;
+  const int first_m = (pid / in_group) * kGroupM;
+  const int rows = min(tiles_m - first_m, kGroupM);
+  tile_m = first_m + (pid % in_group) % rows;
+  tile_n = (pid % in_group) / rows;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// bf16 tensor-core kernel.
+
+// Shared-memory tiles are rows of 16-byte chunks. The chunk index is XOR-swizzled with the row so that
+// the 8 row addresses of one ldmatrix 8x8 matrix (8 consecutive rows, same logical chunk) fall in 8
+// distinct 16-byte bank groups, and so do the cp.async writes of 8 consecutive lanes.
+template <int kRowChunks>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(kRowChunks == 4 || kRowChunks % 8 == 0, "rows of 4 or 8k chunks");
+  if constexpr (kRowChunks == 4) {
+    // Two rows share a 128-byte bank line: XOR with (row/2) mod 4 spreads 8 rows over 8 groups.
+    return row * 4 + (chunk ^ ((row >> 1) & 3));
+  } else {
+    return row * kRowChunks + (chunk ^ (row & 7));
+  }
+}
+
+// One operand tile of one stage, kept in the operand's own memory order. kKContiguous (A not
+// transposed, B transposed): smem rows are the tile's outer (M or N) index, each holding kBK K values;
+// otherwise rows are K, each holding kOuter consecutive M or N values.
+template <int kOuter, int kBK, bool kKContiguous>
+struct TileLayout {
+  static constexpr int kRows = kKContiguous ? kOuter : kBK;
+  static constexpr int kRowChunks = (kKContiguous ? kBK : kOuter) / 8;
+  __device__ static __forceinline__ int offset(int row, int chunk) { return swizzle<kRowChunks>(row, chunk) * 8; }
+};
+
+// Loads the kOuter x kBK tile at (outer0, k0) of an operand with leading dimension ld into shared
+// memory. kAsync: 16-byte cp.async with zero-fill (needs ld % 8 == 0 and a 16-byte aligned base, so a
+// chunk never straddles a bound); otherwise element loads with per-element bounds (any ld, alignment).
+template <int kOuter, int kBK, bool kKContiguous, bool kAsync, int kThreads>
+__device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int ld, int outer0, int outer_end, int k0, int k_end,
+                                          int tid) {
+  using L = TileLayout<kOuter, kBK, kKContiguous>;
+  constexpr int kChunks = L::kRows * L::kRowChunks;
+  static_assert(kChunks % kThreads == 0, "whole chunks per thread");
+#pragma unroll
+  for (int it = 0; it < kChunks / kThreads; ++it) {
+    const int i = tid + it * kThreads;
+    const int row = i / L::kRowChunks, chunk = i % L::kRowChunks;
+    // (outer, k) of the chunk's first element; the chunk runs along k when kKContiguous, else along outer.
+    const int outer = kKContiguous ? outer0 + row : outer0 + chunk * 8;
+    const int k = kKContiguous ? k0 + chunk * 8 : k0 + row;
+    const size_t goff = kKContiguous ? static_cast<size_t>(outer) * ld + k : static_cast<size_t>(k) * ld + outer;
+    bf16* dst = s + L::offset(row, chunk);
+    if constexpr (kAsync) {
+      const bool valid = outer < outer_end && k < k_end;
+      cp_async16(dst, valid ? g + goff : g, valid);
+    } else {
+      alignas(16) bf16 v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const bool valid = kKContiguous ? (outer < outer_end && k + e < k_end) : (outer + e < outer_end && k < k_end);
+        v[e] = valid ? g[goff + e] : __float2bfloat16_rn(0.0f);
+      }
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+    }
+  }
+}
+
+template <bool kTransA, bool kTransB, bool kAsync, GemmEpilogue kEp>
+__global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multistage(const GemmParams<bf16> p) {
+  using Cfg = TcTile;
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kStages = Cfg::kStages;
+  // A is K-contiguous unless transposed; B is K-contiguous only when transposed.
+  using LA = TileLayout<kBM, kBK, !kTransA>;
+  using LB = TileLayout<kBN, kBK, kTransB>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  auto stage_a = [&](int s) { return smem + s * Cfg::kStageElems; };
+  auto stage_b = [&](int s) { return smem + s * Cfg::kStageElems + kBM * kBK; };
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
+  int tile_m, tile_n;
+  block_tile(static_cast<int>(ceil_div(p.M, kBM)), static_cast<int>(ceil_div(p.N, kBN)), tile_m, tile_n);
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int k_begin = blockIdx.y * p.k_per_split;
+  const int k_end = min(p.K, k_begin + p.k_per_split);
+  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;
+
+  auto load_stage = [&](int s, int kt) {
+    const int k0 = k_begin + kt * kBK;
+    load_tile<kBM, kBK, !kTransA, kAsync, Cfg::kThreads>(stage_a(s), p.a, p.lda, m0, p.M, k0, k_end, tid);
+    load_tile<kBN, kBK, kTransB, kAsync, Cfg::kThreads>(stage_b(s), p.b, p.ldb, n0, p.N, k0, k_end, tid);
+  };
+
+  float acc[Cfg::kMTiles][Cfg::kNTiles][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kMTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kNTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  // ldmatrix lane roles: lanes 8j..8j+7 give the 8 row addresses of matrix j of an x4 load.
+  const int mat = lane >> 3, mat_row = lane & 7;
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile kt visible to all; everyone is done with the buffer refilled next
+    if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
+    cp_async_commit();
+
+    const bf16* sa = stage_a(kt % kStages);
+    const bf16* sb = stage_b(kt % kStages);
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t af[Cfg::kMTiles][4];
+      uint32_t bfr[Cfg::kNTiles][2];
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        const int mbase = wm * Cfg::kWM + mt * 16;
+        if constexpr (!kTransA) {
+          // smem [m][k]: matrices (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15) = a0..a3.
+          const int row = mbase + (lane & 15), chunk = kk / 8 + (lane >> 4);
+          ldmatrix_x4(af[mt], sa + LA::offset(row, chunk));
+        } else {
+          // smem [k][m]: the same four matrices, transposed on load.
+          const int row = kk + mat_row + (mat >> 1) * 8, chunk = (mbase + (mat & 1) * 8) / 8;
+          ldmatrix_x4_trans(af[mt], sa + LA::offset(row, chunk));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < Cfg::kNTiles / 2; ++np) {
+        const int nbase = wn * Cfg::kWN + np * 16;
+        uint32_t r[4];
+        if constexpr (kTransB) {
+          // smem [n][k]: matrices (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) (n8-15,k8-15).
+          const int row = nbase + mat_row + (mat >> 1) * 8, chunk = kk / 8 + (mat & 1);
+          ldmatrix_x4(r, sb + LB::offset(row, chunk));
+        } else {
+          // smem [k][n]: matrices (k0-7,n0-7) (k8-15,n0-7) (k0-7,n8-15) (k8-15,n8-15), transposed on load.
+          const int row = kk + mat_row + (mat & 1) * 8, chunk = (nbase + (mat >> 1) * 8) / 8;
+          ldmatrix_x4_trans(r, sb + LB::offset(row, chunk));
+        }
+        bfr[2 * np][0] = r[0], bfr[2 * np][1] = r[1], bfr[2 * np + 1][0] = r[2], bfr[2 * np + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt) mma_bf16_16816(acc[mt][nt], af[mt], bfr[nt]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the epilogue's staging tile
+
+  // Accumulator fragment: c0,c1 at (row g, cols 2t,2t+1), c2,c3 at (row g+8, same cols).
+  float* sc = reinterpret_cast<float*>(smem_raw);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+      const int r = wm * Cfg::kWM + mt * 16 + g, c = wn * Cfg::kWN + nt * 8 + 2 * t;
+      *reinterpret_cast<float2*>(sc + r * Cfg::kCStride + c) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(sc + (r + 8) * Cfg::kCStride + c) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  __syncthreads();
+
+  // A warp finishes one 128-column row segment at a time: 32 lanes x 4 columns, coalesced.
+  constexpr int kVecPerRow = kBN / 4;
+  float* part = p.partial ? p.partial + static_cast<size_t>(blockIdx.y) * p.M * p.N : nullptr;
+#pragma unroll 4
+  for (int i = tid; i < kBM * kVecPerRow; i += Cfg::kThreads) {
+    const int r = i / kVecPerRow, c4 = i % kVecPerRow;
+    const int row = m0 + r, col = n0 + c4 * 4;
+    if (row >= p.M || col >= p.N) continue;
+    float v[4];
+    load4(sc + r * Cfg::kCStride + c4 * 4, v);
+    if (part)
+      store_partial4(part, p.N, p.ep.vec4, row, col, v);
+    else
+      apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// fp32 SIMT kernel.
+
+template <bool kTransA, bool kTransB, GemmEpilogue kEp>
+__global__ void __launch_bounds__(SimtTile::kThreads) gemm_f32_simt_8x8(const GemmParams<float> p) {
+  using Cfg = SimtTile;
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kL = Cfg::kLoadsPerThread;
+  // Both tiles stored K-major ([k][m], [k][n]) so the compute loop reads float4 rows.
+  __shared__ __align__(16) float sa[kBK][kBM + Cfg::kPad];
+  __shared__ __align__(16) float sb[kBK][kBN + Cfg::kPad];
+
+  const int tid = threadIdx.x;
+  int tile_m, tile_n;
+  block_tile(static_cast<int>(ceil_div(p.M, kBM)), static_cast<int>(ceil_div(p.N, kBN)), tile_m, tile_n);
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int k_begin = blockIdx.y * p.k_per_split;
+  const int k_end = min(p.K, k_begin + p.k_per_split);
+  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;
+
+  // Element e of a tile: consecutive lanes walk the operand's contiguous dimension (coalesced loads).
+  auto a_coords = [](int e, int& mm, int& kk) {
+    if constexpr (kTransA)
+      mm = e % kBM, kk = e / kBM;
+    else
+      kk = e % kBK, mm = e / kBK;
+  };
+  auto b_coords = [](int e, int& nn, int& kk) {
+    if constexpr (kTransB)
+      kk = e % kBK, nn = e / kBK;
+    else
+      nn = e % kBN, kk = e / kBN;
+  };
+  float ra[kL], rb[kL];
+  auto load_global = [&](int kt) {
+    const int k0 = k_begin + kt * kBK;
+#pragma unroll
+    for (int i = 0; i < kL; ++i) {
+      const int e = tid + i * Cfg::kThreads;
+      int mm, nn, kk, kb;
+      a_coords(e, mm, kk);
+      const int gm = m0 + mm, gk = k0 + kk;
+      ra[i] = (gm < p.M && gk < k_end)
+                  ? p.a[kTransA ? static_cast<size_t>(gk) * p.lda + gm : static_cast<size_t>(gm) * p.lda + gk]
+                  : 0.0f;
+      b_coords(e, nn, kb);
+      const int gn = n0 + nn, gkb = k0 + kb;
+      rb[i] = (gn < p.N && gkb < k_end)
+                  ? p.b[kTransB ? static_cast<size_t>(gn) * p.ldb + gkb : static_cast<size_t>(gkb) * p.ldb + gn]
+                  : 0.0f;
+    }
+  };
+  auto store_shared = [&]() {
+#pragma unroll
+    for (int i = 0; i < kL; ++i) {
+      const int e = tid + i * Cfg::kThreads;
+      int mm, nn, kk, kb;
+      a_coords(e, mm, kk);
+      b_coords(e, nn, kb);
+      sa[kk][mm] = ra[i];
+      sb[kb][nn] = rb[i];
+    }
+  };
+
+  const int tx = tid % 16, ty = tid / 16;
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+  if (k_tiles > 0) {
+    load_global(0);
+    store_shared();
+    __syncthreads();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    if (kt + 1 < k_tiles) load_global(kt + 1);  // in flight while this tile is computed
+#pragma unroll
+    for (int k = 0; k < kBK; ++k) {
+      float av[8], bv[8];
+      load4(&sa[k][ty * 4], av);
+      load4(&sa[k][64 + ty * 4], av + 4);
+      load4(&sb[k][tx * 4], bv);
+      load4(&sb[k][64 + tx * 4], bv + 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+    if (kt + 1 < k_tiles) {
+      store_shared();
+      __syncthreads();
+    }
+  }
+
+  float* part = p.partial ? p.partial + static_cast<size_t>(blockIdx.y) * p.M * p.N : nullptr;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
+    if (row >= p.M) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = n0 + h * 64 + tx * 4;
+      if (col >= p.N) continue;
+      float v[4] = {acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]};
+      if (part)
+        store_partial4(part, p.N, p.ep.vec4, row, col, v);
+      else
+        apply_epilogue4<float, kEp>(p.ep, row, col, v);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Split-K: C = epilogue(sum over splits s = 0, 1, ... of partial[s]), always in that order.
+
+template <class T, GemmEpilogue kEp>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    gemm_splitk_reduce_epilogue(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep) {
+  const int n4 = static_cast<int>(ceil_div(ep.N, 4));
+  const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<long>(ep.M) * n4) return;
+  const int row = static_cast<int>(i / n4), col = static_cast<int>(i % n4) * 4;
+  const size_t slice = static_cast<size_t>(ep.M) * ep.N, idx = static_cast<size_t>(row) * ep.N + col;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int s = 0; s < splits; ++s) {
+    const float* src = partial + s * slice + idx;
+    if (ep.vec4) {
+      float x[4];
+      load4(src, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] += x[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (col + j < ep.N) v[j] += src[j];
+    }
+  }
+  apply_epilogue4<T, kEp>(ep, row, col, v);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bias gradient.
+
+// scratch[chunk][col] = sum of dout[row][col] over the chunk's rows (fp32, fixed order).
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kBiasThreadsX* kBiasThreadsY)
+    bias_backward_chunk_colsum(float* __restrict__ scratch, const T* __restrict__ dout, int N, int OC) {
+  constexpr int kV = cuda::Packed128<T>::kSize;  // columns per thread
+  constexpr int kCols = kBiasThreadsX * kV;      // columns per block
+  __shared__ float red[kBiasThreadsY][kCols];
+  const int col0 = blockIdx.x * kCols + threadIdx.x * kV;
+  const int r_begin = blockIdx.y * kBiasRowsPerChunk, r_end = min(N, r_begin + kBiasRowsPerChunk);
+  float s[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) s[j] = 0.0f;
+  for (int r = r_begin + threadIdx.y; r < r_end; r += kBiasThreadsY) {
+    const T* row = dout + static_cast<size_t>(r) * OC;
+    if constexpr (kVec) {
+      if (col0 < OC) {  // OC % kV == 0: the whole vector is in bounds
+        const cuda::Packed128<T> x = cuda::load128cs(row + col0);
+#pragma unroll
+        for (int j = 0; j < kV; ++j) s[j] += to_f32(x[j]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kV; ++j)
+        if (col0 + j < OC) s[j] += to_f32(row[col0 + j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kV; ++j) red[threadIdx.y][threadIdx.x * kV + j] = s[j];
+  __syncthreads();
+  if (threadIdx.y == 0) {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int col = col0 + j;
+      if (col >= OC) break;
+      float t = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kBiasThreadsY; ++y) t += red[y][threadIdx.x * kV + j];
+      scratch[static_cast<size_t>(blockIdx.y) * OC + col] = t;
+    }
+  }
+}
+
+// dbias[col] += sum over chunks c = 0, 1, ... of scratch[c][col].
+template <class T>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    bias_backward_add_chunks(T* __restrict__ dbias, const float* __restrict__ scratch, int chunks, int OC) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= OC) return;
+  float s = 0.0f;
+  for (int c = 0; c < chunks; ++c) s += scratch[static_cast<size_t>(c) * OC + col];
+  dbias[col] = from_f32<T>(to_f32(dbias[col]) + s);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Host side.
+
+// Runtime flags -> template parameters, in one place.
+template <class F>
+void dispatch_bool(bool v, F&& f) {
+  if (v)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+template <class F>
+void dispatch_epilogue(GemmEpilogue ep, F&& f) {
+  switch (ep) {
+    case GemmEpilogue::kNone:
+      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kNone>{});
+      break;
+    case GemmEpilogue::kBias:
+      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kBias>{});
+      break;
+    case GemmEpilogue::kBiasGelu:
+      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kBiasGelu>{});
+      break;
+    case GemmEpilogue::kDGelu:
+      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kDGelu>{});
+      break;
+  }
+}
+
+// Tile sizes and what the split-K model assumes of each hand kernel: resident blocks per SM (registers
+// and shared memory allow) and the rate it sustains with every block slot busy.
+template <class T>
+struct HandTile;
+template <>
+struct HandTile<float> {
+  static constexpr int kBM = SimtTile::kBM, kBN = SimtTile::kBN, kBK = SimtTile::kBK;
+  static constexpr int kBlocksPerSm = 1;          // 256 threads x ~190 registers
+  static constexpr double kSustainedTflops = 40;  // of 67 TFLOP/s fp32 FMA peak
+};
+template <>
+struct HandTile<bf16> {
+  static constexpr int kBM = TcTile::kBM, kBN = TcTile::kBN, kBK = TcTile::kBK;
+  static constexpr int kBlocksPerSm = 2;           // 128 threads x ~240 registers, 68 KB shared memory
+  static constexpr double kSustainedTflops = 600;  // mma.sync on H100
+};
+
+// The split factor with the least modelled time; ties keep the smaller split.
+template <class T>
+int choose_splits(int M, int N, int K, size_t ws_bytes) {
+  using H = HandTile<T>;
+  const double tiles = static_cast<double>(ceil_div(M, H::kBM) * ceil_div(N, H::kBN));
+  const double slots = static_cast<double>(kSplitModelSms) * H::kBlocksPerSm;
+  // ns for one block to advance one unit of K when every slot is busy.
+  const double block_k_ns = 2.0 * H::kBM * H::kBN / (H::kSustainedTflops * 1e3 / slots);
+  const double mn_bytes = static_cast<double>(M) * N * sizeof(float);
+  int best_s = 1;
+  double best = 0;
+  for (int s = 1; s <= kMaxSplits; ++s) {
+    if (s > 1 && (K / s < kSplitMinK || s * mn_bytes > static_cast<double>(ws_bytes))) break;
+    const double waves = std::ceil(tiles * s / slots);
+    const double k_per_split = static_cast<double>(ceil_div(ceil_div(K, s), H::kBK) * H::kBK);
+    const double t = waves * k_per_split * block_k_ns + (s > 1 ? 2.0 * s * mn_bytes / kSplitModelHbmBytesPerNs : 0.0);
+    if (s == 1 || t < best * (1.0 - 1e-9)) {
+      best = t;
+      best_s = s;
+    }
+  }
+  return best_s;
+}
+
+// K per split (a multiple of the K step) and the number of non-empty splits it gives.
+template <class T>
+void split_k_range(int K, int splits, int& k_per_split, int& used) {
+  constexpr int kBK = HandTile<T>::kBK;
+  k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), kBK) * kBK);
+  used = static_cast<int>(ceil_div(K, k_per_split));
+}
+
+template <bool kTransA, bool kTransB, bool kAsync, GemmEpilogue kEp>
+void launch_bf16_tc(const GemmParams<bf16>& p, int splits, cudaStream_t stream) {
+  auto kernel = gemm_bf16_mma_sync_multistage<kTransA, kTransB, kAsync, kEp>;
+  static const bool configured = [&] {  // once per instantiation: > 48 KB of dynamic shared memory
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(TcTile::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const long tiles = ceil_div(p.M, TcTile::kBM) * ceil_div(p.N, TcTile::kBN);
+  kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), TcTile::kThreads, TcTile::kSmemBytes,
+           stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <bool kTransA, bool kTransB, GemmEpilogue kEp>
+void launch_f32_simt(const GemmParams<float>& p, int splits, cudaStream_t stream) {
+  const long tiles = ceil_div(p.M, SimtTile::kBM) * ceil_div(p.N, SimtTile::kBN);
+  gemm_f32_simt_8x8<kTransA, kTransB, kEp>
+      <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), SimtTile::kThreads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
+               bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream) {
+  EpilogueParams<T> epp;
+  epp.c = c, epp.bias = bias, epp.aux = aux, epp.M = M, epp.N = N, epp.accumulate = accumulate;
+  const size_t vec_bytes = 4 * sizeof(T);
+  epp.vec4 = N % 4 == 0 && aligned_to(c, vec_bytes) && (bias == nullptr || aligned_to(bias, vec_bytes)) &&
+             (aux == nullptr || aligned_to(aux, vec_bytes));
+
+  const int splits = gemm_hand_splits<T>(ctx, M, N, K);
+  int k_per_split = 0, used = 1;
+  split_k_range<T>(K, splits, k_per_split, used);
+
+  GemmParams<T> p;
+  p.a = a, p.b = b, p.M = M, p.N = N, p.K = K;
+  p.lda = trans_a ? M : K;
+  p.ldb = trans_b ? K : N;
+  p.k_per_split = k_per_split;
+  p.partial = used > 1 ? ctx.splitk_workspace() : nullptr;
+  p.ep = epp;
+  // With split-K the main kernel only writes partials; the reduction applies the epilogue.
+  const GemmEpilogue main_ep = used > 1 ? GemmEpilogue::kNone : ep;
+
+  dispatch_bool(trans_a, [&](auto ta) {
+    dispatch_bool(trans_b, [&](auto tb) {
+      dispatch_epilogue(main_ep, [&](auto e) {
+        if constexpr (std::is_same_v<T, bf16>) {
+          const bool async = !ctx.test_hooks().hand_force_scalar_loads && p.lda % 8 == 0 && p.ldb % 8 == 0 &&
+                             aligned_to(a, 16) && aligned_to(b, 16);
+          dispatch_bool(async, [&](auto as) {
+            launch_bf16_tc<decltype(ta)::value, decltype(tb)::value, decltype(as)::value, decltype(e)::value>(p, used,
+                                                                                                              stream);
+          });
+        } else {
+          launch_f32_simt<decltype(ta)::value, decltype(tb)::value, decltype(e)::value>(p, used, stream);
+        }
+      });
+    });
+  });
+
+  if (used > 1) {
+    const long n = static_cast<long>(M) * ceil_div(N, 4);
+    dispatch_epilogue(ep, [&](auto e) {
+      gemm_splitk_reduce_epilogue<T, decltype(e)::value>
+          <<<static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
+              ctx.splitk_workspace(), used, epp);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Public entry points.
+
+GemmBackend parse_gemm_backend(const std::string& name) {
+  if (name == "hand") return GemmBackend::kHand;
+  if (name == "cublaslt") return GemmBackend::kCublasLt;
+  GPT2_REQUIRE(false, "unknown GEMM backend '" << name << "' (expected 'hand' or 'cublaslt')");
+  return GemmBackend::kHand;  // not reached
+}
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::kHand ? "hand" : "cublaslt";
+}
+
+GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
+  if (backend_ == GemmBackend::kHand) {
+    splitk_ws_bytes_ = kSplitKWorkspaceBytes;
+    CUDA_CHECK(cudaMalloc(&splitk_ws_, splitk_ws_bytes_));
+  } else {
+    lt_.reset(detail::create_cublaslt_state());
+  }
+}
+
+GemmContext::~GemmContext() {
+  if (splitk_ws_) cudaFree(splitk_ws_);  // no CHECK: destructors may run while a fatal error unwinds
+}
+
+template <class T>
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K) {
+  if (ctx.backend() != GemmBackend::kHand || M <= 0 || N <= 0 || K <= 0) return 1;
+  const int forced = ctx.test_hooks().hand_force_splits;
+  if (forced > 0) {
+    GPT2_CHECK(static_cast<size_t>(forced) * M * N * sizeof(float) <= ctx.splitk_workspace_bytes(),
+               "forced split-K factor " << forced << " needs more than the workspace for M=" << M << " N=" << N);
+    return forced;
+  }
+  return choose_splits<T>(M, N, K, ctx.splitk_workspace_bytes());
+}
+
+template <class T>
+void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
+               bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream) {
+  GPT2_CHECK(M >= 0 && N >= 0 && K >= 1, "gemm shape M=" << M << " N=" << N << " K=" << K);
+  GPT2_CHECK(!accumulate || ep == GemmEpilogue::kNone,
+             "accumulate (C +=) works with the plain epilogue only, got epilogue " << static_cast<int>(ep));
+  const bool needs_bias = ep == GemmEpilogue::kBias || ep == GemmEpilogue::kBiasGelu;
+  const bool needs_aux = ep == GemmEpilogue::kBiasGelu || ep == GemmEpilogue::kDGelu;
+  GPT2_CHECK(!needs_bias || bias != nullptr, "epilogue " << static_cast<int>(ep) << " needs a bias pointer");
+  GPT2_CHECK(!needs_aux || aux != nullptr, "epilogue " << static_cast<int>(ep) << " needs an aux pointer");
+  if (M == 0 || N == 0) return;
+  GPT2_CHECK(c != nullptr && a != nullptr && b != nullptr, "gemm with a null matrix pointer");
+  if (ctx.backend() == GemmBackend::kCublasLt) {
+    detail::gemm_cublaslt<T>(ctx, c, a, b, bias, aux, M, N, K, trans_a, trans_b, accumulate, ep, stream);
+  } else {
+    gemm_hand<T>(ctx, c, a, b, bias, aux, M, N, K, trans_a, trans_b, accumulate, ep, stream);
+  }
+}
+
+size_t bias_backward_scratch_bytes(int N, int OC) {
+  if (N <= 0 || OC <= 0) return 0;
+  return static_cast<size_t>(ceil_div(N, kBiasRowsPerChunk)) * OC * sizeof(float);
+}
+
+template <class T>
+void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream_t stream) {
+  GPT2_CHECK(N >= 0 && OC >= 0, "bias_backward shape N=" << N << " OC=" << OC);
+  if (N == 0 || OC == 0) return;
+  GPT2_CHECK(dbias != nullptr && dout != nullptr && scratch != nullptr, "bias_backward with a null pointer");
+  GPT2_CHECK(aligned_to(scratch, sizeof(float)), "bias_backward scratch must be float-aligned");
+  constexpr int kV = cuda::Packed128<T>::kSize;
+  const int chunks = static_cast<int>(ceil_div(N, kBiasRowsPerChunk));
+  const dim3 grid(static_cast<unsigned>(ceil_div(OC, kBiasThreadsX * kV)), static_cast<unsigned>(chunks));
+  const dim3 block(kBiasThreadsX, kBiasThreadsY);
+  float* part = static_cast<float*>(scratch);
+  if (OC % kV == 0 && aligned_to(dout, 16))
+    bias_backward_chunk_colsum<T, true><<<grid, block, 0, stream>>>(part, dout, N, OC);
+  else
+    bias_backward_chunk_colsum<T, false><<<grid, block, 0, stream>>>(part, dout, N, OC);
+  CUDA_CHECK_LAUNCH();
+  bias_backward_add_chunks<T>
+      <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, part,
+                                                                                                     chunks, OC);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define GPT2_GEMM_INSTANTIATE(T)                                                                                  \
+  template void gemm_cuda<T>(GemmContext&, T*, const T*, const T*, const T*, T*, int, int, int, bool, bool, bool, \
+                             GemmEpilogue, cudaStream_t);                                                         \
+  template int gemm_hand_splits<T>(const GemmContext&, int, int, int);                                            \
+  template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);
+GPT2_GEMM_INSTANTIATE(float)
+GPT2_GEMM_INSTANTIATE(bf16)
+#undef GPT2_GEMM_INSTANTIATE
+
+}  // namespace gpt2::kernels

@@ -1,0 +1,307 @@
+// The cuBLASLt GEMM backend: the same contract as the hand kernels (gemm_cuda.hpp), and the yardstick
+// they are measured against.
+//
+// Row-major trick: a row-major (M,N) matrix is the column-major (N,M) matrix of its transpose, so
+// C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms: its "A" is our
+// B, its "B" is our A, m = N, n = M. The bias (one value per column of our C) becomes one value per row
+// of C^T, which is exactly what CUBLASLT_EPILOGUE_BIAS broadcasts.
+//
+// Compute type CUBLAS_COMPUTE_32F (for fp32 data: no TF32). Epilogues BIAS, GELU_AUX_BIAS and DGELU are
+// fused when cuBLASLt offers an algorithm for them (GELU ones for bf16 only, see gemm_cublaslt);
+// otherwise (or when the aux leading dimension is not a multiple of 8, which cuBLASLt requires) the
+// product runs plain and a small elementwise kernel finishes.
+// The heuristic is asked once per (type, shape, transposes, epilogue, alignment) and the plan cached, so
+// repeated calls run the same algorithm (cuBLASLt with our own workspace is deterministic).
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/gemm/gemm_cuda.hpp"
+
+// CUBLAS_CHECK: the cuBLAS member of the one error family; names the status.
+#define CUBLAS_CHECK(call)                                                                                     \
+  do {                                                                                                         \
+    const cublasStatus_t gpt2_st_ = (call);                                                                    \
+    GPT2_CHECK_GEN(gpt2_st_ == CUBLAS_STATUS_SUCCESS,                                                          \
+                   (::gpt2::msg() << "cuBLASLt: " #call " failed: " << cublasLtGetStatusName(gpt2_st_) << " (" \
+                                  << cublasLtGetStatusString(gpt2_st_) << ")")                                 \
+                       .str());                                                                                \
+  } while (0)
+
+namespace gpt2::kernels {
+
+namespace {
+
+using cuda::ceil_div;
+using cuda::from_f32;
+using cuda::to_f32;
+
+// 32 MiB: what NVIDIA recommends for Hopper's cuBLASLt kernels (sm_80 needs less; a little unused is fine).
+constexpr size_t kLtWorkspaceBytes = 32ull << 20;
+constexpr int kElementwiseThreads = 256;
+constexpr long kElementwiseMaxBlocks = 1L << 16;  // grid-stride beyond that
+
+// ---------------------------------------------------------------------------------------------------
+// Unfused epilogues (fallback).
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    fill_rows_with_bias(T* __restrict__ c, const T* __restrict__ bias, long total, int N) {
+  const long stride = static_cast<long>(gridDim.x) * blockDim.x;
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) c[i] = bias[i % N];
+}
+
+// c holds the pre-activation (already rounded to T): aux = c; c = gelu(c).
+template <class T>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    gelu_forward_save_pre(T* __restrict__ c, T* __restrict__ aux, long total) {
+  const long stride = static_cast<long>(gridDim.x) * blockDim.x;
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const T pre = c[i];
+    aux[i] = pre;
+    c[i] = from_f32<T>(cuda::gelu_f32(to_f32(pre)));
+  }
+}
+
+// c = c * gelu'(aux)
+template <class T>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    gelu_grad_scale_inplace(T* __restrict__ c, const T* __restrict__ aux, long total) {
+  const long stride = static_cast<long>(gridDim.x) * blockDim.x;
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+    c[i] = from_f32<T>(to_f32(c[i]) * cuda::gelu_grad_f32(to_f32(aux[i])));
+}
+
+unsigned elementwise_grid(long total) {
+  const long blocks = ceil_div(total, kElementwiseThreads);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < kElementwiseMaxBlocks ? blocks : kElementwiseMaxBlocks));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RAII for the descriptors.
+
+struct MatmulDescDeleter {
+  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+};
+struct LayoutDeleter {
+  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
+};
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using MatmulDescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, MatmulDescDeleter>;
+using LayoutPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
+using PreferencePtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
+
+LayoutPtr make_layout(cudaDataType_t type, int rows, int cols, int ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
+                                          static_cast<int64_t>(ld)));
+  return LayoutPtr(l);
+}
+
+template <class V>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+
+// Largest power of two <= 16 dividing the address (nullptr: no constraint).
+int alignment_of(const void* p) {
+  if (p == nullptr) return 16;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 16;
+  while (al > 1 && a % static_cast<uintptr_t>(al) != 0) al /= 2;
+  return al;
+}
+
+}  // namespace
+
+namespace detail {
+
+// A cached matmul: descriptors, the heuristic's algorithm, and whether there was one.
+struct LtPlan {
+  MatmulDescPtr op;
+  LayoutPtr a, b, c;  // cuBLASLt's A (= our B), B (= our A), C = D
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+};
+
+struct LtPlanKey {
+  int dtype, M, N, K;
+  bool trans_a, trans_b;
+  int epilogue;  // cublasLtEpilogue_t
+  int align;     // min alignment (bytes) of every pointer the heuristic sees
+  bool operator<(const LtPlanKey& o) const {
+    return std::tie(dtype, M, N, K, trans_a, trans_b, epilogue, align) <
+           std::tie(o.dtype, o.M, o.N, o.K, o.trans_a, o.trans_b, o.epilogue, o.align);
+  }
+};
+
+struct CublasLtState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = kLtWorkspaceBytes;
+  std::map<LtPlanKey, std::unique_ptr<LtPlan>> plans;
+
+  ~CublasLtState() {
+    plans.clear();
+    if (workspace) cudaFree(workspace);  // no CHECK: may run while a fatal error unwinds
+    if (handle) cublasLtDestroy(handle);
+  }
+};
+
+void CublasLtStateDeleter::operator()(CublasLtState* s) const {
+  delete s;
+}
+
+CublasLtState* create_cublaslt_state() {
+  auto s = std::make_unique<CublasLtState>();
+  CUBLAS_CHECK(cublasLtCreate(&s->handle));
+  CUDA_CHECK(cudaMalloc(&s->workspace, s->workspace_bytes));
+  return s.release();
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::CublasLtState;
+using detail::LtPlan;
+using detail::LtPlanKey;
+
+template <class T>
+constexpr cudaDataType_t lt_type() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// The plan for this call, built (and the heuristic asked) the first time the key is seen. bias/aux are
+// set on the descriptor for the heuristic (it reads their alignment); callers set them again per call.
+template <class T>
+LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool trans_b, cublasLtEpilogue_t epilogue,
+                 const T* a, const T* b, const T* c, const T* bias, const T* aux) {
+  int align = alignment_of(a);
+  for (const void* p : {static_cast<const void*>(b), static_cast<const void*>(c), static_cast<const void*>(bias),
+                        static_cast<const void*>(aux)})
+    align = alignment_of(p) < align ? alignment_of(p) : align;
+  const LtPlanKey key{static_cast<int>(lt_type<T>()), M, N, K, trans_a, trans_b, static_cast<int>(epilogue), align};
+  auto it = st.plans.find(key);
+  if (it != st.plans.end()) return *it->second;
+
+  auto plan = std::make_unique<LtPlan>();
+  constexpr cudaDataType_t type = lt_type<T>();
+  cublasLtMatmulDesc_t op = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  plan->op.reset(op);
+  set_desc(op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set_desc(op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(epilogue));
+  if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+    set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU) {
+    set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
+    set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(N));  // rows of C^T
+  }
+  // Stored (column-major) shapes: our B (K,N) row-major is (N,K) col-major, ld N; transposed (N,K) is
+  // (K,N) col-major, ld K. Likewise our A. C^T is (N,M), ld N.
+  plan->a = trans_b ? make_layout(type, K, N, K) : make_layout(type, N, K, N);
+  plan->b = trans_a ? make_layout(type, M, K, M) : make_layout(type, K, M, K);
+  plan->c = make_layout(type, N, M, N);
+
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+  PreferencePtr pref(pref_raw);
+  const uint64_t ws = st.workspace_bytes;
+  CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t al = static_cast<uint32_t>(align);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attr, &al, sizeof(al)));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  // Not CUBLAS_CHECK: "no algorithm" (NOT_SUPPORTED) is an answer here; the caller falls back or reports.
+  const cublasStatus_t st_h = cublasLtMatmulAlgoGetHeuristic(st.handle, op, plan->a.get(), plan->b.get(), plan->c.get(),
+                                                             plan->c.get(), pref.get(), 1, &result, &returned);
+  plan->ok = st_h == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (plan->ok) plan->algo = result.algo;
+  return *st.plans.emplace(key, std::move(plan)).first->second;
+}
+
+template <class T>
+void run_plan(CublasLtState& st, LtPlan& plan, T* c, const T* a, const T* b, const T* bias, const T* aux, float beta,
+              cudaStream_t stream) {
+  cublasLtMatmulDesc_t op = plan.op.get();
+  // The cached descriptor may have been built with other pointers of the same alignment.
+  if (bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  if (aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
+  const float alpha = 1.0f;
+  CUBLAS_CHECK(cublasLtMatmul(st.handle, op, &alpha, b, plan.a.get(), a, plan.b.get(), &beta, c, plan.c.get(), c,
+                              plan.c.get(), &plan.algo, st.workspace, st.workspace_bytes, stream));
+}
+
+}  // namespace
+
+namespace detail {
+
+template <class T>
+void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K,
+                   bool trans_a, bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream) {
+  CublasLtState* st = ctx.cublaslt();
+  GPT2_CHECK(st != nullptr, "cuBLASLt GEMM on a context made for the hand backend");
+
+  // Fused epilogue when allowed and cuBLASLt has an algorithm for it. fp32 fuses only the bias: fp32 is
+  // the checking precision, and cuBLASLt does not document how it evaluates GELU (an approximate tanh
+  // would miss the 1e-5 agreement with the CPU), so fp32 GELU runs in our kernels with tanhf.
+  const bool uses_aux = ep == GemmEpilogue::kBiasGelu || ep == GemmEpilogue::kDGelu;
+  if (ep != GemmEpilogue::kNone && !ctx.test_hooks().lt_force_unfused_epilogue &&
+      (std::is_same_v<T, bf16> || !uses_aux)) {
+    if (!uses_aux || N % 8 == 0) {  // cuBLASLt: the aux leading dimension must be a multiple of 8
+      const cublasLtEpilogue_t lt_ep = ep == GemmEpilogue::kBias       ? CUBLASLT_EPILOGUE_BIAS
+                                       : ep == GemmEpilogue::kBiasGelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                       : CUBLASLT_EPILOGUE_DGELU;
+      const T* bias_used = ep == GemmEpilogue::kDGelu ? nullptr : bias;
+      LtPlan& plan = get_plan<T>(*st, M, N, K, trans_a, trans_b, lt_ep, a, b, c, bias_used, uses_aux ? aux : nullptr);
+      if (plan.ok) {
+        run_plan<T>(*st, plan, c, a, b, bias_used, uses_aux ? aux : nullptr, 0.0f, stream);
+        return;
+      }
+    }
+  }
+
+  // Plain product; the unfused epilogues seed C with the bias (beta = 1 adds the product to it in fp32,
+  // one rounding) or finish with an elementwise pass.
+  const long total = static_cast<long>(M) * N;
+  const bool seed_bias = ep == GemmEpilogue::kBias || ep == GemmEpilogue::kBiasGelu;
+  if (seed_bias) {
+    fill_rows_with_bias<T><<<elementwise_grid(total), kElementwiseThreads, 0, stream>>>(c, bias, total, N);
+    CUDA_CHECK_LAUNCH();
+  }
+  LtPlan& plan = get_plan<T>(*st, M, N, K, trans_a, trans_b, CUBLASLT_EPILOGUE_DEFAULT, a, b, c, nullptr, nullptr);
+  GPT2_CHECK(plan.ok, "cuBLASLt has no algorithm for M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a
+                                                         << " trans_b=" << trans_b
+                                                         << " type=" << (std::is_same_v<T, float> ? "fp32" : "bf16"));
+  run_plan<T>(*st, plan, c, a, b, nullptr, nullptr, (accumulate || seed_bias) ? 1.0f : 0.0f, stream);
+  if (ep == GemmEpilogue::kBiasGelu) {
+    gelu_forward_save_pre<T><<<elementwise_grid(total), kElementwiseThreads, 0, stream>>>(c, aux, total);
+    CUDA_CHECK_LAUNCH();
+  } else if (ep == GemmEpilogue::kDGelu) {
+    gelu_grad_scale_inplace<T><<<elementwise_grid(total), kElementwiseThreads, 0, stream>>>(c, aux, total);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template void gemm_cublaslt<float>(GemmContext&, float*, const float*, const float*, const float*, float*, int, int,
+                                   int, bool, bool, bool, GemmEpilogue, cudaStream_t);
+template void gemm_cublaslt<bf16>(GemmContext&, bf16*, const bf16*, const bf16*, const bf16*, bf16*, int, int, int,
+                                  bool, bool, bool, GemmEpilogue, cudaStream_t);
+
+}  // namespace detail
+
+}  // namespace gpt2::kernels

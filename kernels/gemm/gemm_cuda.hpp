@@ -1,0 +1,117 @@
+// Matrix products on the GPU, two backends behind one launcher: hand-written kernels (an fp32 SIMT
+// kernel; a bf16 tensor-core kernel on mma.sync with an ldmatrix/cp.async pipeline and split-K) and
+// cuBLASLt. Same contract for both, and the same as the CPU reference (gemm.hpp) for every use GPT-2
+// makes of it. Host-safe header (g++ compiles it).
+//
+// How GPT-2 calls it (rows = B*T, weights in Hugging Face Conv1D layout w (IC,OC)):
+//   forward      out (rows,OC)  = inp (rows,IC) @ w (IC,OC) + bias      no trans, kBias / kBiasGelu
+//   dinp         dinp (rows,IC) = dout (rows,OC) @ w^T                  trans_b (B = w seen as (N=IC, K=OC))
+//   dw           dw (IC,OC)    += inp^T @ dout                          trans_a, accumulate, K = rows (split-K)
+//   LM head      logits (rows,Vp) = lnf (rows,C) @ wte^T                trans_b
+//   LM head bwd  dinp (rows,C) = dlogits @ wte;  dwte (Vp,C) += dlogits^T @ lnf
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/common/cuda_dtype.hpp"
+
+namespace gpt2::kernels {
+
+enum class GemmBackend { kHand, kCublasLt };
+
+enum class GemmEpilogue {
+  kNone,      // C = [C +] op(A) op(B)
+  kBias,      // C = op(A) op(B) + bias[col]
+  kBiasGelu,  // pre = op(A) op(B) + bias[col]; aux = pre (stored as T); C = gelu(pre)   (MLP up-projection)
+  kDGelu,     // C = (op(A) op(B)) * gelu'(aux)   (aux: the saved pre-activation, same shape as C)
+};
+
+// "hand" | "cublaslt"; anything else is a user error (GPT2_REQUIRE) that names the bad value.
+GemmBackend parse_gemm_backend(const std::string& name);
+const char* gemm_backend_name(GemmBackend backend);
+
+// Switches that force the paths ordinary shapes do not take, so each fallback has a test. All off by
+// default; the model never touches them.
+struct GemmTestHooks {
+  bool hand_force_scalar_loads = false;    // hand bf16: the unaligned (no cp.async) tile loader
+  int hand_force_splits = 0;               // hand: this split-K factor (> 0) instead of the shape rule
+  bool lt_force_unfused_epilogue = false;  // cuBLASLt: plain matmul + our elementwise epilogue
+};
+
+namespace detail {
+struct CublasLtState;  // handle, workspace and the per-shape plan cache (gemm_cublaslt.cu)
+struct CublasLtStateDeleter {
+  void operator()(CublasLtState* s) const;
+};
+}  // namespace detail
+
+// Owns what the backends need: the cuBLASLt handle and workspace (kCublasLt), the split-K partial-sum
+// workspace (kHand). Allocates once, in the constructor; the launchers never allocate. The workspaces
+// are reused by every call, so calls that share a context must be ordered (one stream, or events):
+// use one context per concurrent stream.
+class GemmContext {
+ public:
+  explicit GemmContext(GemmBackend backend);
+  ~GemmContext();
+  GemmContext(const GemmContext&) = delete;
+  GemmContext& operator=(const GemmContext&) = delete;
+
+  GemmBackend backend() const { return backend_; }
+
+  // Hand backend: fp32 split-K partials, splits x M x N floats at most splitk_workspace_bytes().
+  float* splitk_workspace() const { return splitk_ws_; }
+  size_t splitk_workspace_bytes() const { return splitk_ws_bytes_; }
+  detail::CublasLtState* cublaslt() const { return lt_.get(); }
+
+  GemmTestHooks& test_hooks() { return hooks_; }
+  const GemmTestHooks& test_hooks() const { return hooks_; }
+
+ private:
+  GemmBackend backend_;
+  float* splitk_ws_ = nullptr;
+  size_t splitk_ws_bytes_ = 0;
+  std::unique_ptr<detail::CublasLtState, detail::CublasLtStateDeleter> lt_;
+  GemmTestHooks hooks_;
+};
+
+// C = epilogue([C +] op(A) op(B))
+//   Row-major everywhere. [out] C (M,N), ldc = N.
+//   [in] op(A) (M,K): A is (M,K) [lda = K], or (K,M) [lda = M] when trans_a.
+//   [in] op(B) (K,N): B is (K,N) [ldb = N], or (N,K) [ldb = K] when trans_b.
+//   [in] bias (N) for kBias / kBiasGelu (nullptr otherwise).
+//   [out] aux (M,N) for kBiasGelu (the pre-activation, as T); [in] aux (M,N) for kDGelu; else nullptr.
+//   accumulate: C += (only with kNone); otherwise C is overwritten (= ).
+//   M, N >= 0 (nothing to do when either is 0), K >= 1. C must not alias A, B, bias or aux.
+// Arithmetic in fp32 with fp32 accumulators; for T = float true fp32 FMA (no TF32), so it matches the
+// CPU to ~1e-6. Deterministic: the same inputs give the same bits (the hand split-K factor depends on
+// the shape only; partial sums are reduced in a fixed order).
+template <class T>
+void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
+               bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
+
+// The split-K factor the hand backend uses for this shape and storage type (1 = no split). For tests
+// and benchmarks: it depends on (M, N, K, T) and the fixed workspace size only.
+template <class T>
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K);
+
+// Bias gradient: dbias[j] += sum_i dout[i,j]
+//   [in] dout (N,OC);  [in,out] dbias (OC) +=;  scratch: bias_backward_scratch_bytes(N, OC) bytes.
+//   Deterministic: fp32 column sums of fixed row chunks go to scratch, then one pass adds the chunks
+//   in order. Sums in fp32; dbias is read and written as T.
+size_t bias_backward_scratch_bytes(int N, int OC);
+template <class T>
+void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream_t stream);
+
+namespace detail {
+// The cuBLASLt backend (gemm_cublaslt.cu); gemm_cuda dispatches to it after checking the arguments.
+CublasLtState* create_cublaslt_state();
+template <class T>
+void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K,
+                   bool trans_a, bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace gpt2::kernels

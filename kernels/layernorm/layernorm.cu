@@ -1,0 +1,504 @@
+// CUDA layernorm: forward, forward fused with the residual add, backward. See layernorm_cuda.hpp.
+//
+// Layout of the work:
+//   forward   one warp per row; the row is loaded once with 128-bit loads into registers, mean and
+//             then var = mean((x - mean)^2) are reduced from those registers, and the output is
+//             written from them: the row crosses HBM exactly once each way.
+//   backward  one warp per row computes dinp the same way. dweight/dbias need a sum over rows:
+//             each lane owns fixed channels, so each warp accumulates its rows into its own slice
+//             of shared memory (no races, no atomics); a block adds its warps' slices in warp
+//             order into one fp32 partial per block (scratch), and a second kernel adds the
+//             partials in block order. Row chunks per block depend on N only -> same bits always.
+//   fallback  any C, any alignment: scalar warp-per-row kernels that re-read the row from global
+//             memory (L1/L2) for each pass, and a channel-per-thread kernel for the partials.
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/layernorm/layernorm.hpp"
+#include "kernels/layernorm/layernorm_cuda.hpp"
+
+namespace gpt2::kernels {
+namespace {
+
+using cuda::ceil_div;
+using cuda::from_f32;
+using cuda::kWarpSize;
+using cuda::load128;
+using cuda::load128cs;
+using cuda::Packed128;
+using cuda::store128;
+using cuda::to_f32;
+using cuda::warp_sum;
+
+// ---- launch configuration ------------------------------------------------------------------------
+
+// Warp-per-row kernels (forward, fallback dinp): 8 rows per 256-thread block. Small blocks keep the
+// tail of the last wave short; 8 warps per block is enough to fill an SM with a few blocks.
+struct RowLaunch {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * kWarpSize;
+};
+
+// Registers hold at most this many 16-byte packs per lane (a row of up to 512 packs: C <= 4096 bf16,
+// C <= 2048 fp32). Wider rows take the scalar fallback. The packs-per-lane count is a template
+// parameter so the row array stays in registers; these are the instantiated values.
+constexpr int kMaxPacksPerLane = 16;
+
+// Backward, fast path. Each warp owns 2*C floats of shared memory (its dweight and dbias partials),
+// so a block needs kWarps * 8 * C bytes: 48 KiB at C = 768 (4 blocks per H100 SM), 100 KiB at
+// C = 1600 (2 per SM), 128 KiB at C = 2048, the largest C taken on this path (A100 allows 163 KiB).
+struct BwdLaunch {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kMaxC = 2048;
+  // A block handles a chunk of at least 32 rows (4 per warp) so that the partial it writes (2C
+  // floats) and the second kernel's read of it stay a few percent of the row traffic, and at most
+  // 512 blocks (partials <= 512 * 2C floats). Both are fixed numbers, not device properties: the
+  // partition, and so the summation order, depends on N only.
+  static constexpr int kMinRowsPerBlock = 32;
+  static constexpr int kMaxBlocks = 512;
+};
+
+// Fallback dparams: one thread per channel walks the rows of one chunk.
+constexpr int kColumnThreads = 256;
+
+// Sum of the partials: 32 columns (one coalesced 128-byte row segment per warp) x 16 warps that
+// split the partial rows (g = warp, warp + 16, ...) so each thread has few dependent loads; the 16
+// are then added in warp order.
+struct PartialSumLaunch {
+  static constexpr int kCols = kWarpSize;
+  static constexpr int kRows = 16;
+  static constexpr int kThreads = kCols * kRows;
+};
+
+struct BwdPartition {
+  int blocks;          // number of row chunks = number of partials
+  int rows_per_block;  // rows in each chunk (the last one may have fewer)
+};
+
+BwdPartition bwd_partition(int N) {
+  if (N <= 0) return {0, 0};
+  long blocks = ceil_div(N, BwdLaunch::kMinRowsPerBlock);
+  if (blocks > BwdLaunch::kMaxBlocks) blocks = BwdLaunch::kMaxBlocks;
+  const long rows = ceil_div(N, blocks);
+  return {static_cast<int>(ceil_div(N, rows)), static_cast<int>(rows)};
+}
+
+template <class T>
+bool aligned16(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Calls f(std::integral_constant<int, K>) with the smallest instantiated K >= packs_per_lane
+// (callers guarantee packs_per_lane <= kMax; only K <= kMax is instantiated).
+template <int kMax, class F>
+void with_packs_per_lane(int packs_per_lane, F&& f) {
+  static_assert(kMax == 8 || kMax == 16, "kMax must be one of the instantiated counts 8 or 16");
+  if (packs_per_lane <= 1) return f(std::integral_constant<int, 1>{});
+  if (packs_per_lane <= 2) return f(std::integral_constant<int, 2>{});
+  if (packs_per_lane <= 3) return f(std::integral_constant<int, 3>{});
+  if (packs_per_lane <= 4) return f(std::integral_constant<int, 4>{});
+  if (packs_per_lane <= 6) return f(std::integral_constant<int, 6>{});
+  if constexpr (kMax == 8) {
+    return f(std::integral_constant<int, 8>{});
+  } else {
+    if (packs_per_lane <= 8) return f(std::integral_constant<int, 8>{});
+    if (packs_per_lane <= 12) return f(std::integral_constant<int, 12>{});
+    return f(std::integral_constant<int, 16>{});
+  }
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+// One warp per row, the row in registers as kPacks 16-byte packs per lane (pack p = lane + 32k).
+// kFused: x = round_T(a + b) is computed, stored to `residual`, and normalised from the rounded
+// value; otherwise x = inp (passed as `a`).
+template <class T, int kPacks, bool kFused>
+__global__ void __launch_bounds__(RowLaunch::kThreads)
+    layernorm_fwd_warp_per_row_vec(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                   const T* weight, const T* bias, int N, int C) {
+  constexpr int V = Packed128<T>::kSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * RowLaunch::kWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // the whole warp leaves together: the shuffles below see full warps
+  const int P = C / V;
+  const size_t off = static_cast<size_t>(row) * C;
+
+  Packed128<T> x[kPacks];
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + k * kWarpSize;
+    if (p < P) {
+      if constexpr (kFused) {
+        const Packed128<T> pa = load128cs(a + off + p * V);
+        const Packed128<T> pb = load128cs(b + off + p * V);
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[k][e] = from_f32<T>(to_f32(pa[e]) + to_f32(pb[e]));
+        store128(residual + off + p * V, x[k]);
+      } else {
+        x[k] = load128cs(a + off + p * V);
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum += to_f32(x[k][e]);
+    }
+  }
+  const float m = warp_sum(sum) / C;
+
+  float var = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    if (lane + k * kWarpSize < P) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float d = to_f32(x[k][e]) - m;
+        var += d * d;
+      }
+    }
+  }
+  const float s = 1.0f / sqrtf(warp_sum(var) / C + kLayerNormEps);
+
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + k * kWarpSize;
+    if (p < P) {
+      const Packed128<T> w = load128(weight + p * V);
+      const Packed128<T> bb = load128(bias + p * V);
+      Packed128<T> o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) o[e] = from_f32<T>((to_f32(x[k][e]) - m) * s * to_f32(w[e]) + to_f32(bb[e]));
+      store128(out + off + p * V, o);
+    }
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// Fallback for any C and alignment: one warp per row, element c handled by lane c % 32 in every
+// pass, so in the fused form each lane re-reads only residual elements it wrote itself.
+template <class T, bool kFused>
+__global__ void __launch_bounds__(RowLaunch::kThreads)
+    layernorm_fwd_warp_per_row_scalar(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                      const T* weight, const T* bias, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * RowLaunch::kWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const size_t off = static_cast<size_t>(row) * C;
+  const T* x = kFused ? residual + off : a + off;
+
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    if constexpr (kFused) {
+      const T r = from_f32<T>(to_f32(a[off + c]) + to_f32(b[off + c]));
+      residual[off + c] = r;
+      sum += to_f32(r);
+    } else {
+      sum += to_f32(x[c]);
+    }
+  }
+  const float m = warp_sum(sum) / C;
+  float var = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = to_f32(x[c]) - m;
+    var += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(var) / C + kLayerNormEps);
+  for (int c = lane; c < C; c += kWarpSize) {
+    out[off + c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+template <class T, bool kFused>
+void launch_forward(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+                    const T* bias, int N, int C, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  const int packs_per_lane = static_cast<int>(ceil_div(C / V, kWarpSize));
+  bool vec = C % V == 0 && packs_per_lane <= kMaxPacksPerLane && aligned16(out) && aligned16(a) && aligned16(weight) &&
+             aligned16(bias);
+  if constexpr (kFused) vec = vec && aligned16(residual) && aligned16(b);
+  const dim3 grid(static_cast<unsigned>(ceil_div(N, RowLaunch::kWarps)));
+  if (vec) {
+    with_packs_per_lane<kMaxPacksPerLane>(packs_per_lane, [&](auto packs) {
+      layernorm_fwd_warp_per_row_vec<T, decltype(packs)::value, kFused>
+          <<<grid, RowLaunch::kThreads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    });
+  } else {
+    layernorm_fwd_warp_per_row_scalar<T, kFused>
+        <<<grid, RowLaunch::kThreads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// Where lane `lane`'s element e of its k-th pack keeps its running dweight (or dbias) sum inside its
+// warp's C-float slice: lanes are adjacent for every (k, e), so the 32 lanes hit 32 different banks.
+// Group k holds the packs 32k .. 32k+n-1 (n = 32, or fewer in the last group), V elements each.
+__device__ __forceinline__ int acc_slot(int k, int e, int lane, int P, int V) {
+  const int n = min(kWarpSize, P - k * kWarpSize);
+  return k * kWarpSize * V + e * n + lane;
+}
+
+// One warp per row for dinp (row in registers); dweight/dbias accumulated per warp in shared
+// memory, then added over the block's warps in warp order into partials[blockIdx.x] (2C floats:
+// dweight partial, then dbias partial). Rows of block g: [g*R, min((g+1)*R, N)), warp w takes rows
+// g*R + w, g*R + w + kWarps, ...
+template <class T, int kPacks>
+__global__ void __launch_bounds__(BwdLaunch::kThreads)
+    layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
+                                   const float* mean, const float* rstd, int N, int C, int rows_per_block) {
+  constexpr int V = Packed128<T>::kSize;
+  extern __shared__ float acc_shared[];  // [kWarps][2][C]
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int P = C / V;
+  float* acc_dw = acc_shared + static_cast<size_t>(warp) * 2 * C;
+  float* acc_db = acc_dw + C;
+
+  // Each lane zeroes the slots only it will touch: no barrier needed before the row loop.
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    if (lane + k * kWarpSize < P) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int slot = acc_slot(k, e, lane, P, V);
+        acc_dw[slot] = 0.0f;
+        acc_db[slot] = 0.0f;
+      }
+    }
+  }
+
+  const int row_begin = blockIdx.x * rows_per_block;
+  const int row_end = min(row_begin + rows_per_block, N);
+  for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
+    const size_t off = static_cast<size_t>(row) * C;
+    const float m = mean[row], s = rstd[row];
+    Packed128<T> d[kPacks], x[kPacks];
+    float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = lane + k * kWarpSize;
+      if (p < P) {
+        d[k] = load128cs(dout + off + p * V);
+        x[k] = load128cs(inp + off + p * V);
+        const Packed128<T> w = load128(weight + p * V);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float xhat = (to_f32(x[k][e]) - m) * s;
+          const float dn = to_f32(w[e]) * to_f32(d[k][e]);
+          dn_sum += dn;
+          dn_xhat_sum += dn * xhat;
+        }
+      }
+    }
+    const float dn_mean = warp_sum(dn_sum) / C;
+    const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
+
+    Packed128<T> di[kPacks];  // all dinp loads in flight together, before any store
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = lane + k * kWarpSize;
+      if (p < P) di[k] = load128(dinp + off + p * V);
+    }
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = lane + k * kWarpSize;
+      if (p < P) {
+        const Packed128<T> w = load128(weight + p * V);
+        Packed128<T> o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float g = to_f32(d[k][e]);
+          const float xhat = (to_f32(x[k][e]) - m) * s;
+          const float dn = to_f32(w[e]) * g;
+          o[e] = from_f32<T>(to_f32(di[k][e]) + (dn - dn_mean - xhat * dn_xhat_mean) * s);
+          const int slot = acc_slot(k, e, lane, P, V);
+          acc_dw[slot] += xhat * g;
+          acc_db[slot] += g;
+        }
+        store128(dinp + off + p * V, o);
+      }
+    }
+  }
+  __syncthreads();
+
+  float* part = partials + static_cast<size_t>(blockIdx.x) * 2 * C;
+  for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+    const int which = j < C ? 0 : 1;  // 0: dweight, 1: dbias
+    const int c = j - which * C;
+    const int p = c / V;
+    const int slot = which * C + acc_slot(p / kWarpSize, c % V, p % kWarpSize, P, V);
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * C + slot];
+    part[j] = sum;
+  }
+}
+
+// Fallback dinp: one warp per row, any C and alignment, two passes over global memory.
+template <class T>
+__global__ void __launch_bounds__(RowLaunch::kThreads)
+    layernorm_bwd_dinp_warp_per_row_scalar(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
+                                           const float* rstd, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * RowLaunch::kWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const size_t off = static_cast<size_t>(row) * C;
+  const float m = mean[row], s = rstd[row];
+  float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float xhat = (to_f32(inp[off + c]) - m) * s;
+    const float dn = to_f32(weight[c]) * to_f32(dout[off + c]);
+    dn_sum += dn;
+    dn_xhat_sum += dn * xhat;
+  }
+  const float dn_mean = warp_sum(dn_sum) / C;
+  const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float xhat = (to_f32(inp[off + c]) - m) * s;
+    const float dn = to_f32(weight[c]) * to_f32(dout[off + c]);
+    dinp[off + c] = from_f32<T>(to_f32(dinp[off + c]) + (dn - dn_mean - xhat * dn_xhat_mean) * s);
+  }
+}
+
+// Fallback dweight/dbias partials: thread per channel (coalesced across the block), block row
+// blockIdx.y = row chunk, rows summed in order. Same partials layout as the fast path.
+template <class T>
+__global__ void __launch_bounds__(kColumnThreads)
+    layernorm_bwd_dparams_column_partials(float* partials, const T* dout, const T* inp, const float* mean,
+                                          const float* rstd, int N, int C, int rows_per_block) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int row_begin = blockIdx.y * rows_per_block;
+  const int row_end = min(row_begin + rows_per_block, N);
+  float dw = 0.0f, db = 0.0f;
+  for (int row = row_begin; row < row_end; ++row) {
+    const size_t i = static_cast<size_t>(row) * C + c;
+    const float g = to_f32(dout[i]);
+    dw += (to_f32(inp[i]) - mean[row]) * rstd[row] * g;
+    db += g;
+  }
+  float* part = partials + static_cast<size_t>(blockIdx.y) * 2 * C;
+  part[c] = dw;
+  part[C + c] = db;
+}
+
+// dweight[c] += sum_g partials[g][c], dbias[c] += sum_g partials[g][C + c], in a fixed order:
+// warp y sums g = y, y + kRows, ... and the kRows sums are then added in y order.
+template <class T>
+__global__ void __launch_bounds__(PartialSumLaunch::kThreads)
+    layernorm_bwd_sum_partials(T* dweight, T* dbias, const float* partials, int num_partials, int C) {
+  __shared__ float sums[PartialSumLaunch::kRows][PartialSumLaunch::kCols];
+  const int x = threadIdx.x % PartialSumLaunch::kCols, y = threadIdx.x / PartialSumLaunch::kCols;
+  const int j = blockIdx.x * PartialSumLaunch::kCols + x;
+  float sum = 0.0f;
+  if (j < 2 * C) {
+#pragma unroll 8
+    for (int g = y; g < num_partials; g += PartialSumLaunch::kRows) sum += partials[static_cast<size_t>(g) * 2 * C + j];
+  }
+  sums[y][x] = sum;
+  __syncthreads();
+  if (y == 0 && j < 2 * C) {
+    float total = 0.0f;
+#pragma unroll
+    for (int r = 0; r < PartialSumLaunch::kRows; ++r) total += sums[r][x];
+    T* dst = j < C ? dweight + j : dbias + (j - C);
+    *dst = from_f32<T>(to_f32(*dst) + total);
+  }
+}
+
+}  // namespace
+
+// ---- launchers ---------------------------------------------------------------------------------
+
+template <class T>
+void layernorm_forward_cuda(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
+                            int C, cudaStream_t stream) {
+  GPT2_CHECK(N >= 0, "N = " << N);
+  GPT2_CHECK(C >= 1, "C = " << C);
+  if (N == 0) return;
+  GPT2_CHECK(out && mean && rstd && inp && weight && bias, "(a null pointer) N = " << N << " C = " << C);
+  launch_forward<T, false>(nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C, stream);
+}
+
+template <class T>
+void residual_layernorm_forward_cuda(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                     const T* weight, const T* bias, int N, int C, cudaStream_t stream) {
+  GPT2_CHECK(N >= 0, "N = " << N);
+  GPT2_CHECK(C >= 1, "C = " << C);
+  if (N == 0) return;
+  GPT2_CHECK(residual && out && mean && rstd && a && b && weight && bias, "(a null pointer) N = " << N << " C = " << C);
+  launch_forward<T, true>(residual, out, mean, rstd, a, b, weight, bias, N, C, stream);
+}
+
+size_t layernorm_backward_scratch_bytes(int N, int C) {
+  GPT2_CHECK(N >= 0, "N = " << N);
+  GPT2_CHECK(C >= 1, "C = " << C);
+  return static_cast<size_t>(bwd_partition(N).blocks) * 2 * static_cast<size_t>(C) * sizeof(float);
+}
+
+template <class T>
+void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
+                             const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+  GPT2_CHECK(N >= 0, "N = " << N);
+  GPT2_CHECK(C >= 1, "C = " << C);
+  if (N == 0) return;
+  GPT2_CHECK(dinp && dweight && dbias && dout && inp && weight && mean && rstd,
+             "(a null pointer) N = " << N << " C = " << C);
+  GPT2_CHECK(scratch != nullptr && reinterpret_cast<uintptr_t>(scratch) % alignof(float) == 0,
+             "scratch = " << scratch << " (needs layernorm_backward_scratch_bytes(" << N << ", " << C
+                          << ") = " << layernorm_backward_scratch_bytes(N, C) << " bytes, 4-byte aligned)");
+  constexpr int V = 16 / sizeof(T);
+  const BwdPartition part = bwd_partition(N);
+  float* partials = static_cast<float*>(scratch);
+  const bool vec =
+      C % V == 0 && C <= BwdLaunch::kMaxC && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
+  if (vec) {
+    const int packs_per_lane = static_cast<int>(ceil_div(C / V, kWarpSize));
+    const size_t smem = static_cast<size_t>(BwdLaunch::kWarps) * 2 * C * sizeof(float);
+    // C <= kMaxC: at most kMaxC / (32 V) packs per lane (8 for bf16, 16 for fp32).
+    constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
+    with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
+      auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
+      // Above 48 KiB of dynamic shared memory a kernel must opt in (host-side attribute, no sync).
+      if (smem > 48 * 1024) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      }
+      kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
+                                                                 part.rows_per_block);
+    });
+    CUDA_CHECK_LAUNCH();
+  } else {
+    layernorm_bwd_dinp_warp_per_row_scalar<T>
+        <<<static_cast<unsigned>(ceil_div(N, RowLaunch::kWarps)), RowLaunch::kThreads, 0, stream>>>(
+            dinp, dout, inp, weight, mean, rstd, N, C);
+    CUDA_CHECK_LAUNCH();
+    const dim3 grid(static_cast<unsigned>(ceil_div(C, kColumnThreads)), static_cast<unsigned>(part.blocks));
+    layernorm_bwd_dparams_column_partials<T>
+        <<<grid, kColumnThreads, 0, stream>>>(partials, dout, inp, mean, rstd, N, C, part.rows_per_block);
+    CUDA_CHECK_LAUNCH();
+  }
+  layernorm_bwd_sum_partials<T>
+      <<<static_cast<unsigned>(ceil_div(2L * C, PartialSumLaunch::kCols)), PartialSumLaunch::kThreads, 0, stream>>>(
+          dweight, dbias, partials, part.blocks, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define GPT2_INSTANTIATE_LAYERNORM(T)                                                                                \
+  template void layernorm_forward_cuda<T>(T*, float*, float*, const T*, const T*, const T*, int, int, cudaStream_t); \
+  template void residual_layernorm_forward_cuda<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*,   \
+                                                   int, int, cudaStream_t);                                          \
+  template void layernorm_backward_cuda<T>(T*, T*, T*, void*, const T*, const T*, const T*, const float*,            \
+                                           const float*, int, int, cudaStream_t);
+GPT2_INSTANTIATE_LAYERNORM(float)
+GPT2_INSTANTIATE_LAYERNORM(bf16)
+#undef GPT2_INSTANTIATE_LAYERNORM
+
+}  // namespace gpt2::kernels

@@ -1,0 +1,61 @@
+// CUDA layernorm launchers (kernels in layernorm.cu). Same semantics as the CPU reference in
+// layernorm.hpp, so the model can swap one for the other. Host-safe: g++ compiles this header.
+//
+// T is the storage type (float or gpt2::bf16); statistics (mean, rstd) and all arithmetic are fp32.
+// Every launcher enqueues on `stream`, never synchronizes and never allocates. Results are
+// deterministic: the same inputs give the same bits on every run (no float atomics anywhere).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/common/cuda_dtype.hpp"
+
+namespace gpt2::kernels {
+
+// out = (x - mean(x)) * rstd * weight + bias,  rstd = 1 / sqrt(var(x) + 1e-5), per row;
+// mean first, then var = mean((x - mean)^2) from the row held in registers (two passes, no
+// E[x^2] - E[x]^2 cancellation).
+//   [in]  inp (N,C), weight (C), bias (C)
+//   [out] out (N,C), mean (N), rstd (N)      (overwritten; mean/rstd are kept for the backward)
+// N >= 0, C >= 1, any C: a warp per row with 128-bit loads when C % (16/sizeof(T)) == 0, every T
+// pointer is 16-byte aligned and the row fits in registers (C <= 512 * 16/sizeof(T)); otherwise a
+// scalar warp-per-row kernel.
+template <class T>
+void layernorm_forward_cuda(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
+                            int C, cudaStream_t stream);
+
+// Residual add fused with the layernorm that follows it:
+//   residual = round_T(a + b);  out = layernorm(residual)
+// The normalisation reads the ROUNDED residual, i.e. exactly what is stored and what the backward
+// later reads as `inp`, so forward statistics and backward agree bit for bit.
+//   [in]  a, b (N,C), weight (C), bias (C)
+//   [out] residual (N,C), out (N,C), mean (N), rstd (N)   (overwritten)
+template <class T>
+void residual_layernorm_forward_cuda(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                     const T* weight, const T* bias, int N, int C, cudaStream_t stream);
+
+// Bytes of scratch layernorm_backward_cuda needs for (N, C): fp32 per-block partial sums of
+// dweight/dbias. Depends on N and C only (never on the device), so the summation order, and with
+// it every bit of dweight/dbias, is the same on every GPU.
+size_t layernorm_backward_scratch_bytes(int N, int C);
+
+// Backward of layernorm_forward_cuda.
+//   dnorm = dout * weight,  xhat = (inp - mean) * rstd
+//   dinp    += rstd * (dnorm - mean_c(dnorm) - xhat * mean_c(dnorm * xhat))
+//   dweight += sum_rows xhat * dout,   dbias += sum_rows dout
+//   [in]  dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
+//   [in,out] dinp (N,C), dweight (C), dbias (C)   (all accumulated with +=, like the CPU reference)
+//   scratch: at least layernorm_backward_scratch_bytes(N, C) bytes of device memory, 4-byte
+//   aligned; its contents on entry do not matter.
+// dweight/dbias are summed in fp32 (per-block partials over fixed row chunks, then a second kernel
+// adds the partials in block order) and added to the stored T value once.
+// N >= 0, C >= 1, any C: a warp per row with 128-bit loads and per-warp shared-memory dweight/dbias
+// sums when C % (16/sizeof(T)) == 0, C <= 2048 and the T pointers are 16-byte aligned; otherwise
+// scalar kernels (a warp per row for dinp, a thread per channel for the partials).
+template <class T>
+void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
+                             const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+
+}  // namespace gpt2::kernels

@@ -1,0 +1,214 @@
+// CUDA flash attention (kernels/attention/attention.cu) against the CPU reference (attention_cpu.cpp):
+// forward output and log-sum-exp, backward dq/dk/dv, over a sweep of shapes (T = 1, 37, 129, 1024;
+// head sizes 12 to 128, odd ones included), both storage types, both paths (tensor cores and the fp32
+// SIMT fallback forced through attention_force_generic), determinism and full overwrite of outputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention.hpp"
+#include "kernels/attention/attention_cuda.hpp"
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+
+namespace gpt2 {
+namespace {
+
+struct Shape {
+  int B, T, C, NH;
+  float input_scale = 1.0f;  // std of q, k, v: larger -> peakier softmax
+};
+
+std::string name(const Shape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+         " NH=" + std::to_string(s.NH) + " hs=" + std::to_string(s.C / s.NH);
+}
+
+// lse[b,h,t] = log sum_{t2<=t} exp(q.k / sqrt(hs)) in double: the statistic the forward saves.
+std::vector<float> reference_lse(const std::vector<float>& qkv, const Shape& s) {
+  const int hs = s.C / s.NH, C3 = 3 * s.C;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  std::vector<float> lse(static_cast<size_t>(s.B) * s.NH * s.T);
+  std::vector<double> sc(s.T);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        const float* q = &qkv[(static_cast<size_t>(b) * s.T + t) * C3 + h * hs];
+        double mx = -INFINITY;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* k = &qkv[(static_cast<size_t>(b) * s.T + t2) * C3 + s.C + h * hs];
+          double dot = 0;
+          for (int i = 0; i < hs; ++i) dot += static_cast<double>(q[i]) * k[i];
+          sc[t2] = dot * scale;
+          mx = std::max(mx, sc[t2]);
+        }
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) sum += std::exp(sc[t2] - mx);
+        lse[(static_cast<size_t>(b) * s.NH + h) * s.T + t] = static_cast<float>(mx + std::log(sum));
+      }
+  return lse;
+}
+
+// out = att . v with given probabilities (the naive bf16 chain stores att in bf16 before this product).
+std::vector<float> apply_att(const std::vector<float>& att, const std::vector<float>& qkv, const Shape& s) {
+  const int hs = s.C / s.NH, C3 = 3 * s.C;
+  std::vector<float> out(static_cast<size_t>(s.B) * s.T * s.C, 0.0f);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        const float* a = &att[((static_cast<size_t>(b) * s.NH + h) * s.T + t) * s.T];
+        float* o = &out[(static_cast<size_t>(b) * s.T + t) * s.C + h * hs];
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* v = &qkv[(static_cast<size_t>(b) * s.T + t2) * C3 + 2 * s.C + h * hs];
+          for (int i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
+        }
+      }
+  return out;
+}
+
+// All-ones bytes are NaN in fp32 and bf16: any element a kernel fails to write shows up as an error.
+void poison(void* p, size_t bytes) {
+  CUDA_CHECK(cudaMemset(p, 0xff, bytes));
+}
+
+void expect_bit_identical(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << " differs between two runs";
+}
+
+template <class T>
+void check_attention(const Shape& s, bool force_generic, uint32_t seed) {
+  SCOPED_TRACE(name(s) + (std::is_same_v<T, float> ? " fp32" : " bf16") + (force_generic ? " generic path" : ""));
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+  const size_t n_lse = static_cast<size_t>(s.B) * s.NH * s.T;
+  const std::vector<float> qkv = test::round_to<T>(test::random_vec(n_qkv, seed, s.input_scale));
+  const std::vector<float> dout = test::round_to<T>(test::random_vec(n_out, seed + 1));
+
+  // fp32 reference on the rounded inputs
+  std::vector<float> out_ref(n_out), att(n_lse * s.T), dqkv_ref(n_qkv);
+  kernels::attention_forward_cpu(out_ref.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  kernels::attention_backward_cpu(dqkv_ref.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+  const std::vector<float> lse_ref = reference_lse(qkv, s);
+  // naive bf16 chain: probabilities stored in bf16, every output rounded to bf16
+  std::vector<float> out_naive, dqkv_naive;
+  if constexpr (!std::is_same_v<T, float>) {
+    const std::vector<float> att_bf16 = test::round_bf16(att);
+    out_naive = test::round_bf16(apply_att(att_bf16, qkv, s));
+    dqkv_naive.resize(n_qkv);
+    kernels::attention_backward_cpu(dqkv_naive.data(), dout.data(), qkv.data(), att_bf16.data(), s.B, s.T, s.C, s.NH);
+    dqkv_naive = test::round_bf16(dqkv_naive);
+  }
+
+  DeviceBuffer<T> d_qkv, d_dout, d_out(n_out), d_dqkv(n_qkv);
+  DeviceBuffer<float> d_lse(n_lse);
+  DeviceBuffer<char> scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
+  d_qkv.upload(qkv);
+  d_dout.upload(dout);
+  CudaStream stream;
+  kernels::attention_force_generic(force_generic);
+
+  std::vector<float> out[2], lse[2], dqkv[2];
+  for (int run = 0; run < 2; ++run) {
+    poison(d_out.data(), d_out.bytes());
+    poison(d_lse.data(), d_lse.bytes());
+    poison(d_dqkv.data(), d_dqkv.bytes());
+    poison(scratch.data(), scratch.bytes());
+    kernels::attention_forward_cuda<T>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, stream.get());
+    kernels::attention_backward_cuda<T>(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_out.data(),
+                                        d_lse.data(), s.B, s.T, s.C, s.NH, stream.get());
+    stream.sync();
+    out[run] = d_out.download();
+    lse[run] = d_lse.download();
+    dqkv[run] = d_dqkv.download();
+  }
+  kernels::attention_force_generic(false);
+
+  test::expect_close<T>(out[0], out_ref, out_naive, "out");
+  test::expect_close<T>(dqkv[0], dqkv_ref, dqkv_naive, "dqkv");
+  // lse: fp32 statistics in both storage types (bf16 only rounds the inputs, which the reference shares)
+  const double lse_tol = (std::is_same_v<T, float> ? 1e-5 : 4e-5) * std::max(1.0, test::max_abs(lse_ref));
+  const double lse_err = test::max_abs_diff(lse[0], lse_ref);
+  EXPECT_LE(lse_err, lse_tol) << "lse: max abs error " << lse_err;
+
+  expect_bit_identical(out[0], out[1], "out");
+  expect_bit_identical(lse[0], lse[1], "lse");
+  expect_bit_identical(dqkv[0], dqkv[1], "dqkv");
+}
+
+// Awkward shapes: T = 1 and not a multiple of any tile, C = 72 with head sizes 72..12, odd head sizes.
+const Shape kSmallShapes[] = {
+    {1, 1, 64, 1},    {3, 37, 72, 1},   {3, 37, 72, 2},   {3, 37, 72, 3},         {3, 37, 72, 4},
+    {3, 37, 72, 6},   {2, 45, 126, 2},  {1, 50, 63, 7},   {2, 64, 128, 2},        {2, 200, 256, 4},
+    {1, 128, 320, 4}, {1, 130, 384, 4}, {1, 129, 512, 4}, {1, 150, 256, 4, 3.0f},
+};
+// Head sizes with a tensor-core kernel (64, 80, 96, 128), run again through the fp32 SIMT fallback.
+const Shape kTensorCoreShapes[] = {
+    {2, 200, 256, 4}, {1, 128, 320, 4}, {1, 130, 384, 4}, {1, 129, 512, 4}, {3, 37, 256, 4}, {1, 1, 64, 1},
+};
+const Shape kGpt2Shape = {2, 1024, 768, 12};
+
+template <class T>
+class AttentionTest : public ::testing::Test {};
+using StorageTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(AttentionTest, StorageTypes);
+
+TYPED_TEST(AttentionTest, SmallShapesMatchCpu) {
+  uint32_t seed = 100;
+  for (const Shape& s : kSmallShapes) check_attention<TypeParam>(s, false, seed += 10);
+}
+
+TYPED_TEST(AttentionTest, Gpt2ShapeMatchesCpu) {
+  check_attention<TypeParam>(kGpt2Shape, false, 7);
+}
+
+TEST(AttentionFallback, GenericPathMatchesCpuAtTensorCoreHeadSizes) {
+  uint32_t seed = 500;
+  for (const Shape& s : kTensorCoreShapes) check_attention<bf16>(s, true, seed += 10);
+}
+
+TEST(AttentionFallback, GenericPathMatchesCpuAtGpt2Shape) {
+  check_attention<bf16>(kGpt2Shape, true, 9);
+}
+
+// The tensor-core and SIMT paths compute the same function: their bf16 outputs agree to a few bf16 ulps.
+TEST(AttentionFallback, TensorCoreAndGenericPathsAgree) {
+  const Shape s = {2, 200, 256, 4};
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+  DeviceBuffer<bf16> d_qkv, d_dout, d_out(n_out), d_dqkv(n_qkv);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
+  DeviceBuffer<char> scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
+  d_qkv.upload(test::random_vec(n_qkv, 42));
+  d_dout.upload(test::random_vec(n_out, 43));
+  std::vector<float> out[2], lse[2], dqkv[2];
+  for (int generic = 0; generic < 2; ++generic) {
+    kernels::attention_force_generic(generic == 1);
+    kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+    kernels::attention_backward_cuda<bf16>(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_out.data(),
+                                           d_lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    out[generic] = d_out.download();
+    lse[generic] = d_lse.download();
+    dqkv[generic] = d_dqkv.download();
+  }
+  kernels::attention_force_generic(false);
+  EXPECT_LE(test::max_abs_diff(out[0], out[1]), 4.0 / 256 * test::max_abs(out[1]));
+  EXPECT_LE(test::max_abs_diff(lse[0], lse[1]), 1e-4 * std::max(1.0, test::max_abs(lse[1])));
+  EXPECT_LE(test::max_abs_diff(dqkv[0], dqkv[1]), 4.0 / 256 * test::max_abs(dqkv[1]));
+}
+
+TEST(AttentionDeathTest, HeadSizeAbove128IsRejected) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(kernels::attention_forward_cuda<float>(nullptr, nullptr, nullptr, 1, 8, 1024, 4, nullptr),
+               "head size hs=C/NH=256");
+  EXPECT_DEATH(kernels::attention_backward_cuda<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 1040,
+                                                      8, nullptr),
+               "head size hs=C/NH=130");
+}
+
+}  // namespace
+}  // namespace gpt2

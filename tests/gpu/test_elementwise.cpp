@@ -1,0 +1,346 @@
+// The small memory-bound CUDA kernels against their CPU references: GELU (gelu.hpp), fused
+// softmax + cross-entropy (softmax_xent.hpp), AdamW (adamw.hpp) and the deterministic reductions
+// (reduce.hpp). Every kernel runs in fp32 and bf16, over awkward sizes (tails shorter than a 128-bit
+// vector, rows that are not a whole number of vectors) and misaligned pointers, which force the
+// scalar fallback paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/adamw/adamw.hpp"
+#include "kernels/adamw/adamw_cuda.hpp"
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "kernels/gelu/gelu.hpp"
+#include "kernels/gelu/gelu_cuda.hpp"
+#include "kernels/reduce/reduce.hpp"
+#include "kernels/reduce/reduce_cuda.hpp"
+#include "kernels/softmax_xent/softmax_xent.hpp"
+#include "kernels/softmax_xent/softmax_xent_cuda.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+
+namespace gpt2::test {
+namespace {
+
+using kernels::AdamWStep;
+
+// Sizes: one element, a tail shorter than any vector, a long odd tensor.
+const long kSizes[] = {1, 7, 1000003};
+
+// A device buffer laid out as [offset elements | n payload | kGuard guard elements], with payload at
+// data() + offset: an offset of 1 misaligns every 128-bit access and forces the scalar path, and the
+// guard catches writes past the end.
+constexpr long kGuard = 16;
+constexpr float kSentinel = 12345.0f;  // exact in bf16
+
+template <class T>
+struct Padded {
+  DeviceBuffer<T> buf;
+  long offset = 0, n = 0;
+  Padded(const std::vector<float>& payload, long off) : offset(off), n(static_cast<long>(payload.size())) {
+    std::vector<float> host(offset + n + kGuard, kSentinel);
+    std::copy(payload.begin(), payload.end(), host.begin() + offset);
+    buf.upload(host);
+  }
+  T* data() { return buf.data() + offset; }
+  std::vector<float> payload() const {
+    const auto all = buf.download();
+    return std::vector<float>(all.begin() + offset, all.begin() + offset + n);
+  }
+  // Nothing outside the payload was written.
+  void expect_untouched_outside(const char* what) const {
+    const auto all = buf.download();
+    long bad = 0;
+    for (long i = 0; i < offset; ++i) bad += all[i] != kSentinel;
+    for (long i = offset + n; i < static_cast<long>(all.size()); ++i) bad += all[i] != kSentinel;
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " elements outside the tensor were written";
+  }
+};
+
+void sync() {
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Elements whose bits differ (a count, so a failure does not print millions of values).
+long bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return -1;
+  long bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return bad;
+}
+
+template <class T>
+class ElementwiseTest : public ::testing::Test {};
+using StorageTypes = ::testing::Types<float, bf16>;
+struct TypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, float> ? "fp32" : "bf16";
+  }
+};
+TYPED_TEST_SUITE(ElementwiseTest, StorageTypes, TypeNames);
+
+// ---------------------------------------------------------------------------------------------------
+// GELU
+
+TYPED_TEST(ElementwiseTest, GeluForwardMatchesCpu) {
+  using T = TypeParam;
+  for (long n : kSizes) {
+    for (long offset : {0L, 1L}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset);
+      const auto inp = round_to<T>(random_vec(n, 11 + n, 2.0f));
+      std::vector<float> ref(n);
+      kernels::gelu_forward_cpu(ref.data(), inp.data(), n);
+      Padded<T> d_inp(inp, offset), d_out(std::vector<float>(n, kSentinel), offset);
+      kernels::gelu_forward_cuda<T>(d_out.data(), d_inp.data(), n, nullptr);
+      sync();
+      expect_close<T>(d_out.payload(), ref, round_to<T>(ref), "gelu out");
+      d_out.expect_untouched_outside("gelu out");
+    }
+  }
+}
+
+TYPED_TEST(ElementwiseTest, GeluBackwardMatchesCpuAndMayAliasDout) {
+  using T = TypeParam;
+  for (long n : kSizes) {
+    for (long offset : {0L, 1L}) {
+      for (bool alias : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset << " alias=" << alias);
+        const auto inp = round_to<T>(random_vec(n, 21 + n, 2.0f));
+        const auto dout = round_to<T>(random_vec(n, 31 + n, 0.5f));
+        std::vector<float> ref(n);
+        kernels::gelu_backward_cpu(ref.data(), inp.data(), dout.data(), n);
+        Padded<T> d_inp(inp, offset), d_dout(dout, offset), d_dinp(std::vector<float>(n, kSentinel), offset);
+        Padded<T>& result = alias ? d_dout : d_dinp;
+        kernels::gelu_backward_cuda<T>(result.data(), d_inp.data(), d_dout.data(), n, nullptr);
+        sync();
+        expect_close<T>(result.payload(), ref, round_to<T>(ref), "gelu dinp");
+        result.expect_untouched_outside("gelu dinp");
+        d_inp.expect_untouched_outside("gelu inp");
+        if (!alias) {
+          EXPECT_EQ(bit_mismatches(d_dout.payload(), dout), 0) << "dout changed";
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Softmax + cross-entropy
+
+struct XentShape {
+  int N, V, Vp;
+};
+
+template <class T>
+void check_softmax_xent(const XentShape& sh, float dloss, bool write_grad, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "N=" << sh.N << " V=" << sh.V << " Vp=" << sh.Vp << " dloss=" << dloss
+                                  << " write_grad=" << write_grad);
+  const size_t total = static_cast<size_t>(sh.N) * sh.Vp;
+  auto logits = random_vec(total, seed, 3.0f);
+  // Padding columns hold values that would win the max: they must never reach the loss.
+  for (int i = 0; i < sh.N; ++i)
+    for (int j = sh.V; j < sh.Vp; ++j) logits[static_cast<size_t>(i) * sh.Vp + j] = 100.0f + j % 7;
+  logits = round_to<T>(logits);
+  std::vector<int32_t> targets(sh.N);
+  std::mt19937 gen(seed + 1);
+  std::uniform_int_distribution<int32_t> pick(0, sh.V - 1);
+  for (auto& t : targets) t = pick(gen);
+  targets[0] = sh.V - 1;  // the last real column (the vector that straddles V)
+  if (sh.N > 1) targets[1] = 0;
+
+  std::vector<float> ref_losses(sh.N), ref_logits = logits;
+  kernels::softmax_xent_cpu(ref_losses.data(), ref_logits.data(), targets.data(), sh.N, sh.V, sh.Vp, dloss, write_grad);
+
+  DeviceBuffer<T> d_logits;
+  d_logits.upload(logits);
+  DeviceBuffer<int32_t> d_targets(sh.N);
+  CUDA_CHECK(cudaMemcpy(d_targets.data(), targets.data(), sh.N * sizeof(int32_t), cudaMemcpyHostToDevice));
+  DeviceBuffer<float> d_losses;
+  d_losses.upload(std::vector<float>(sh.N, NAN));
+  kernels::softmax_xent_cuda<T>(d_losses.data(), d_logits.data(), d_targets.data(), sh.N, sh.V, sh.Vp, dloss,
+                                write_grad, nullptr);
+  sync();
+  const auto losses = d_losses.download();
+  // Losses are fp32 in both paths, computed from the same (rounded) logits: fp32 rule for both types.
+  expect_close_fp32(losses, ref_losses, "losses");
+  const auto out = d_logits.download();
+  if (!write_grad) {
+    EXPECT_EQ(bit_mismatches(out, logits), 0) << "logits changed without write_grad";
+    return;
+  }
+  expect_close<T>(out, ref_logits, round_to<T>(ref_logits), "dlogits");
+  long nonzero_pad = 0;
+  for (int i = 0; i < sh.N; ++i)
+    for (int j = sh.V; j < sh.Vp; ++j) nonzero_pad += out[static_cast<size_t>(i) * sh.Vp + j] != 0.0f;
+  EXPECT_EQ(nonzero_pad, 0) << "padding columns of dlogits must be exactly 0";
+
+  // Deterministic: the same inputs give the same bits.
+  DeviceBuffer<T> d_again;
+  d_again.upload(logits);
+  DeviceBuffer<float> d_losses_again(sh.N);
+  kernels::softmax_xent_cuda<T>(d_losses_again.data(), d_again.data(), d_targets.data(), sh.N, sh.V, sh.Vp, dloss,
+                                write_grad, nullptr);
+  sync();
+  EXPECT_EQ(bit_mismatches(d_losses_again.download(), losses), 0) << "losses not bit-identical on a second run";
+  EXPECT_EQ(bit_mismatches(d_again.download(), out), 0) << "dlogits not bit-identical on a second run";
+}
+
+TYPED_TEST(ElementwiseTest, SoftmaxXentMatchesCpu) {
+  using T = TypeParam;
+  const XentShape shapes[] = {
+      {37, 257, 384},     // awkward rows, whole vectors: the 128-bit path with a straddling vector at V
+      {37, 257, 259},     // a row that is not a whole number of vectors: the scalar path
+      {1, 1, 1},          // a single class: loss 0, gradient 0
+      {64, 50257, 50304}  // GPT-2's vocabulary and its padding
+  };
+  uint32_t seed = 100;
+  for (const auto& sh : shapes)
+    for (bool write_grad : {false, true})
+      for (float dloss : {1.0f, 1.0f / 3000.0f}) check_softmax_xent<T>(sh, dloss, write_grad, ++seed);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// AdamW
+
+template <class T>
+void check_adamw(long n, long offset, float weight_decay, float grad_scale, bool params_are_master) {
+  SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset << " weight_decay=" << weight_decay
+                                  << " grad_scale=" << grad_scale << " params_are_master=" << params_are_master);
+  std::vector<float> master = random_vec(n, 41 + n, 0.5f), m(n, 0.0f), v(n, 0.0f);
+  Padded<float> d_master(master, offset), d_m(m, offset), d_v(v, offset);
+  Padded<T> d_params(std::vector<float>(n, kSentinel), offset);
+  for (long step = 1; step <= 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step=" << step);
+    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, weight_decay, grad_scale, step};
+    const auto grads = round_to<T>(random_vec(n, 51 + 7 * step + n, 0.3f));
+    kernels::adamw_update_cpu(master.data(), grads.data(), m.data(), v.data(), n, s);
+    Padded<T> d_grads(grads, offset);
+    T* params = params_are_master ? reinterpret_cast<T*>(d_master.data()) : d_params.data();
+    kernels::adamw_update_cuda<T>(d_master.data(), params, d_grads.data(), d_m.data(), d_v.data(), n, s, nullptr);
+    sync();
+    // fp32 arithmetic on the same inputs in both paths: the fp32 rule for both storage types.
+    expect_close_fp32(d_master.payload(), master, "master");
+    expect_close_fp32(d_m.payload(), m, "m");
+    expect_close_fp32(d_v.payload(), v, "v");
+    d_master.expect_untouched_outside("master");
+    d_m.expect_untouched_outside("m");
+    d_v.expect_untouched_outside("v");
+    if (!params_are_master) {
+      // params = master rounded to T: against the unrounded master, naive = the CPU master rounded.
+      expect_close<T>(d_params.payload(), master, round_to<T>(master), "params");
+      d_params.expect_untouched_outside("params");
+    }
+  }
+}
+
+TYPED_TEST(ElementwiseTest, AdamWMatchesCpu) {
+  using T = TypeParam;
+  for (long n : kSizes)
+    for (long offset : {0L, 1L})
+      for (float wd : {0.0f, 0.1f})
+        for (float grad_scale : {1.0f, 0.37f}) check_adamw<T>(n, offset, wd, grad_scale, false);
+}
+
+TEST(AdamW, Fp32ParamsMayBeTheMasterWeights) {
+  for (long n : kSizes) check_adamw<float>(n, 0, 0.1f, 0.5f, true);
+}
+
+// params rounded to nearest even, exactly as the host rounds (DeviceBuffer<bf16>::upload).
+TEST(AdamW, Bf16ParamsAreTheMasterRoundedToNearestEven) {
+  const long n = 4099;
+  std::vector<float> master = random_vec(n, 61, 1.0f), m(n, 0.0f), v(n, 0.0f), grads = round_bf16(random_vec(n, 62));
+  const AdamWStep s{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 1};
+  DeviceBuffer<float> d_master, d_m, d_v;
+  d_master.upload(master);
+  d_m.upload(m);
+  d_v.upload(v);
+  DeviceBuffer<bf16> d_params(n), d_grads;
+  d_grads.upload(grads);
+  kernels::adamw_update_cuda<bf16>(d_master.data(), d_params.data(), d_grads.data(), d_m.data(), d_v.data(), n, s,
+                                   nullptr);
+  sync();
+  const auto gpu_master = d_master.download(), gpu_params = d_params.download();
+  EXPECT_EQ(bit_mismatches(gpu_params, round_bf16(gpu_master)), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Reductions
+
+double sum_squares_device(DeviceBuffer<char>& scratch, DeviceBuffer<double>& result, const void* x, bool bf, long n,
+                          cudaStream_t stream) {
+  scratch.resize(kernels::sum_squares_scratch_bytes(n));
+  CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0xff, scratch.bytes(), stream));  // contents must not matter
+  if (bf)
+    kernels::sum_squares_cuda<bf16>(result.data(), scratch.data(), static_cast<const bf16*>(x), n, stream);
+  else
+    kernels::sum_squares_cuda<float>(result.data(), scratch.data(), static_cast<const float*>(x), n, stream);
+  double r = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&r, result.data(), sizeof(double), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return r;
+}
+
+TYPED_TEST(ElementwiseTest, SumSquaresIsAccurateAndDeterministic) {
+  using T = TypeParam;
+  constexpr bool kBf = std::is_same_v<T, bf16>;
+  // The last size fills the 1024-block grid and makes every thread loop.
+  for (long n : {1L, 7L, 1000003L, 8388613L}) {
+    for (long offset : {0L, 1L}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset);
+      const auto x = round_to<T>(random_vec(n, 71 + n, 1.5f));
+      double exact = 0;  // a plain double loop; each x^2 is exact in double
+      for (float e : x) exact += static_cast<double>(e) * e;
+      const double cpu = kernels::sum_squares_cpu(x.data(), n);
+      Padded<T> d_x(x, offset);
+      DeviceBuffer<char> scratch;
+      DeviceBuffer<double> result(1);
+      CudaStream s1, s2;
+      const double a = sum_squares_device(scratch, result, d_x.data(), kBf, n, s1.get());
+      // A second run on another stream, behind unrelated work: same bits.
+      kernels::scale_cuda<T>(d_x.data(), 1.0f, n, s2.get());
+      const double b = sum_squares_device(scratch, result, d_x.data(), kBf, n, s2.get());
+      EXPECT_EQ(std::memcmp(&a, &b, sizeof(double)), 0) << a << " vs " << b << ": not bit-identical";
+      // Double sums in three different orders: they agree to ~sqrt(n) ulp, far inside 1e-10.
+      EXPECT_NEAR(a, exact, 1e-10 * exact);
+      EXPECT_NEAR(a, cpu, 1e-10 * exact);
+    }
+  }
+}
+
+TEST(SumSquares, EmptyBufferGivesZero) {
+  DeviceBuffer<char> scratch(kernels::sum_squares_scratch_bytes(0));
+  DeviceBuffer<double> result(1);
+  const double one = 1.0;
+  CUDA_CHECK(cudaMemcpy(result.data(), &one, sizeof(double), cudaMemcpyHostToDevice));
+  kernels::sum_squares_cuda<float>(result.data(), scratch.data(), nullptr, 0, nullptr);
+  double r = -1;
+  CUDA_CHECK(cudaMemcpy(&r, result.data(), sizeof(double), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(r, 0.0);
+}
+
+TYPED_TEST(ElementwiseTest, ScaleMatchesCpu) {
+  using T = TypeParam;
+  for (long n : kSizes) {
+    for (long offset : {0L, 1L}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset);
+      const auto x = round_to<T>(random_vec(n, 81 + n));
+      auto ref = x;
+      kernels::scale_cpu(ref.data(), 0.37f, n);
+      Padded<T> d_x(x, offset);
+      kernels::scale_cuda<T>(d_x.data(), 0.37f, n, nullptr);
+      sync();
+      expect_close<T>(d_x.payload(), ref, round_to<T>(ref), "scaled x");
+      d_x.expect_untouched_outside("scaled x");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpt2::test

@@ -1,0 +1,516 @@
+// GPU GEMM (kernels/gemm/gemm.cu, gemm_cublaslt.cu) against a plain double-precision loop (awkward
+// shapes, every transpose combination and epilogue, C +=) and against the CPU reference (gemm_cpu.cpp)
+// for every product GPT-2 124M makes, at 256 rows (and 4096 for a weight gradient). Both backends, both
+// storage types. Forced paths: the hand kernel's scalar tile loader and a forced split-K factor,
+// cuBLASLt's unfused epilogues, misaligned pointers. Determinism: two runs give the same bits.
+// Outputs that are overwritten are poisoned with NaN first, and a guard after C catches stray writes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/gemm_cuda.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+
+namespace gpt2::test {
+namespace {
+
+using kernels::GemmBackend;
+using kernels::GemmContext;
+using kernels::GemmEpilogue;
+using kernels::GemmTestHooks;
+
+constexpr GemmBackend kBackends[] = {GemmBackend::kHand, GemmBackend::kCublasLt};
+constexpr GemmEpilogue kEpilogues[] = {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasGelu,
+                                       GemmEpilogue::kDGelu};
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kSentinel = 12345.0f;  // exact in bf16
+constexpr size_t kGuard = 64;
+
+const char* ep_name(GemmEpilogue ep) {
+  switch (ep) {
+    case GemmEpilogue::kNone:
+      return "none";
+    case GemmEpilogue::kBias:
+      return "bias";
+    case GemmEpilogue::kBiasGelu:
+      return "bias_gelu";
+    case GemmEpilogue::kDGelu:
+      return "dgelu";
+  }
+  return "?";
+}
+
+// The GELU of the kernels (tanh approximation), in double for references and float for naive bf16.
+template <class F>
+F gelu_host(F x) {
+  const F s = static_cast<F>(0.7978845608028654);
+  return static_cast<F>(0.5) * x * (static_cast<F>(1) + std::tanh(s * (x + static_cast<F>(0.044715) * x * x * x)));
+}
+template <class F>
+F gelu_grad_host(F x) {
+  const F s = static_cast<F>(0.7978845608028654);
+  const F t = std::tanh(s * (x + static_cast<F>(0.044715) * x * x * x));
+  return static_cast<F>(0.5) * (static_cast<F>(1) + t) + static_cast<F>(0.5) * x * (static_cast<F>(1) - t * t) * s *
+                                                             (static_cast<F>(1) + static_cast<F>(3 * 0.044715) * x * x);
+}
+
+void sync() {
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+long bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return -1;
+  long bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return bad;
+}
+
+// A device copy of a host tensor at `offset` elements into its buffer (offset 1 misaligns it), with
+// kGuard sentinel elements after it.
+template <class T>
+struct Dev {
+  DeviceBuffer<T> buf;
+  size_t offset = 0, n = 0;
+  Dev() = default;
+  Dev(const std::vector<float>& v, size_t off) : offset(off), n(v.size()) {
+    std::vector<float> host(offset + n + kGuard, kSentinel);
+    std::copy(v.begin(), v.end(), host.begin() + offset);
+    buf.upload(host);
+  }
+  T* data() { return n ? buf.data() + offset : nullptr; }
+  std::vector<float> get() const {
+    const auto all = buf.download();
+    return std::vector<float>(all.begin() + offset, all.begin() + offset + n);
+  }
+  long guard_writes() const {
+    const auto all = buf.download();
+    long bad = 0;
+    for (size_t i = 0; i < offset; ++i) bad += all[i] != kSentinel;
+    for (size_t i = offset + n; i < all.size(); ++i) bad += all[i] != kSentinel;
+    return bad;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// One product against the double loop.
+
+struct GemmCase {
+  int M, N, K;
+  bool trans_a, trans_b;
+  GemmEpilogue ep;
+  bool accumulate;
+  std::string str() const {
+    std::ostringstream os;
+    os << "M=" << M << " N=" << N << " K=" << K << (trans_a ? " A^T" : "") << (trans_b ? " B^T" : "")
+       << " ep=" << ep_name(ep) << (accumulate ? " C+=" : "");
+    return os.str();
+  }
+};
+
+struct Inputs {
+  std::vector<float> a, b, bias, aux, c0;  // rounded to the storage type; empty when unused
+};
+struct Outputs {
+  std::vector<float> c, aux;
+};
+
+template <class T>
+Inputs make_inputs(const GemmCase& g, uint32_t seed) {
+  Inputs in;
+  in.a = round_to<T>(random_vec(static_cast<size_t>(g.M) * g.K, seed));
+  in.b = round_to<T>(random_vec(static_cast<size_t>(g.K) * g.N, seed + 1));
+  const size_t mn = static_cast<size_t>(g.M) * g.N;
+  if (g.ep == GemmEpilogue::kBias || g.ep == GemmEpilogue::kBiasGelu) in.bias = round_to<T>(random_vec(g.N, seed + 2));
+  if (g.ep == GemmEpilogue::kDGelu) in.aux = round_to<T>(random_vec(mn, seed + 3));
+  in.c0 = g.accumulate ? round_to<T>(random_vec(mn, seed + 4)) : std::vector<float>(mn, kNaN);
+  return in;
+}
+
+// The exact result (double accumulation), or the naive bf16 chain (fp32 accumulation, every stored
+// value rounded to bf16, the GELU taken of the rounded pre-activation).
+Outputs reference(const GemmCase& g, const Inputs& in, bool naive_bf16) {
+  const size_t mn = static_cast<size_t>(g.M) * g.N;
+  Outputs out;
+  out.c.resize(mn);
+  if (g.ep == GemmEpilogue::kBiasGelu) out.aux.resize(mn);
+  auto rnd = [&](double v) { return naive_bf16 ? static_cast<double>(round_bf16(static_cast<float>(v))) : v; };
+  for (int i = 0; i < g.M; ++i) {
+    for (int j = 0; j < g.N; ++j) {
+      double s = 0;
+      float sf = 0;
+      for (int k = 0; k < g.K; ++k) {
+        const float av = g.trans_a ? in.a[static_cast<size_t>(k) * g.M + i] : in.a[static_cast<size_t>(i) * g.K + k];
+        const float bv = g.trans_b ? in.b[static_cast<size_t>(j) * g.K + k] : in.b[static_cast<size_t>(k) * g.N + j];
+        if (naive_bf16)
+          sf = std::fma(av, bv, sf);
+        else
+          s += static_cast<double>(av) * bv;
+      }
+      if (naive_bf16) s = sf;
+      const size_t idx = static_cast<size_t>(i) * g.N + j;
+      double v = s;
+      switch (g.ep) {
+        case GemmEpilogue::kNone:
+          if (g.accumulate) v += in.c0[idx];
+          break;
+        case GemmEpilogue::kBias:
+          v += in.bias[j];
+          break;
+        case GemmEpilogue::kBiasGelu: {
+          const double pre = rnd(v + in.bias[j]);
+          out.aux[idx] = static_cast<float>(pre);
+          v = naive_bf16 ? gelu_host<float>(static_cast<float>(pre)) : gelu_host<double>(pre);
+          break;
+        }
+        case GemmEpilogue::kDGelu:
+          v *= naive_bf16 ? gelu_grad_host<float>(in.aux[idx]) : gelu_grad_host<double>(in.aux[idx]);
+          break;
+      }
+      out.c[idx] = static_cast<float>(rnd(v));
+    }
+  }
+  return out;
+}
+
+// Runs one product on the GPU; `offset` elements of misalignment for every pointer.
+template <class T>
+Outputs run_gpu(GemmContext& ctx, const GemmCase& g, const Inputs& in, size_t offset, long* guard_writes = nullptr) {
+  Dev<T> a(in.a, offset), b(in.b, offset), bias(in.bias, offset), c(in.c0, offset);
+  const size_t mn = static_cast<size_t>(g.M) * g.N;
+  Dev<T> aux(g.ep == GemmEpilogue::kDGelu
+                 ? in.aux
+                 : (g.ep == GemmEpilogue::kBiasGelu ? std::vector<float>(mn, kNaN) : std::vector<float>()),
+             offset);
+  kernels::gemm_cuda<T>(ctx, c.data(), a.data(), b.data(), bias.data(), aux.data(), g.M, g.N, g.K, g.trans_a, g.trans_b,
+                        g.accumulate, g.ep, nullptr);
+  sync();
+  Outputs out;
+  out.c = c.get();
+  if (g.ep == GemmEpilogue::kBiasGelu) out.aux = aux.get();
+  if (guard_writes) *guard_writes = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0);
+  return out;
+}
+
+template <class T>
+void compare(const Outputs& gpu, const Outputs& ref, const Outputs& naive, const std::string& what) {
+  expect_close<T>(gpu.c, ref.c, naive.c, (what + " C").c_str());
+  if (!ref.aux.empty()) expect_close<T>(gpu.aux, ref.aux, naive.aux, (what + " aux").c_str());
+}
+
+// One context per backend for the many small cases (handle, workspaces and cuBLASLt plans reused).
+// Never destroyed: it must outlive every test, and destruction order against the CUDA runtime at exit
+// is not worth depending on.
+GemmContext& shared_context(GemmBackend be) {
+  static GemmContext* hand = new GemmContext(GemmBackend::kHand);
+  static GemmContext* lt = new GemmContext(GemmBackend::kCublasLt);
+  return be == GemmBackend::kHand ? *hand : *lt;
+}
+
+// A named set of test hooks ("" and all off: the paths the shape selects).
+struct Variant {
+  const char* tag;
+  GemmTestHooks hooks;
+};
+const std::vector<Variant> kDefaultPaths = {{"", GemmTestHooks{}}};
+
+// Every backend, under each variant, on one case, against one reference.
+template <class T>
+void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& variants = kDefaultPaths,
+                size_t offset = 0) {
+  const Inputs in = make_inputs<T>(g, seed);
+  const Outputs ref = reference(g, in, false);
+  const Outputs naive = std::is_same_v<T, bf16> ? reference(g, in, true) : Outputs{};
+  for (const Variant& v : variants)
+    for (GemmBackend be : kBackends) {
+      GemmContext& ctx = shared_context(be);
+      ctx.test_hooks() = v.hooks;
+      long guard = 0;
+      const Outputs gpu = run_gpu<T>(ctx, g, in, offset, &guard);
+      ctx.test_hooks() = GemmTestHooks{};
+      const std::string what =
+          std::string(kernels::gemm_backend_name(be)) + " " + v.tag + (offset ? "[offset 1] " : "") + g.str();
+      compare<T>(gpu, ref, naive, what);
+      EXPECT_EQ(guard, 0) << what << ": elements outside C/aux were written";
+    }
+}
+
+template <class T>
+class GemmTest : public ::testing::Test {};
+using StorageTypes = ::testing::Types<float, bf16>;
+struct TypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, float> ? "fp32" : "bf16";
+  }
+};
+TYPED_TEST_SUITE(GemmTest, StorageTypes, TypeNames);
+
+struct Shape {
+  int M, N, K;
+};
+// Not multiples of any tile: B*T = 37*3 rows with C = 72 (and 3C); odd K and N (no 16-byte rows: the
+// scalar loaders and epilogues); a single element; a K long enough for split-K on a small output.
+const Shape kAwkwardShapes[] = {{111, 72, 72},  {111, 216, 72},  {37, 45, 37},   {1, 1, 1},
+                                {130, 136, 40}, {257, 129, 300}, {72, 100, 4100}};
+
+// Every transpose combination, epilogue and C += on the awkward shapes.
+TYPED_TEST(GemmTest, AwkwardShapesAllTransposesAndEpilogues) {
+  uint32_t seed = 100;
+  for (const Shape& s : kAwkwardShapes)
+    for (int t = 0; t < 4; ++t) {
+      for (GemmEpilogue ep : kEpilogues)
+        check_case<TypeParam>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++);
+      check_case<TypeParam>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++);
+    }
+}
+
+// The hand kernel's fallbacks on shapes that would not take them: scalar tile loads, a forced split
+// (3, so the last split is short; the reduction applies every epilogue); cuBLASLt's unfused epilogues.
+TYPED_TEST(GemmTest, ForcedPaths) {
+  std::vector<Variant> forced(3);
+  forced[0].tag = "[scalar loads] ";
+  forced[0].hooks.hand_force_scalar_loads = true;
+  forced[1].tag = "[split 3] ";
+  forced[1].hooks.hand_force_splits = 3;
+  forced[2].tag = "[unfused] ";
+  forced[2].hooks.lt_force_unfused_epilogue = true;
+  uint32_t seed = 500;
+  for (const Shape& s : {Shape{111, 216, 72}, Shape{200, 136, 104}})
+    for (int t = 0; t < 4; ++t) {
+      for (GemmEpilogue ep : kEpilogues)
+        check_case<TypeParam>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, forced);
+      check_case<TypeParam>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, forced);
+    }
+}
+
+// Pointers one element off 16-byte alignment: scalar loaders and epilogues, cuBLASLt with alignment 2/4.
+TYPED_TEST(GemmTest, MisalignedPointers) {
+  uint32_t seed = 900;
+  for (int t = 0; t < 4; ++t) {
+    for (GemmEpilogue ep : kEpilogues)
+      check_case<TypeParam>({136, 264, 72, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, kDefaultPaths, 1);
+    check_case<TypeParam>({136, 264, 72, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, kDefaultPaths,
+                          1);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GPT-2's products against the CPU reference (gemm_cpu.cpp).
+
+constexpr int kC = 768, kVp = 50304;
+
+template <class T>
+std::vector<float> rnd_t(size_t n, uint32_t seed) {
+  return round_to<T>(random_vec(n, seed));
+}
+std::vector<float> rounded_bf16(const std::vector<float>& v) {
+  return round_bf16(v);
+}
+
+// Runs gemm_cuda on host tensors (C pre-filled with c_init), returns C.
+template <class T>
+std::vector<float> gpu_gemm(GemmContext& ctx, const std::vector<float>& c_init, const std::vector<float>& a,
+                            const std::vector<float>& b, const std::vector<float>* bias, std::vector<float>* aux, int M,
+                            int N, int K, bool ta, bool tb, bool acc, GemmEpilogue ep) {
+  Dev<T> dc(c_init, 0), da(a, 0), db(b, 0), dbias(bias ? *bias : std::vector<float>(), 0),
+      daux(aux ? *aux : std::vector<float>(), 0);
+  kernels::gemm_cuda<T>(ctx, dc.data(), da.data(), db.data(), dbias.data(), daux.data(), M, N, K, ta, tb, acc, ep,
+                        nullptr);
+  sync();
+  EXPECT_EQ(dc.guard_writes(), 0) << "writes outside C";
+  if (aux && ep == GemmEpilogue::kBiasGelu) *aux = daux.get();
+  return dc.get();
+}
+
+// naive bf16 of an fp32 reference: the reference rounded once (identity for fp32, unused there).
+template <class T>
+std::vector<float> naive_of(const std::vector<float>& ref) {
+  return std::is_same_v<T, bf16> ? rounded_bf16(ref) : ref;
+}
+
+// One linear layer (N rows, IC -> OC) forward and backward, as the model runs it.
+template <class T>
+void check_linear(GemmBackend be, int rows, int IC, int OC, bool gelu_after, uint32_t seed) {
+  GemmContext ctx(be);
+  const std::string tag = std::string(kernels::gemm_backend_name(be)) + " linear " + std::to_string(rows) + "x" +
+                          std::to_string(IC) + "->" + std::to_string(OC) + " ";
+  const size_t n_in = static_cast<size_t>(rows) * IC, n_out = static_cast<size_t>(rows) * OC;
+  const auto inp = rnd_t<T>(n_in, seed), w = rnd_t<T>(static_cast<size_t>(IC) * OC, seed + 1),
+             bias = rnd_t<T>(OC, seed + 2), dout = rnd_t<T>(n_out, seed + 3),
+             dw0 = rnd_t<T>(static_cast<size_t>(IC) * OC, seed + 4), dbias0 = rnd_t<T>(OC, seed + 5);
+
+  // Forward: out = inp @ w + bias (then GELU for the MLP up-projection, keeping the pre-activation).
+  std::vector<float> ref(n_out);
+  kernels::linear_forward_cpu(ref.data(), inp.data(), w.data(), bias.data(), rows, IC, OC);
+  std::vector<float> aux(n_out, kNaN);
+  const auto out = gpu_gemm<T>(ctx, std::vector<float>(n_out, kNaN), inp, w, &bias, &aux, rows, OC, IC, false, false,
+                               false, gelu_after ? GemmEpilogue::kBiasGelu : GemmEpilogue::kBias);
+  if (!gelu_after) {
+    expect_close<T>(out, ref, naive_of<T>(ref), (tag + "forward").c_str());
+  } else {
+    expect_close<T>(aux, ref, naive_of<T>(ref), (tag + "forward pre-activation").c_str());
+    std::vector<float> g(n_out), g_naive(n_out);
+    for (size_t i = 0; i < n_out; ++i) {
+      g[i] = static_cast<float>(gelu_host<double>(ref[i]));
+      g_naive[i] = round_bf16(gelu_host<float>(round_bf16(ref[i])));
+    }
+    expect_close<T>(out, g, g_naive, (tag + "forward gelu").c_str());
+  }
+
+  // Backward on the CPU: dinp =, dw +=, dbias +=.
+  std::vector<float> dinp_ref(n_in), dw_ref = dw0, dbias_ref = dbias0;
+  kernels::linear_backward_cpu(dinp_ref.data(), dw_ref.data(), dbias_ref.data(), dout.data(), inp.data(), w.data(),
+                               rows, IC, OC);
+  // dinp = dout @ w^T
+  const auto dinp = gpu_gemm<T>(ctx, std::vector<float>(n_in, kNaN), dout, w, nullptr, nullptr, rows, IC, OC, false,
+                                true, false, GemmEpilogue::kNone);
+  expect_close<T>(dinp, dinp_ref, naive_of<T>(dinp_ref), (tag + "dinp").c_str());
+  // The same product through the GELU gradient (MLP down-projection's dinp: d pre-activation).
+  {
+    auto pre = rnd_t<T>(n_in, seed + 6);
+    const auto dpre = gpu_gemm<T>(ctx, std::vector<float>(n_in, kNaN), dout, w, nullptr, &pre, rows, IC, OC, false,
+                                  true, false, GemmEpilogue::kDGelu);
+    std::vector<float> r(n_in);
+    for (size_t i = 0; i < n_in; ++i) r[i] = static_cast<float>(dinp_ref[i] * gelu_grad_host<double>(pre[i]));
+    expect_close<T>(dpre, r, naive_of<T>(r), (tag + "dinp * gelu'").c_str());
+  }
+  // dw += inp^T @ dout
+  const auto dw =
+      gpu_gemm<T>(ctx, dw0, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone);
+  expect_close<T>(dw, dw_ref, naive_of<T>(dw_ref), (tag + "dw +=").c_str());
+  // dbias += column sums of dout
+  {
+    Dev<T> ddb(dbias0, 0), ddout(dout, 0);
+    DeviceBuffer<char> scratch(kernels::bias_backward_scratch_bytes(rows, OC));
+    kernels::bias_backward_cuda<T>(ddb.data(), scratch.data(), ddout.data(), rows, OC, nullptr);
+    sync();
+    expect_close<T>(ddb.get(), dbias_ref, naive_of<T>(dbias_ref), (tag + "dbias +=").c_str());
+    EXPECT_EQ(ddb.guard_writes(), 0) << tag << "dbias: writes outside";
+  }
+}
+
+TYPED_TEST(GemmTest, Gpt2LinearLayersAt256Rows) {
+  for (GemmBackend be : kBackends) {
+    check_linear<TypeParam>(be, 256, kC, 3 * kC, false, 10);  // attention QKV
+    check_linear<TypeParam>(be, 256, kC, kC, false, 20);      // attention projection
+    check_linear<TypeParam>(be, 256, kC, 4 * kC, true, 30);   // MLP up (+GELU)
+    check_linear<TypeParam>(be, 256, 4 * kC, kC, false, 40);  // MLP down
+  }
+}
+
+// The weight gradient with K = 4096 rows: the split-K path of the hand backend.
+TYPED_TEST(GemmTest, WeightGradientK4096) {
+  for (GemmBackend be : kBackends) check_linear<TypeParam>(be, 4096, kC, kC, false, 50);
+}
+
+// Tied LM head: logits = lnf @ wte^T; dinp = dlogits @ wte; dwte += dlogits^T @ lnf.
+TYPED_TEST(GemmTest, Gpt2LmHeadAt256Rows) {
+  using T = TypeParam;
+  const int rows = 256;
+  const auto lnf = rnd_t<T>(static_cast<size_t>(rows) * kC, 60), wte = rnd_t<T>(static_cast<size_t>(kVp) * kC, 61),
+             dlogits = rnd_t<T>(static_cast<size_t>(rows) * kVp, 62),
+             dwte0 = rnd_t<T>(static_cast<size_t>(kVp) * kC, 63);
+  std::vector<float> logits_ref(static_cast<size_t>(rows) * kVp), dinp_ref(static_cast<size_t>(rows) * kC),
+      dwte_ref = dwte0;
+  kernels::lm_head_forward_cpu(logits_ref.data(), lnf.data(), wte.data(), rows, kC, kVp);
+  kernels::lm_head_backward_cpu(dinp_ref.data(), dwte_ref.data(), dlogits.data(), lnf.data(), wte.data(), rows, kC,
+                                kVp);
+  for (GemmBackend be : kBackends) {
+    GemmContext ctx(be);
+    const std::string tag = std::string(kernels::gemm_backend_name(be)) + " lm_head ";
+    const auto logits = gpu_gemm<T>(ctx, std::vector<float>(logits_ref.size(), kNaN), lnf, wte, nullptr, nullptr, rows,
+                                    kVp, kC, false, true, false, GemmEpilogue::kNone);
+    expect_close<T>(logits, logits_ref, naive_of<T>(logits_ref), (tag + "logits").c_str());
+    const auto dinp = gpu_gemm<T>(ctx, std::vector<float>(dinp_ref.size(), kNaN), dlogits, wte, nullptr, nullptr, rows,
+                                  kC, kVp, false, false, false, GemmEpilogue::kNone);
+    expect_close<T>(dinp, dinp_ref, naive_of<T>(dinp_ref), (tag + "dinp").c_str());
+    const auto dwte =
+        gpu_gemm<T>(ctx, dwte0, dlogits, lnf, nullptr, nullptr, kVp, kC, rows, true, false, true, GemmEpilogue::kNone);
+    expect_close<T>(dwte, dwte_ref, naive_of<T>(dwte_ref), (tag + "dwte +=").c_str());
+  }
+}
+
+// Same inputs, same bits: the split-K weight gradient (hand splits it; the test checks that it does)
+// and a forward product, twice each, for both backends.
+TYPED_TEST(GemmTest, Deterministic) {
+  using T = TypeParam;
+  const int rows = 4096, IC = kC, OC = kC;  // the attention projection's dw: split on both types
+  const auto inp = rnd_t<T>(static_cast<size_t>(rows) * IC, 70), dout = rnd_t<T>(static_cast<size_t>(rows) * OC, 71),
+             dw0 = rnd_t<T>(static_cast<size_t>(IC) * OC, 72), w = rnd_t<T>(static_cast<size_t>(IC) * OC, 73),
+             bias = rnd_t<T>(OC, 74);
+  for (GemmBackend be : kBackends) {
+    GemmContext ctx(be);
+    if (be == GemmBackend::kHand) {
+      EXPECT_GT(kernels::gemm_hand_splits<T>(ctx, IC, OC, rows), 1);
+    }
+    std::vector<float> runs[2], fwd[2];
+    for (int r = 0; r < 2; ++r) {
+      runs[r] =
+          gpu_gemm<T>(ctx, dw0, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone);
+      std::vector<float> aux(static_cast<size_t>(rows) * OC, kNaN);
+      fwd[r] = gpu_gemm<T>(ctx, std::vector<float>(aux.size(), kNaN), inp, w, &bias, &aux, rows, OC, IC, false, false,
+                           false, GemmEpilogue::kBiasGelu);
+    }
+    EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0) << kernels::gemm_backend_name(be) << " dw";
+    EXPECT_EQ(bit_mismatches(fwd[0], fwd[1]), 0) << kernels::gemm_backend_name(be) << " forward";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bias gradient.
+
+TYPED_TEST(GemmTest, BiasBackwardAccumulatesDeterministically) {
+  using T = TypeParam;
+  struct BShape {
+    int N, OC;
+  };
+  uint32_t seed = 1000;
+  for (const BShape& s :
+       {BShape{1, 1}, BShape{111, 72}, BShape{111, 37}, BShape{300, 2304}, BShape{4096, 768}, BShape{513, 3 * 768 + 4}})
+    for (size_t offset : {size_t{0}, size_t{1}}) {
+      const std::string tag = "bias_backward N=" + std::to_string(s.N) + " OC=" + std::to_string(s.OC) + " offset " +
+                              std::to_string(offset);
+      const auto dout = rnd_t<T>(static_cast<size_t>(s.N) * s.OC, seed++), dbias0 = rnd_t<T>(s.OC, seed++);
+      std::vector<float> ref = dbias0;
+      kernels::bias_backward_cpu(ref.data(), dout.data(), s.N, s.OC);
+      std::vector<float> got[2];
+      for (int r = 0; r < 2; ++r) {
+        Dev<T> db(dbias0, offset), dd(dout, offset);
+        DeviceBuffer<char> scratch(kernels::bias_backward_scratch_bytes(s.N, s.OC));
+        kernels::bias_backward_cuda<T>(db.data(), scratch.data(), dd.data(), s.N, s.OC, nullptr);
+        sync();
+        got[r] = db.get();
+        EXPECT_EQ(db.guard_writes(), 0) << tag;
+      }
+      expect_close<T>(got[0], ref, naive_of<T>(ref), tag.c_str());
+      EXPECT_EQ(bit_mismatches(got[0], got[1]), 0) << tag << ": two runs differ";
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The backend option.
+
+TEST(GemmBackendOption, ParsesNames) {
+  EXPECT_EQ(kernels::parse_gemm_backend("hand"), GemmBackend::kHand);
+  EXPECT_EQ(kernels::parse_gemm_backend("cublaslt"), GemmBackend::kCublasLt);
+  EXPECT_STREQ(kernels::gemm_backend_name(GemmBackend::kHand), "hand");
+  EXPECT_STREQ(kernels::gemm_backend_name(GemmBackend::kCublasLt), "cublaslt");
+}
+
+TEST(GemmBackendOptionDeathTest, RejectsUnknownNameNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
+  EXPECT_EXIT(kernels::parse_gemm_backend("cublas"), ::testing::ExitedWithCode(1), "unknown GEMM backend 'cublas'");
+}
+
+}  // namespace
+}  // namespace gpt2::test

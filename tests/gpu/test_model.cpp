@@ -1,0 +1,195 @@
+// A full training step on the GPU against the CPU backend (the executable specification):
+//   fp32: loss to 1e-5 relative, every gradient tensor to 1e-4 (norm-wise relative), AdamW update to 1e-5;
+//   bf16: loss to 1e-2 relative, gradients correlated with the CPU's (cosine > 0.99);
+//   the GPU step repeats bit for bit; += gradient accumulation over micro-steps; both GEMM backends.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "kernels/common/device_buffer.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "model/gpt2.hpp"
+#include "model/gpt2_cuda.hpp"
+#include "optim/adamw.hpp"
+
+namespace gpt2 {
+namespace {
+
+struct Case {
+  const char* name;
+  int L, NH, C, V, maxT, B, T;
+};
+// Awkward first (C=72, 3 heads of 24, T=37, B=3, a vocabulary that is not a multiple of 128), then
+// head size 64 as in every GPT-2 preset.
+const Case kCases[] = {{"awkward", 2, 3, 72, 300, 64, 3, 37}, {"hs64", 2, 2, 128, 256, 128, 2, 64}};
+
+struct Param {
+  Precision precision;
+  kernels::GemmBackend gemm;
+};
+
+std::string param_name(const testing::TestParamInfo<Param>& p) {
+  return std::string(precision_name(p.param.precision)) +
+         (p.param.gemm == kernels::GemmBackend::kHand ? "_hand" : "_cublaslt");
+}
+
+GPT2Config make_config(const Case& c) {
+  GPT2Config cfg;
+  cfg.n_layer = c.L;
+  cfg.n_head = c.NH;
+  cfg.n_embd = c.C;
+  cfg.vocab_size = c.V;
+  cfg.max_seq_len = c.maxT;
+  return cfg;
+}
+
+void make_batch(const Case& c, uint64_t seed, std::vector<int32_t>* in, std::vector<int32_t>* tg) {
+  Rng rng(seed, 7);
+  in->resize(static_cast<size_t>(c.B) * c.T);
+  tg->resize(in->size());
+  for (auto& x : *in) x = static_cast<int32_t>(rng.below(c.V));
+  for (auto& x : *tg) x = static_cast<int32_t>(rng.below(c.V));
+}
+
+double tensor_rel_err(const std::vector<float>& a, const std::vector<float>& b, size_t off, size_t n) {
+  double err = 0, scale = 1e-30;
+  for (size_t i = off; i < off + n; ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return err / scale;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b, size_t off, size_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = off; i < off + n; ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  return (aa == 0 && bb == 0) ? 1.0 : ab / std::sqrt(aa * bb + 1e-300);
+}
+
+class ModelStep : public testing::TestWithParam<Param> {};
+
+TEST_P(ModelStep, MatchesCpuStep) {
+  const Param prm = GetParam();
+  const bool fp32 = prm.precision == Precision::kFp32;
+  kernels::set_cpu_threads(2);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const GPT2Config cfg = make_config(c);
+    GPT2 cpu(cfg);
+    cpu.init(1234);
+    CudaStream stream;
+    GPT2Cuda gpu(cfg, {prm.precision, prm.gemm}, stream.get());
+    gpu.set_params(cpu.params().data());
+
+    // Two micro-steps: the second accumulates (+=) into the gradients of the first.
+    const float dloss = 1.0f / (2.0f * c.B * c.T);
+    cpu.zero_grad();
+    gpu.zero_grad();
+    double cpu_loss = 0;
+    for (int m = 0; m < 2; ++m) {
+      std::vector<int32_t> in, tg;
+      make_batch(c, 100 + m, &in, &tg);
+      cpu_loss += cpu.forward_train(in.data(), tg.data(), c.B, c.T, dloss);
+      cpu.backward();
+      gpu.forward_train(in.data(), tg.data(), c.B, c.T, dloss);
+      gpu.backward();
+    }
+    const double gpu_loss = gpu.take_loss_sum();
+    EXPECT_NEAR(gpu_loss, cpu_loss, (fp32 ? 1e-5 : 1e-2) * std::fabs(cpu_loss)) << "loss sum of 2 micro-steps";
+
+    const std::vector<float> g_gpu = gpu.get_grads();
+    const std::vector<float>& g_cpu = cpu.grads();
+    ASSERT_EQ(g_gpu.size(), g_cpu.size());
+    for (const ParamInfo& p : cpu.table().params()) {
+      if (fp32) {
+        EXPECT_LE(tensor_rel_err(g_gpu, g_cpu, p.offset, p.numel), 1e-4) << "gradient of " << p.name;
+      } else {
+        EXPECT_GE(cosine(g_gpu, g_cpu, p.offset, p.numel), 0.99) << "gradient of " << p.name;
+      }
+    }
+
+    // The global norm and one AdamW step, from the same gradients on both sides.
+    const double n_cpu = std::sqrt([&] {
+      double s = 0;
+      for (float x : g_cpu) s += static_cast<double>(x) * x;
+      return s;
+    }());
+    const double n_gpu = std::sqrt(gpu.grad_sum_squares());
+    EXPECT_NEAR(n_gpu, n_cpu, (fp32 ? 1e-4 : 2e-2) * n_cpu) << "gradient norm";
+    if (fp32) {
+      AdamWConfig oc;
+      AdamW opt(cpu.table(), oc);
+      opt.step(cpu.params().data(), cpu.grads().data(), 1e-3f, 0.5f);
+      gpu.adamw_step({1e-3f, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, 0.5f, 1});
+      std::vector<float> p_gpu(cpu.params().size());
+      gpu.get_params(p_gpu.data());
+      for (const ParamInfo& p : cpu.table().params())
+        EXPECT_LE(tensor_rel_err(p_gpu, cpu.params(), p.offset, p.numel), 1e-5) << "parameter after AdamW: " << p.name;
+    }
+  }
+}
+
+TEST_P(ModelStep, RepeatsBitForBit) {
+  const Param prm = GetParam();
+  const Case& c = kCases[0];
+  const GPT2Config cfg = make_config(c);
+  GPT2 cpu(cfg);
+  cpu.init(99);
+  std::vector<int32_t> in, tg;
+  make_batch(c, 5, &in, &tg);
+  std::vector<float> first;
+  double first_loss = 0;
+  for (int run = 0; run < 2; ++run) {
+    CudaStream stream;
+    GPT2Cuda gpu(cfg, {prm.precision, prm.gemm}, stream.get());
+    gpu.set_params(cpu.params().data());
+    gpu.zero_grad();
+    gpu.forward_train(in.data(), tg.data(), c.B, c.T, 1.0f / (c.B * c.T));
+    gpu.backward();
+    const double loss = gpu.take_loss_sum();
+    const std::vector<float> g = gpu.get_grads();
+    if (run == 0) {
+      first = g;
+      first_loss = loss;
+    } else {
+      EXPECT_EQ(loss, first_loss);
+      size_t diff = 0;
+      for (size_t i = 0; i < g.size(); ++i) diff += g[i] != first[i];
+      EXPECT_EQ(diff, 0u) << "gradient elements that differ between two identical runs";
+    }
+  }
+}
+
+TEST_P(ModelStep, EvalMatchesTrainLoss) {
+  const Param prm = GetParam();
+  const Case& c = kCases[1];
+  const GPT2Config cfg = make_config(c);
+  GPT2 cpu(cfg);
+  cpu.init(7);
+  CudaStream stream;
+  GPT2Cuda gpu(cfg, {prm.precision, prm.gemm}, stream.get());
+  gpu.set_params(cpu.params().data());
+  std::vector<int32_t> in, tg;
+  make_batch(c, 11, &in, &tg);
+  const float eval = gpu.forward_eval(in.data(), tg.data(), c.B, c.T);
+  gpu.forward_train(in.data(), tg.data(), c.B, c.T, 1.0f);
+  EXPECT_EQ(static_cast<double>(eval), static_cast<double>(static_cast<float>(gpu.take_loss_sum())));
+  EXPECT_NEAR(eval, cpu.forward_eval(in.data(), tg.data(), c.B, c.T), prm.precision == Precision::kFp32 ? 1e-4 : 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ModelStep,
+                         testing::Values(Param{Precision::kFp32, kernels::GemmBackend::kCublasLt},
+                                         Param{Precision::kFp32, kernels::GemmBackend::kHand},
+                                         Param{Precision::kBf16, kernels::GemmBackend::kCublasLt},
+                                         Param{Precision::kBf16, kernels::GemmBackend::kHand}),
+                         param_name);
+
+}  // namespace
+}  // namespace gpt2

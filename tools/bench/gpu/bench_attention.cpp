@@ -1,0 +1,96 @@
+// Causal flash attention, GPT-2 124M shapes (T=1024, C=768, NH=12, hs=64) at B*T = 8192 and 65536.
+// TFLOP/s counts causal flops as FlashAttention reports them: forward 2 matmuls over half the T x T
+// scores, 2 * 2 * B * NH * T * T * hs / 2; backward 2.5x that (the recomputation of S is not counted,
+// nor the second recomputation that the deterministic dQ pass adds). GB/s counts each tensor read or
+// written once. The second argument 1 forces the fp32 SIMT fallback (for comparison).
+//   bench_gpu_kernels --benchmark_filter=attention
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention/attention_cuda.hpp"
+#include "kernels/common/device_buffer.hpp"
+#include "tools/bench/gpu/gpu_bench_util.hpp"
+
+namespace gpt2 {
+namespace {
+
+constexpr int kT = 1024, kC = 768, kNH = 12;
+
+// Uniform values in [-scale, scale) from a fixed LCG: random data without the cost of normals at 150M elements.
+std::vector<float> lcg_values(size_t n, uint32_t seed, float scale) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = scale * (static_cast<float>(s >> 40) / static_cast<float>(1ull << 23) - 1.0f);
+  }
+  return v;
+}
+
+double forward_flops(int B) {
+  return 2.0 * 2.0 * B * kNH * static_cast<double>(kT) * kT * (kC / kNH) / 2.0;
+}
+
+struct AttentionBuffers {
+  explicit AttentionBuffers(int B)
+      : out(static_cast<size_t>(B) * kT * kC),
+        dqkv(static_cast<size_t>(B) * kT * 3 * kC),
+        lse(static_cast<size_t>(B) * kNH * kT),
+        scratch(kernels::attention_backward_scratch_bytes(B, kT, kC, kNH)) {
+    qkv.upload(lcg_values(static_cast<size_t>(B) * kT * 3 * kC, 1, 1.7f));
+    dout.upload(lcg_values(static_cast<size_t>(B) * kT * kC, 2, 1.7f));
+  }
+  DeviceBuffer<bf16> qkv, out, dout, dqkv;
+  DeviceBuffer<float> lse;
+  DeviceBuffer<char> scratch;
+};
+
+void BM_attention_forward_bf16(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0));
+  kernels::attention_force_generic(state.range(1) != 0);
+  AttentionBuffers buf(B);
+  const double bytes = 2.0 * B * kT * (3 * kC + kC) + 4.0 * B * kNH * kT;
+  bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, s);
+      },
+      forward_flops(B), bytes);
+  kernels::attention_force_generic(false);
+}
+
+void BM_attention_backward_bf16(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0));
+  kernels::attention_force_generic(state.range(1) != 0);
+  AttentionBuffers buf(B);
+  kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, nullptr);
+  // reads dout, qkv, out, lse; writes dqkv; D written and read once
+  const double bytes = 2.0 * B * kT * (kC + 3 * kC + kC + 3 * kC) + 4.0 * B * kNH * kT * 3;
+  bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        kernels::attention_backward_cuda<bf16>(buf.dqkv.data(), buf.scratch.data(), buf.dout.data(), buf.qkv.data(),
+                                               buf.out.data(), buf.lse.data(), B, kT, kC, kNH, s);
+      },
+      2.5 * forward_flops(B), bytes);
+  kernels::attention_force_generic(false);
+}
+
+// {B, force_generic}: B*T = 8192 and 65536 on the tensor cores; the SIMT fallback at 8192 for reference.
+BENCHMARK(BM_attention_forward_bf16)
+    ->Args({8, 0})
+    ->Args({64, 0})
+    ->Args({8, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_attention_backward_bf16)
+    ->Args({8, 0})
+    ->Args({64, 0})
+    ->Args({8, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace gpt2

@@ -1,0 +1,136 @@
+// GPU benchmarks of GPT-2 124M's matrix products (C = 768, Vp = 50304) at B*T = 8192 and 65536 rows,
+// bf16, for both GEMM backends: every layer's forward product and both backward products
+//   qkv C->3C, attn_proj C->C, mlp_up C->4C (forward with bias+GELU), mlp_down 4C->C (dinp with the GELU
+//   gradient), lm_head C->Vp (tied wte: logits = lnf wte^T, dinp = dlogits wte, dwte += dlogits^T lnf).
+// TFLOP/s counts 2*M*N*K per product. Target: hand >= 80% of cuBLASLt on each (H100 SXM dense bf16 peak
+// is ~989 TFLOP/s; cuBLASLt reaches ~600-750 on these shapes).
+//   build/bin/bench_gpu_kernels --benchmark_filter='Gemm'
+// Names: Gemm/bf16/<backend>/<layer>/<fwd|dinp|dw>/BT:<rows>
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "kernels/gemm/gemm_cuda.hpp"
+#include "tools/bench/gpu/gpu_bench_util.hpp"
+
+namespace {
+
+using gpt2::bf16;
+using gpt2::DeviceBuffer;
+namespace k = gpt2::kernels;
+
+constexpr int kC = 768, kVp = 50304;
+
+// Random bf16 (never zeros: zeros run faster than real data). A 1M-element random block is uploaded and
+// then copied over the rest on the device, so multi-GB buffers fill quickly.
+DeviceBuffer<bf16> random_device(size_t n, uint32_t seed) {
+  DeviceBuffer<bf16> d(n);
+  if (n == 0) return d;
+  const size_t block = std::min(n, size_t{1} << 20);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<bf16> host(block);
+  for (auto& x : host) x = gpt2::from_float_host<bf16>(dist(gen));
+  CUDA_CHECK(cudaMemcpy(d.data(), host.data(), block * sizeof(bf16), cudaMemcpyHostToDevice));
+  for (size_t done = block; done < n;) {
+    const size_t c = std::min(done, n - done);
+    CUDA_CHECK(cudaMemcpy(d.data() + done, d.data(), c * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    done += c;
+  }
+  return d;
+}
+
+// One context per backend, made on first use (registration runs before main checks for a GPU).
+k::GemmContext& context(k::GemmBackend be) {
+  static std::unique_ptr<k::GemmContext> ctx[2];
+  auto& c = ctx[be == k::GemmBackend::kHand ? 0 : 1];
+  if (!c) c = std::make_unique<k::GemmContext>(be);
+  return *c;
+}
+
+struct Layer {
+  const char* name;
+  int in, out;  // linear: IC -> OC; lm_head: C -> Vp
+  bool lm_head;
+};
+const Layer kLayers[] = {{"qkv", kC, 3 * kC, false},
+                         {"attn_proj", kC, kC, false},
+                         {"mlp_up", kC, 4 * kC, false},
+                         {"mlp_down", 4 * kC, kC, false},
+                         {"lm_head", kC, kVp, true}};
+enum class Pass { kFwd, kDinp, kDw };
+const char* pass_name(Pass p) {
+  return p == Pass::kFwd ? "fwd" : (p == Pass::kDinp ? "dinp" : "dw");
+}
+
+// The product GPT-2 runs for (layer, pass) at `rows` = B*T, with the shapes of A and B as stored.
+struct Product {
+  int M, N, K;
+  bool trans_a, trans_b, accumulate;
+  k::GemmEpilogue ep;
+};
+Product product_for(const Layer& l, Pass p, int rows) {
+  if (l.lm_head) {
+    switch (p) {
+      case Pass::kFwd:
+        return {rows, l.out, l.in, false, true, false, k::GemmEpilogue::kNone};  // lnf wte^T
+      case Pass::kDinp:
+        return {rows, l.in, l.out, false, false, false, k::GemmEpilogue::kNone};  // dlogits wte
+      case Pass::kDw:
+        return {l.out, l.in, rows, true, false, true, k::GemmEpilogue::kNone};  // dlogits^T lnf
+    }
+  }
+  const bool up = std::string(l.name) == "mlp_up", down = std::string(l.name) == "mlp_down";
+  switch (p) {
+    case Pass::kFwd:  // inp (rows,IC) @ w (IC,OC) + bias [-> GELU]
+      return {rows, l.out, l.in, false, false, false, up ? k::GemmEpilogue::kBiasGelu : k::GemmEpilogue::kBias};
+    case Pass::kDinp:  // dout (rows,OC) @ w^T [* gelu'(pre) into the MLP's pre-activation]
+      return {rows, l.in, l.out, false, true, false, down ? k::GemmEpilogue::kDGelu : k::GemmEpilogue::kNone};
+    case Pass::kDw:  // inp^T (IC,rows) @ dout (rows,OC), accumulated
+      return {l.in, l.out, rows, true, false, true, k::GemmEpilogue::kNone};
+  }
+  return {};
+}
+
+void BM_Gemm(benchmark::State& state, k::GemmBackend be, Layer layer, Pass pass, int rows) {
+  const Product p = product_for(layer, pass, rows);
+  const size_t mn = static_cast<size_t>(p.M) * p.N;
+  auto a = random_device(static_cast<size_t>(p.M) * p.K, 1), b = random_device(static_cast<size_t>(p.K) * p.N, 2);
+  auto c = random_device(mn, 3);
+  const bool has_bias = p.ep == k::GemmEpilogue::kBias || p.ep == k::GemmEpilogue::kBiasGelu;
+  const bool has_aux = p.ep == k::GemmEpilogue::kBiasGelu || p.ep == k::GemmEpilogue::kDGelu;
+  auto bias = random_device(has_bias ? p.N : 0, 4), aux = random_device(has_aux ? mn : 0, 5);
+  k::GemmContext& ctx = context(be);
+  if (be == k::GemmBackend::kHand) state.counters["splits"] = k::gemm_hand_splits<bf16>(ctx, p.M, p.N, p.K);
+  gpt2::bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        k::gemm_cuda<bf16>(ctx, c.data(), a.data(), b.data(), has_bias ? bias.data() : nullptr,
+                           has_aux ? aux.data() : nullptr, p.M, p.N, p.K, p.trans_a, p.trans_b, p.accumulate, p.ep, s);
+      },
+      2.0 * p.M * p.N * p.K, 0);
+}
+
+const bool kRegistered = [] {
+  for (int rows : {8192, 65536})
+    for (const Layer& l : kLayers)
+      for (Pass pass : {Pass::kFwd, Pass::kDinp, Pass::kDw})
+        for (k::GemmBackend be : {k::GemmBackend::kHand, k::GemmBackend::kCublasLt}) {
+          const std::string name = std::string("Gemm/bf16/") + k::gemm_backend_name(be) + "/" + l.name + "/" +
+                                   pass_name(pass) + "/BT:" + std::to_string(rows);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, l, pass, rows)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+  return true;
+}();
+
+}  // namespace
