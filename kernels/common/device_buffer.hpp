@@ -52,6 +52,9 @@ class DeviceBuffer {
     std::vector<T> tmp(n);
     for (size_t i = 0; i < n; ++i) tmp[i] = from_float_host<T>(src[i]);
     CUDA_CHECK(cudaMemcpy(p_, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the DMA lands, and its (legacy) stream does not
+    // order work on non-blocking streams: wait, so "synchronous" holds for every stream.
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   void upload(const std::vector<float>& src) { upload(src.data(), src.size()); }
   // Device T -> host fp32 (the whole buffer, or its first n elements). Synchronous.
@@ -76,7 +79,10 @@ class DeviceBuffer {
 
 class CudaStream {
  public:
-  CudaStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  // priority: lower numbers run first (cudaDeviceGetStreamPriorityRange); 0 is the default.
+  explicit CudaStream(int priority = 0) {
+    CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority));
+  }
   ~CudaStream() {
     if (s_) cudaStreamDestroy(s_);
   }

@@ -80,7 +80,10 @@ DeviceGradReducer::DeviceGradReducer(DeviceComm kind, const BucketPlan& plan, vo
       world_(world) {
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   MPI_CHECK(MPI_Comm_size(world, &size_));
-  comm_stream_ = std::make_unique<CudaStream>();
+  // The highest priority: a bucket's all-reduce kernels should not queue behind backward's kernels.
+  int least = 0, greatest = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  comm_stream_ = std::make_unique<CudaStream>(greatest);
   for (size_t i = 0; i < plan.buckets().size(); ++i) ready_.push_back(std::make_unique<CudaEvent>());
   compute_done_ = std::make_unique<CudaEvent>(/*timing=*/true);
   comm_done_ = std::make_unique<CudaEvent>(/*timing=*/true);
@@ -102,6 +105,8 @@ void DeviceGradReducer::launch(size_t i) {
   const Bucket& b = plan_.buckets()[i];
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_->get(), ready_[i]->get(), 0));
   void* p = grads_ + b.begin * elem_bytes_;
+  // ncclAvg on floating point scales each contribution by 1/W before summing (exact for W a power of
+  // two); the MPI path sums and then scales. Both are averages; their last bits may differ for other W.
   NCCL_CHECK(ncclAllReduce(p, p, b.size(), dtype_ == Precision::kBf16 ? ncclBfloat16 : ncclFloat, ncclAvg,
                            nccl_->get(), comm_stream_->get()));
 }
@@ -146,8 +151,8 @@ void DeviceGradReducer::wait_with_timeout(cudaEvent_t done) {
 
 // Host-staged: every bucket goes down to the host as fp32, through MPI_Allreduce, and back up.
 double DeviceGradReducer::finish_mpi() {
+  CUDA_CHECK(cudaStreamSynchronize(compute_));  // backward done: what follows is all communication
   Timer t;
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
   std::vector<bf16> tmp;
   for (const Bucket& b : plan_.buckets()) {
     const size_t n = b.size();
@@ -171,6 +176,9 @@ double DeviceGradReducer::finish_mpi() {
       CUDA_CHECK(cudaMemcpy(dev, host_.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
   }
+  // A copy from pageable memory may return before its DMA lands, and the legacy stream it ran on does
+  // not order the (non-blocking) compute stream: wait for it before the optimizer reads the gradients.
+  CUDA_CHECK(cudaDeviceSynchronize());
   return t.ms();
 }
 

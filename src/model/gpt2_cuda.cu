@@ -136,6 +136,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(master_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice));
     if constexpr (!std::is_same_v<T, float>) params_.upload(host, n);
+    CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may return early; the compute stream is non-blocking
   }
   void get_params(float* host) const override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -145,6 +146,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(m_.data(), m, m_.bytes(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(v_.data(), v, v_.bytes(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());  // as in set_params
   }
   void get_moments(float* m, float* v) const override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -198,7 +200,6 @@ class ModelImpl final : public GPT2Cuda::Impl {
     ws = std::max(ws, kernels::bias_backward_scratch_bytes(iN, 4 * iC));
     ws = std::max(ws, kernels::bias_backward_scratch_bytes(iN, 3 * iC));
     ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH)));
-    ws = std::max(ws, kernels::sum_squares_scratch_bytes(static_cast<long>(table_.total())));
     a.workspace.resize(ws);
     staging_.resize(2 * N);
     plan_staging_.resize(3 * N + 1);

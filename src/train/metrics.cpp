@@ -33,7 +33,7 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::step(const StepMetrics& m) {
   if (!f_) return;
   std::fprintf(f_,
-               "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,"
+               "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,"
                "\"mfu\":%.5f,\"comm_exposed_ms\":%.3f}\n",
                m.step, m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s, m.mfu, m.comm_exposed_ms);
   std::fflush(f_);
@@ -41,7 +41,7 @@ void MetricsWriter::step(const StepMetrics& m) {
 
 void MetricsWriter::val(long step, double val_loss) {
   if (!f_) return;
-  std::fprintf(f_, "{\"step\":%ld,\"val_loss\":%.6f}\n", step, val_loss);
+  std::fprintf(f_, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, val_loss);
   std::fflush(f_);
 }
 

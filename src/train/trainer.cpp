@@ -82,7 +82,12 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     GPT2_REQUIRE(gpu_count(&why) > 0, "--device cuda: " << why << "; use --device cpu");
   }
   const std::string precision = cfg.precision == "auto" ? (on_gpu ? "bf16" : "fp32") : cfg.precision;
-  const std::string comm_kind = cfg.comm == "auto" ? (on_gpu ? "nccl" : "mpi") : cfg.comm;
+  // NCCL refuses two ranks on one GPU: auto falls back to the host-staged MPI path when ranks share GPUs.
+  const bool gpus_shared = on_gpu && env.local_size() > gpu_count();
+  const std::string comm_kind = cfg.comm == "auto" ? (on_gpu && !gpus_shared ? "nccl" : "mpi") : cfg.comm;
+  if (cfg.comm == "auto" && gpus_shared)
+    log_warn("%d ranks share %d GPU(s) on a node: using --comm mpi (host-staged, slow); run one rank per GPU "
+             "for NCCL\n", env.local_size(), gpu_count());
   GPT2_REQUIRE(on_gpu || precision == "fp32", "--precision " << precision << " needs --device cuda (the CPU backend is fp32)");
   GPT2_REQUIRE(on_gpu || comm_kind == "mpi", "--comm " << comm_kind << " needs --device cuda (the CPU backend uses --comm mpi)");
   const int threads = choose_threads(cfg, env);

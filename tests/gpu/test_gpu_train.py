@@ -16,17 +16,17 @@ import subprocess
 import sys
 
 bin_dir, work, mpiexec = sys.argv[1], sys.argv[2], sys.argv[3]
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="2")
 probe = subprocess.run([f"{bin_dir}/gpt2-train", "--device", "cuda", "--model", "d1", "--vocab-size", "256",
                         "--benchmark", "--max-steps", "1", "--seq-len", "16", "--micro-batch", "1"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
 if probe.returncode != 0 and ("no GPU" in probe.stderr or "without the CUDA backend" in probe.stderr):
     print("skipped: no GPU (" + probe.stderr.strip().splitlines()[-1] + ")")
     sys.exit(77)
 
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="2")
 rnd = random.Random(1)
 words = "the of and to in that he shall unto for his a lord they be is him not them it with all thou".split()
 open(f"{work}/corpus.txt", "w").write(" ".join(rnd.choice(words) for _ in range(60000)))
