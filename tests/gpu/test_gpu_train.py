@@ -5,7 +5,9 @@
   3. resume from a checkpoint continues bit for bit (steps after the checkpoint identical);
   4. --precision fp32 on the GPU follows the CPU backend's loss trajectory (1e-4 relative);
   5. --gemm hand follows --gemm cublaslt (fp32: 1e-4; bf16: 2e-2);
-  6. 2 ranks sharing the GPU (--comm mpi) follow 1 rank with twice the micro-batch.
+  6. 2 ranks sharing the GPU (--comm mpi) follow 1 rank with twice the micro-batch;
+  7. a rank killed mid-run (GPT2_FAULT_INJECT) ends the whole job with an error, never a hang:
+     with --comm mpi always, with --comm nccl when there are two GPUs (then the NCCL timeout path).
 Only the standard library: the GPU machine's Python may lack h5py. The token file is made by gpt2-data.
 usage: test_gpu_train.py BIN_DIR WORK_DIR MPIEXEC"""
 import json
@@ -14,6 +16,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 bin_dir, work, mpiexec = sys.argv[1], sys.argv[2], sys.argv[3]
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -87,6 +90,29 @@ compare("GPU bf16 hand GEMM ~ cuBLASLt", hand16, {s: bf16[s] for s in range(1, 1
 
 two, _ = train("fp32_2ranks", 10, cuda + ["--precision", "fp32", "--comm", "mpi"], ranks=2, micro_batch=8)
 compare("2 ranks sharing the GPU (--comm mpi) == 1 rank", two, gpu32, 1e-4)
+
+
+
+def lost_peer(name, comm):
+    cmd = [mpiexec, "--oversubscribe", "-n", "2", f"{bin_dir}/gpt2-train", *common, "--device", "cuda",
+           "--comm", comm, "--comm-timeout-s", "30", "--micro-batch", "8", "--max-steps", "50"]
+    start = time.time()
+    try:
+        r = subprocess.run(cmd, env=dict(env, GPT2_FAULT_INJECT="1:5"), capture_output=True, text=True, timeout=240)
+        check(name, r.returncode != 0, f": exit {r.returncode} after {time.time() - start:.0f} s")
+    except subprocess.TimeoutExpired:
+        check(name, False, ": the job hung (no exit within 240 s)")
+
+
+lost_peer("lost peer ends the job (--comm mpi)", "mpi")
+try:
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
+except OSError:
+    gpus = 1
+if gpus >= 2:
+    lost_peer("lost peer ends the job (--comm nccl)", "nccl")
+else:
+    print(f"note: {gpus} GPU(s): the NCCL lost-peer case needs 2")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
