@@ -13,6 +13,13 @@ void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int 
 // Backward of attention_forward_cpu.
 //   [in] dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T);  [out] dqkv (B,T,3C) overwritten
 // Each (b, h) is owned by one thread, so every sum runs in a fixed order: deterministic.
+// One query against a key/value cache: the newest token's attention during text generation.
+//   out[h] = sum_{t<len} softmax_t( q[h] . kcache[h,t] / sqrt(hs) ) * vcache[h,t]
+//   [in] q (NH,hs) of the newest token; kcache, vcache (NH,maxT,hs) holding positions 0..len-1 (the
+//        newest included);  [out] out (NH,hs) = (C) overwritten. Same arithmetic as attention_forward_cpu.
+void attention_decode_cpu(float* out, const float* q, const float* kcache, const float* vcache, int len, int maxT,
+                          int C, int NH);
+
 void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
                             int NH);
 

@@ -52,6 +52,44 @@ void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int 
   }
 }
 
+void attention_decode_cpu(float* out, const float* q, const float* kcache, const float* vcache, int len, int maxT,
+                          int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  std::vector<float> a(static_cast<size_t>(len));
+  for (int h = 0; h < NH; ++h) {
+    const float* qh = q + h * hs;
+    const float* kh = kcache + static_cast<size_t>(h) * maxT * hs;
+    const float* vh = vcache + static_cast<size_t>(h) * maxT * hs;
+    float maxv = -INFINITY;
+    for (int t2 = 0; t2 < len; ++t2) {
+      const float* k = kh + static_cast<size_t>(t2) * hs;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int i = 0; i < hs; ++i) dot += qh[i] * k[i];
+      dot *= scale;
+      a[t2] = dot;
+      maxv = dot > maxv ? dot : maxv;
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int t2 = 0; t2 < len; ++t2) {
+      const float e = cpu::fast_expf(a[t2] - maxv);
+      a[t2] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    float* o = out + h * hs;
+    for (int i = 0; i < hs; ++i) o[i] = 0.0f;
+    for (int t2 = 0; t2 < len; ++t2) {
+      const float* v = vh + static_cast<size_t>(t2) * hs;
+      const float p = a[t2] * inv;
+#pragma omp simd
+      for (int i = 0; i < hs; ++i) o[i] += p * v[i];
+    }
+  }
+}
+
 void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
                             int NH) {
   const int hs = C / NH;

@@ -143,6 +143,59 @@ const float* GPT2::forward_logits(const int32_t* inputs, int B, int T) {
   return acts_.logits.data();
 }
 
+const float* GPT2::decode_step(int32_t token, KVCache* cache) {
+  const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, hs = C / NH, V = cfg_.vocab_size;
+  const int maxT = cfg_.max_seq_len, Vp = cfg_.padded_vocab_size();
+  const size_t per_layer = static_cast<size_t>(NH) * maxT * hs;
+  if (cache->k.size() != L * per_layer) {
+    cache->k.assign(L * per_layer, 0.0f);
+    cache->v.assign(L * per_layer, 0.0f);
+    cache->len = 0;
+  }
+  const int pos = cache->len;
+  GPT2_REQUIRE(pos < maxT, "the key/value cache is full (" << maxT << " tokens)");
+  GPT2_REQUIRE(token >= 0 && token < V, "token id " << token << " out of range [0, " << V << ")");
+  dec_x_.resize(C);
+  dec_ln_.resize(C);
+  dec_qkv_.resize(3 * C);
+  dec_atty_.resize(C);
+  dec_proj_.resize(C);
+  dec_res_.resize(C);
+  dec_fch_.resize(4 * C);
+  dec_fchg_.resize(4 * C);
+  dec_logits_.resize(Vp);
+  const ModelTensors p = table_.tensors(params_.data());
+  float mean = 0, rstd = 0;
+  // The same kernels as forward() with one row, so a decoded token's logits equal the full forward's.
+  for (int c = 0; c < C; ++c)
+    dec_x_[c] = p.wte[static_cast<size_t>(token) * C + c] + p.wpe[static_cast<size_t>(pos) * C + c];
+  layernorm_forward_cpu(dec_ln_.data(), &mean, &rstd, dec_x_.data(), p.blocks[0].ln1w, p.blocks[0].ln1b, 1, C);
+  for (int l = 0; l < L; ++l) {
+    const BlockTensors& w = p.blocks[l];
+    linear_forward_cpu(dec_qkv_.data(), dec_ln_.data(), w.qkvw, w.qkvb, 1, C, 3 * C);
+    float* kc = cache->k.data() + l * per_layer;
+    float* vc = cache->v.data() + l * per_layer;
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < hs; ++i) {
+        kc[(static_cast<size_t>(h) * maxT + pos) * hs + i] = dec_qkv_[C + h * hs + i];
+        vc[(static_cast<size_t>(h) * maxT + pos) * hs + i] = dec_qkv_[2 * C + h * hs + i];
+      }
+    attention_decode_cpu(dec_atty_.data(), dec_qkv_.data(), kc, vc, pos + 1, maxT, C, NH);
+    linear_forward_cpu(dec_proj_.data(), dec_atty_.data(), w.attprojw, w.attprojb, 1, C, C);
+    residual_layernorm_forward_cpu(dec_res_.data(), dec_ln_.data(), &mean, &rstd, dec_x_.data(), dec_proj_.data(),
+                                   w.ln2w, w.ln2b, 1, C);
+    linear_forward_cpu(dec_fch_.data(), dec_ln_.data(), w.fcw, w.fcb, 1, C, 4 * C);
+    gelu_forward_cpu(dec_fchg_.data(), dec_fch_.data(), 4 * C);
+    linear_forward_cpu(dec_proj_.data(), dec_fchg_.data(), w.fcprojw, w.fcprojb, 1, 4 * C, C);
+    const bool last = l + 1 == L;
+    residual_layernorm_forward_cpu(dec_x_.data(), dec_ln_.data(), &mean, &rstd, dec_res_.data(), dec_proj_.data(),
+                                   last ? p.lnfw : p.blocks[l + 1].ln1w, last ? p.lnfb : p.blocks[l + 1].ln1b, 1, C);
+  }
+  lm_head_forward_cpu(dec_logits_.data(), dec_ln_.data(), p.wte, 1, C, Vp);
+  cache->len = pos + 1;
+  return dec_logits_.data();
+}
+
 void GPT2::backward(const GradReadyFn& on_ready) {
   GPT2_CHECK(have_dlogits_, "backward() needs a forward_train() first");
   have_dlogits_ = false;

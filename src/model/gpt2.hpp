@@ -47,6 +47,12 @@ struct Activations {
 // l = L-1..0, and finally 0 once the encoder (and so tied wte) is done. GradReducer hangs on it.
 using GradReadyFn = std::function<void(size_t ready_from)>;
 
+// Keys and values of the tokens decoded so far, per layer and head, for generation (GPT2::decode_step).
+struct KVCache {
+  std::vector<float> k, v;  // (L, NH, maxT, hs)
+  int len = 0;              // tokens held; the next token goes to position len
+};
+
 class GPT2 {
  public:
   explicit GPT2(const GPT2Config& cfg);
@@ -74,6 +80,12 @@ class GPT2 {
 
   const Activations& activations() const { return acts_; }
 
+  // Generation with a key/value cache: runs the model on `token` at position cache->len (which must be
+  // < max_seq_len), appends its keys and values and returns the next-token logits (Vp), valid until the
+  // next call. O(len) work per token instead of a forward over the whole window. A cache of another
+  // model's shape (or a default-constructed one) is (re)allocated.
+  const float* decode_step(int32_t token, KVCache* cache);
+
  private:
   void forward(const int32_t* inputs, int B, int T);
   void ensure_activations(int B, int T);
@@ -84,6 +96,8 @@ class GPT2 {
   std::vector<float> grads_;
   Activations acts_;
   std::vector<int32_t> inputs_;  // (B,T) of the last forward, for the encoder backward
+  // decode_step scratch, one token: x/ln/atty/proj/residual (C), qkv (3C), fch/fch_gelu (4C), logits (Vp)
+  std::vector<float> dec_x_, dec_ln_, dec_qkv_, dec_atty_, dec_proj_, dec_res_, dec_fch_, dec_fchg_, dec_logits_;
   bool have_dlogits_ = false;
 };
 

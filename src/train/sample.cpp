@@ -10,15 +10,25 @@ namespace gpt2 {
 
 std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
   GPT2_REQUIRE(!prompt.empty(), "sampling needs a non-empty prompt");
-  const int V = model.config().vocab_size, Vp = model.config().padded_vocab_size();
+  const int V = model.config().vocab_size;
   const int maxT = model.config().max_seq_len;
   Rng rng(opt.seed, 0x5A3F1E);
   std::vector<int32_t> ctx = prompt, out;
   std::vector<std::pair<float, int>> cand(V);
+  // Keys and values are cached, so each new token costs one token's forward. When the cache is full
+  // (max_seq_len tokens) it is rebuilt from the newest half of the context: positions must restart.
+  KVCache cache;
+  const float* logits = nullptr;
+  auto prefill = [&](size_t keep) {
+    cache.len = 0;
+    for (size_t i = ctx.size() - keep; i < ctx.size(); ++i) logits = model.decode_step(ctx[i], &cache);
+  };
+  prefill(std::min<size_t>(ctx.size(), static_cast<size_t>(maxT)));
   for (int n = 0; n < opt.max_new_tokens; ++n) {
-    const int T = std::min<int>(static_cast<int>(ctx.size()), maxT);
-    const int32_t* window = ctx.data() + ctx.size() - T;
-    const float* logits = model.forward_logits(window, 1, T) + static_cast<size_t>(T - 1) * Vp;
+    if (n > 0) {
+      if (cache.len == maxT) prefill(static_cast<size_t>(std::max(1, maxT / 2)));
+      else logits = model.decode_step(ctx.back(), &cache);
+    }
     int next = 0;
     if (opt.temperature <= 0.0f) {
       next = static_cast<int>(std::max_element(logits, logits + V) - logits);
