@@ -35,4 +35,6 @@ mpirun_args=(-np "$ranks")
 # More ranks than cores is fine for a demo.
 [[ $(nproc) -lt $ranks ]] && mpirun_args+=(--oversubscribe)
 mpirun "${mpirun_args[@]}" build/bin/gpt2-train --config configs/quickstart.ini "${train_args[@]}"
+echo "== sample: build/bin/gpt2-sample --ckpt runs/quickstart --prompt 'And God said' --max-new-tokens 300 --top-k 10 --temperature 0.8"
+build/bin/gpt2-sample --ckpt runs/quickstart --prompt "And God said" --max-new-tokens 300 --top-k 10 --temperature 0.8
 echo "quickstart: metrics in runs/quickstart/metrics.jsonl, checkpoints in runs/quickstart/ckpt/"

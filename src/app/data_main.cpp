@@ -1,5 +1,7 @@
 // gpt2-data: prepares token files (DESIGN.md section 5) and inspects them.
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,7 +10,11 @@
 
 #include "core/error.hpp"
 #include "data/byte_tokenizer.hpp"
+#include "data/gpt2_tokenizer.hpp"
+#include "data/prepare.hpp"
 #include "data/token_file.hpp"
+#include "train/checkpoint.hpp"
+#include "train/hf_interop.hpp"
 
 namespace po = boost::program_options;
 using namespace gpt2;
@@ -18,30 +24,40 @@ namespace {
 const char* kUsage =
     "gpt2-data: token files for gpt2-train.\n"
     "\n"
-    "  gpt2-data prepare --tokenizer byte --text FILE [FILE...] --out DIR [--val-fraction 0.1]\n"
-    "      Tokenizes the text files (concatenated in the order given) and writes DIR/train.h5 and\n"
-    "      DIR/val.h5; the last val-fraction of the tokens is the validation split.\n"
+    "  gpt2-data prepare --input FILE|DIR... --out DIR [--tokenizer byte|gpt2] [--jsonl-field text]\n"
+    "                    [--val-fraction 0.1] [--shard-tokens N] [--threads N]\n"
+    "      Tokenizes the documents (each text file, or each JSON line's field), in parallel, with\n"
+    "      <|endoftext|> between documents (gpt2), and writes DIR/train.h5 and DIR/val.h5 (or shards\n"
+    "      DIR/train_000000.h5, ...). Every 1/val-fraction-th document goes to validation.\n"
     "  gpt2-data inspect FILE\n"
-    "      Prints token count, vocabulary, dtype, documents and a decoded excerpt.\n";
-
-std::string read_file(const std::string& path) {
-  std::ifstream is(path, std::ios::binary);
-  GPT2_REQUIRE(is.good(), "cannot read text file " << path);
-  std::ostringstream os;
-  os << is.rdbuf();
-  return os.str();
-}
+    "      Prints token count, vocabulary, dtype, documents and a decoded excerpt.\n"
+    "  gpt2-data export-hf CKPT DIR\n"
+    "      Writes the model of checkpoint CKPT (a step_*.h5 file, or a run's --out directory for its\n"
+    "      latest checkpoint) as DIR/model.safetensors and DIR/config.json, which Hugging Face\n"
+    "      transformers loads with GPT2LMHeadModel.from_pretrained(DIR).\n";
 
 int prepare(int argc, char** argv) {
-  std::string tokenizer, out;
-  std::vector<std::string> texts;
-  double val_fraction = 0.1;
+  std::string tokenizer, out, vocab_dir;
+  std::vector<std::string> inputs, texts;
+  PrepareOptions p;
+  bool no_progress = false;
   po::options_description opts("gpt2-data prepare");
-  opts.add_options()("help,h", "help")("tokenizer", po::value<std::string>(&tokenizer)->default_value("byte"),
-                                       "byte (GPT-2 BPE comes with its own issue)")(
-      "text", po::value<std::vector<std::string>>(&texts)->multitoken()->required(), "input text files")(
+  opts.add_options()("help,h", "help")(
+      "input", po::value<std::vector<std::string>>(&inputs)->multitoken(),
+      "input files or directories (searched recursively, sorted); repeatable")(
+      "text", po::value<std::vector<std::string>>(&texts)->multitoken(), "the same as --input")(
       "out", po::value<std::string>(&out)->required(), "output directory (created)")(
-      "val-fraction", po::value<double>(&val_fraction)->default_value(0.1), "fraction of tokens for validation");
+      "tokenizer", po::value<std::string>(&tokenizer)->default_value("byte"), "byte | gpt2 (GPT-2 BPE, 50257 tokens)")(
+      "vocab-dir", po::value<std::string>(&vocab_dir)->default_value(Gpt2Tokenizer::default_vocab_dir()),
+      "directory with GPT-2's encoder.json and vocab.bpe (tools/get-gpt2-vocab.sh fills it)")(
+      "jsonl-field", po::value<std::string>(&p.jsonl_field)->default_value(""),
+      "inputs are JSON lines: one document per line, the text in this string field (e.g. text)")(
+      "val-fraction", po::value<double>(&p.val_fraction)->default_value(0.1),
+      "fraction of the documents for validation, spread evenly (a single document: of its tokens)")(
+      "shard-tokens", po::value<uint64_t>(&p.shard_tokens)->default_value(0),
+      "tokens per file: train_000000.h5, ... (0: one train.h5 and one val.h5)")(
+      "threads", po::value<int>(&p.threads)->default_value(0), "tokenizer threads (0: all cores)")(
+      "no-progress", po::bool_switch(&no_progress), "no progress output");
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
@@ -55,37 +71,43 @@ int prepare(int argc, char** argv) {
     std::fprintf(stderr, "gpt2-data prepare: error: %s\n", e.what());
     return 2;
   }
-  if (tokenizer != "byte") {
-    std::fprintf(stderr, "gpt2-data prepare: error: unknown --tokenizer '%s' (available: byte)\n", tokenizer.c_str());
+  inputs.insert(inputs.end(), texts.begin(), texts.end());
+  if (inputs.empty()) {
+    std::fprintf(stderr, "gpt2-data prepare: error: no inputs: give --input FILE|DIR ...\n");
     return 2;
   }
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+  if (tokenizer != "byte" && tokenizer != "gpt2") {
+    std::fprintf(stderr, "gpt2-data prepare: error: unknown --tokenizer '%s' (available: byte, gpt2)\n",
+                 tokenizer.c_str());
+    return 2;
+  }
+  if (!(p.val_fraction >= 0.0 && p.val_fraction < 1.0)) {
     std::fprintf(stderr, "gpt2-data prepare: error: --val-fraction must be in [0, 1)\n");
     return 2;
   }
-  std::vector<uint32_t> tokens;
-  std::vector<uint64_t> docs;
-  for (const std::string& path : texts) {
-    docs.push_back(tokens.size());
-    const std::vector<uint32_t> t = ByteTokenizer::encode(read_file(path));
-    tokens.insert(tokens.end(), t.begin(), t.end());
+  std::unique_ptr<Gpt2Tokenizer> bpe;
+  if (tokenizer == "gpt2") {
+    bpe = std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::from_dir(vocab_dir));
+    const Gpt2Tokenizer* t = bpe.get();
+    p.encode = [t](std::string_view text) { return t->encode(text); };
+    p.vocab_size = static_cast<int>(Gpt2Tokenizer::kVocabSize);
+    p.eot_token = static_cast<int>(Gpt2Tokenizer::kEot);
+  } else {
+    p.encode = [](std::string_view text) { return ByteTokenizer::encode(std::string(text)); };
+    p.vocab_size = ByteTokenizer::kVocabSize;
+    p.eot_token = -1;  // the byte vocabulary has no end-of-text token
   }
-  GPT2_REQUIRE(tokens.size() >= 2, "the input text is empty: nothing to train on");
-  const size_t n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * val_fraction);
-  const size_t n_train = tokens.size() - n_val;
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  GPT2_REQUIRE(!ec, "cannot create output directory " << out << ": " << ec.message());
-  TokenFileWriteOptions wo;
-  wo.vocab_size = ByteTokenizer::kVocabSize;
-  wo.tokenizer = "byte";
-  for (uint64_t d : docs)
-    if (d < n_train) wo.doc_offsets.push_back(d);
-  write_token_file(out + "/train.h5", std::vector<uint32_t>(tokens.begin(), tokens.begin() + n_train), wo);
-  wo.doc_offsets = {0};
-  write_token_file(out + "/val.h5", std::vector<uint32_t>(tokens.begin() + n_train, tokens.end()), wo);
-  std::printf("wrote %s/train.h5 (%zu tokens) and %s/val.h5 (%zu tokens), tokenizer byte, vocab 256\n", out.c_str(),
-              n_train, out.c_str(), n_val);
+  p.inputs = inputs;
+  p.out_dir = out;
+  p.tokenizer = tokenizer;
+  p.progress = !no_progress;
+  const PrepareResult r = prepare_dataset(p);
+  std::printf("wrote %llu train tokens in %zu file(s) and %llu val tokens in %zu file(s) to %s: %llu document(s), "
+              "tokenizer %s, vocab %d, %.1f MB in %.1f s (%.1f MB/s)\n",
+              static_cast<unsigned long long>(r.train_tokens), r.train_files.size(),
+              static_cast<unsigned long long>(r.val_tokens), r.val_files.size(), out.c_str(),
+              static_cast<unsigned long long>(r.documents), tokenizer.c_str(), p.vocab_size,
+              static_cast<double>(r.bytes) / 1e6, r.seconds, static_cast<double>(r.bytes) / 1e6 / std::max(r.seconds, 1e-9));
   return 0;
 }
 
@@ -100,8 +122,13 @@ int inspect(const std::string& path) {
   const size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), 200));
   std::vector<int32_t> head(n);
   if (n > 0) f.read(0, n, head.data());
+  const std::string vocab_dir = Gpt2Tokenizer::default_vocab_dir();
   if (f.tokenizer() == "byte") {
     std::printf("excerpt:    %s\n", ByteTokenizer::decode(head).c_str());
+  } else if (f.tokenizer() == "gpt2" && std::filesystem::exists(vocab_dir + "/encoder.json")) {
+    const Gpt2Tokenizer t = Gpt2Tokenizer::from_dir(vocab_dir);
+    std::vector<uint32_t> ids(head.begin(), head.end());
+    std::printf("excerpt:    %s\n", t.decode(ids).c_str());
   } else {
     std::printf("first ids: ");
     for (size_t i = 0; i < std::min<size_t>(n, 32); ++i) std::printf(" %d", head[i]);
@@ -125,6 +152,22 @@ int main(int argc, char** argv) {
       return 2;
     }
     return inspect(argv[2]);
+  }
+  if (cmd == "export-hf") {
+    const bool help = argc == 3 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h");
+    if (help || argc != 4) {
+      std::fputs("usage: gpt2-data export-hf CKPT DIR\n", help ? stdout : stderr);
+      return help ? 0 : 2;
+    }
+    std::string ckpt = argv[2];
+    if (std::filesystem::is_directory(ckpt)) {
+      const std::string latest = read_latest(ckpt);
+      GPT2_REQUIRE(!latest.empty(), ckpt << " is a directory without ckpt/latest: give a checkpoint file");
+      ckpt = latest;
+    }
+    export_hf(ckpt, argv[3]);
+    std::printf("wrote %s/model.safetensors and %s/config.json from %s\n", argv[3], argv[3], ckpt.c_str());
+    return 0;
   }
   std::fprintf(stderr, "gpt2-data: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;

@@ -128,7 +128,9 @@ ParsedArgs parse_train_args(int argc, char** argv) {
 
   po::options_description ckpt("Checkpoints and distribution");
   ckpt.add_options()
-      ("init-from", po::value<std::string>(&c.init_from), "checkpoint to start from (optimizer state too, if present)")
+      ("init-from", po::value<std::string>(&c.init_from),
+       "checkpoint to start from (optimizer state too, if present), or a Hugging Face GPT-2 model.safetensors "
+       "(e.g. the released gpt2 weights, for fine-tuning)")
       ("ckpt-every", po::value<int>(&c.ckpt_every)->default_value(0), "steps between checkpoints (0: at the end only)")
       ("ckpt-keep", po::value<int>(&c.ckpt_keep)->default_value(0), "newest checkpoints to keep (0: all)")
       ("resume", po::value<std::string>(&c.resume)->default_value("none"),

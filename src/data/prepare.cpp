@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "data/token_file.hpp"
 
 namespace gpt2 {
@@ -20,167 +21,21 @@ namespace gpt2 {
 namespace fs = std::filesystem;
 
 // ---- JSON lines ----------------------------------------------------------------------------------
-namespace {
-
-class JsonCursor {
- public:
-  JsonCursor(std::string_view s, const std::string& where) : s_(s), where_(where) {}
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) ++i_;
-  }
-  bool eat(char c) {
-    ws();
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c, const char* what) {
-    if (!eat(c)) fail(std::string("expected ") + what);
-  }
-  bool at_end() {
-    ws();
-    return i_ == s_.size();
-  }
-  char peek() {
-    ws();
-    return i_ < s_.size() ? s_[i_] : '\0';
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    fatal(msg() << where_ << ": not a valid JSON line: " << what << " at column " << i_ + 1);
-  }
-
-  std::string string() {
-    expect('"', "a string");
-    std::string out;
-    while (true) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      const char c = s_[i_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      if (i_ >= s_.size()) fail("unterminated escape");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && i_ + 1 < s_.size() && s_[i_] == '\\' && s_[i_ + 1] == 'u') {
-            const size_t save = i_;
-            i_ += 2;
-            const uint32_t lo = hex4();
-            if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            else i_ = save;  // a lone high surrogate: kept as is (below)
-          }
-          append_utf8(cp, &out);
-          break;
-        }
-        default: fail(std::string("unknown escape \\") + e);
-      }
-    }
-  }
-
-  // Skips any JSON value (the fields we do not want).
-  void skip_value(int depth = 0) {
-    if (depth > 256) fail("nesting too deep");
-    const char c = peek();
-    if (c == '"') {
-      string();
-    } else if (c == '{' || c == '[') {
-      const char close = c == '{' ? '}' : ']';
-      ++i_;
-      if (eat(close)) return;
-      do {
-        if (c == '{') {
-          string();
-          expect(':', "':'");
-        }
-        skip_value(depth + 1);
-      } while (eat(','));
-      expect(close, c == '{' ? "'}'" : "']'");
-    } else {
-      const size_t start = i_;
-      while (i_ < s_.size() && std::string_view(",}] \t\r\n").find(s_[i_]) == std::string_view::npos) ++i_;
-      const std::string_view tok = s_.substr(start, i_ - start);
-      if (tok.empty()) fail("expected a value");
-      if (tok != "true" && tok != "false" && tok != "null" &&
-          tok.find_first_not_of("0123456789+-.eE") != std::string_view::npos)
-        fail("bad literal '" + std::string(tok) + "'");
-    }
-  }
-
- private:
-  uint32_t hex4() {
-    if (i_ + 4 > s_.size()) fail("short \\u escape");
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char h = s_[i_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9') v |= h - '0';
-      else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
-      else fail("bad \\u escape");
-    }
-    return v;
-  }
-  static void append_utf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  std::string_view s_;
-  const std::string& where_;
-  size_t i_ = 0;
-};
-
-}  // namespace
 
 std::string json_string_field(std::string_view line, const std::string& field, const std::string& where) {
-  JsonCursor c(line, where);
-  c.expect('{', "an object '{'");
-  std::string value;
-  bool found = false;
-  if (!c.eat('}')) {
-    do {
-      const std::string key = c.string();
-      c.expect(':', "':'");
-      if (key == field && !found) {
-        if (c.peek() != '"') c.fail("field '" + field + "' is not a string");
-        value = c.string();
-        found = true;
-      } else {
-        c.skip_value();
-      }
-    } while (c.eat(','));
-    c.expect('}', "'}'");
+  static const char* const kKind[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+  // parse_json is strict (see core/json.hpp); its errors read "WHERE: invalid JSON: ... at byte K".
+  JsonValue root = parse_json(line, where);
+  if (root.kind != JsonValue::Kind::kObject)
+    fatal(msg() << where << ": expected an object, found " << kKind[static_cast<int>(root.kind)]);
+  for (auto& kv : root.object) {
+    if (kv.first != field) continue;
+    if (kv.second.kind != JsonValue::Kind::kString)
+      fatal(msg() << where << ": field '" << field << "' is not a string (it is "
+                  << kKind[static_cast<int>(kv.second.kind)] << ")");
+    return std::move(kv.second.text);
   }
-  if (!c.at_end()) c.fail("trailing characters after the object");
-  if (!found) fatal(msg() << where << ": no string field '" << field << "' (choose it with --jsonl-field)");
-  return value;
+  fatal(msg() << where << ": no string field '" << field << "' (choose it with --jsonl-field)");
 }
 
 // ---- inputs and documents ------------------------------------------------------------------------
@@ -333,6 +188,8 @@ class Progress {
     const double s = seconds();
     const double frac = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
     if (!tty_ && !final && frac < next_frac_ && s < next_s_) return;  // plain lines: every 10% or 30 s
+    if (final && printed_done_) return;                                // 100% was the last line already
+    printed_done_ = frac >= 1.0;
     next_frac_ = frac + 0.1;
     next_s_ = s + 30;
     const double mbs = s > 0 ? static_cast<double>(done) / 1e6 / s : 0.0;
@@ -354,6 +211,7 @@ class Progress {
   bool on_, tty_;
   uint64_t total_;
   double next_frac_ = 0, next_s_ = 0;
+  bool printed_done_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

@@ -24,6 +24,7 @@
 #include "kernels/gemm/gemm.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpoint.hpp"
+#include "train/hf_interop.hpp"
 #include "train/metrics.hpp"
 #include "train/runner.hpp"
 
@@ -153,8 +154,19 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
              cfg.out_dir.c_str());
   }
   if (resume_path.empty() && !cfg.init_from.empty()) {
-    const bool with_opt = load_checkpoint(cfg.init_from, model, &opt, nullptr);
-    log_info("initialised from %s (%s)\n", cfg.init_from.c_str(), with_opt ? "model and optimizer" : "model only");
+    if (is_safetensors(cfg.init_from)) {  // Hugging Face weights (e.g. the released gpt2), for fine-tuning
+      const GPT2Config fc = read_hf_config(cfg.init_from, cfg.model);
+      const GPT2Config& mc = cfg.model;
+      GPT2_REQUIRE(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
+                       fc.vocab_size == mc.vocab_size && fc.max_seq_len == mc.max_seq_len,
+                   "--init-from " << cfg.init_from << " holds a model " << fc.describe() << " but this run builds "
+                                  << mc.describe() << ": set " << model_options_for(fc));
+      load_hf_weights(cfg.init_from, model);
+      log_info("initialised from %s (Hugging Face safetensors: model only, fresh optimizer)\n", cfg.init_from.c_str());
+    } else {
+      const bool with_opt = load_checkpoint(cfg.init_from, model, &opt, nullptr);
+      log_info("initialised from %s (%s)\n", cfg.init_from.c_str(), with_opt ? "model and optimizer" : "model only");
+    }
   }
   state.world_size = W;
   state.global_batch_tokens = cfg.global_batch_tokens;

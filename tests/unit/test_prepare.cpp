@@ -72,14 +72,37 @@ TEST(JsonField, DecodesEscapesAndSkipsOtherValues) {
             "a\"b\\c\n\xc3\xa9\xf0\x9f\x98\x80");
   EXPECT_EQ(json_string_field(R"({"text":""})", "text", "f:1"), "");
   EXPECT_EQ(json_string_field(R"(  {"x": true, "text": "t", "y": -1.5e3}  )", "text", "f:1"), "t");
+  EXPECT_EQ(json_string_field("{\"text\": \"crlf\"}\r", "text", "f:1"), "crlf");  // a CRLF file's line
+  EXPECT_EQ(json_string_field(R"({"text": "\u0041\u00e9\u4e2d\uD83D\uDE00/\/"})", "text", "f:1"),
+            "A\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80//");
 }
 
 TEST(JsonField, ErrorsNameTheLine) {
   EXPECT_DEATH(json_string_field(R"({"body": "x"})", "text", "a.jsonl:7"), "a.jsonl:7: no string field 'text'");
   EXPECT_DEATH(json_string_field(R"({"text": 5})", "text", "a.jsonl:2"), "a.jsonl:2: .*not a string");
   EXPECT_DEATH(json_string_field(R"({"text": "x"} trailing)", "text", "a.jsonl:3"), "a.jsonl:3: .*trailing");
-  EXPECT_DEATH(json_string_field(R"({"text": "x)", "text", "a.jsonl:4"), "unterminated string");
-  EXPECT_DEATH(json_string_field("[1, 2]", "text", "a.jsonl:5"), "expected an object");
+  EXPECT_DEATH(json_string_field(R"({"text": "x)", "text", "a.jsonl:4"), "a.jsonl:4: .*unterminated string");
+  EXPECT_DEATH(json_string_field("[1, 2]", "text", "a.jsonl:5"), "a.jsonl:5: .*expected an object");
+  EXPECT_DEATH(json_string_field(R"("text")", "text", "a.jsonl:6"), "a.jsonl:6: .*expected an object");
+}
+
+// Lines go through the project's one JSON parser (core/json.hpp), which is strict: a lone UTF-16
+// surrogate (it has no UTF-8 encoding) and a duplicate key (which value was meant?) are rejected.
+TEST(JsonField, StrictParserRejectsWhatHasNoSingleMeaning) {
+  EXPECT_DEATH(json_string_field(R"({"text": "a\ud800"})", "text", "a.jsonl:8"), "a.jsonl:8: .*unpaired surrogate");
+  EXPECT_DEATH(json_string_field(R"({"text": "a\ud800b"})", "text", "a.jsonl:9"), "a.jsonl:9: .*unpaired surrogate");
+  EXPECT_DEATH(json_string_field(R"({"text": "a\ud800\u0041"})", "text", "a.jsonl:10"),
+               "a.jsonl:10: .*unpaired surrogate");
+  EXPECT_DEATH(json_string_field(R"({"text": "\udc00"})", "text", "a.jsonl:11"), "a.jsonl:11: .*unpaired surrogate");
+  EXPECT_DEATH(json_string_field(R"({"text": "a", "text": "b"})", "text", "a.jsonl:12"),
+               "a.jsonl:12: .*duplicate key \"text\"");
+  EXPECT_DEATH(json_string_field(R"({"text": "a", "n": 01})", "text", "a.jsonl:13"), "a.jsonl:13: .*invalid JSON");
+  EXPECT_DEATH(json_string_field("{\"text\": \"tab\tin\"}", "text", "a.jsonl:14"), "a.jsonl:14: .*control character");
+  std::string wide = "{";  // many keys: the parser looks for duplicates through a hash set
+  for (int i = 0; i < 40; ++i) wide += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ", ";
+  EXPECT_EQ(json_string_field(wide + "\"text\": \"w\"}", "text", "f:1"), "w");
+  EXPECT_DEATH(json_string_field(wide + "\"k7\": 0, \"text\": \"w\"}", "text", "a.jsonl:15"),
+               "a.jsonl:15: .*duplicate key \"k7\"");
 }
 
 TEST_F(Prepare, SeveralFilesAreTheirConcatenationWithEots) {

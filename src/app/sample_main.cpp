@@ -1,0 +1,135 @@
+// gpt2-sample: text from a trained model (our HDF5 checkpoint or a Hugging Face model.safetensors),
+// seeded top-k sampling with temperature, a key/value cache so each new token costs one token's forward.
+#include <boost/program_options.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "data/byte_tokenizer.hpp"
+#include "data/gpt2_tokenizer.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "model/gpt2.hpp"
+#include "train/checkpoint.hpp"
+#include "train/hf_interop.hpp"
+#include "train/sample.hpp"
+
+namespace po = boost::program_options;
+using namespace gpt2;
+
+namespace {
+
+const char* kUsage =
+    "gpt2-sample: generate text from a trained GPT-2.\n"
+    "\n"
+    "  gpt2-sample --ckpt runs/quickstart/ckpt/step_00000600.h5 --prompt 'And God said' --max-new-tokens 200\n"
+    "  gpt2-sample --ckpt hf/gpt2/model.safetensors --prompt 'Hello, I am' --top-k 40 --seed 7\n"
+    "\n"
+    "The checkpoint is one of gpt2-train's (HDF5) or a Hugging Face GPT-2 model.safetensors (n_head from the\n"
+    "config.json beside it, or --n-head). The tokenizer follows the vocabulary: 256 -> byte-level, 50257 ->\n"
+    "GPT-2 BPE, whose encoder.json and vocab.bpe tools/get-gpt2-vocab.sh fetches (--vocab-dir).\n"
+    "Runs on the CPU (--threads); the prompt and the new text go to stdout, timing to stderr.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string ckpt, prompt, tokenizer = "auto", vocab_dir = Gpt2Tokenizer::default_vocab_dir();
+  SampleOptions opt;
+  int n_head = 0, threads = 0;
+  po::options_description opts("Options");
+  opts.add_options()("help,h", "print this help and exit")(
+      "ckpt", po::value<std::string>(&ckpt)->required(),
+      "checkpoint: gpt2-train's .h5 (or a run's --out directory: its latest) or a Hugging Face .safetensors")(
+      "prompt", po::value<std::string>(&prompt)->default_value(""),
+      "text to continue (empty: start from <|endoftext|>, or a newline for byte-level models)")(
+      "max-new-tokens", po::value<int>(&opt.max_new_tokens)->default_value(200), "tokens to generate")(
+      "temperature", po::value<float>(&opt.temperature)->default_value(1.0f, "1.0"), "softmax temperature (0: greedy)")(
+      "top-k", po::value<int>(&opt.top_k)->default_value(40), "sample among the k most likely tokens (0: all)")(
+      "seed", po::value<uint64_t>(&opt.seed)->default_value(42), "random seed (the same seed gives the same text)")(
+      "tokenizer", po::value<std::string>(&tokenizer)->default_value("auto"), "auto | byte | gpt2")(
+      "vocab-dir", po::value<std::string>(&vocab_dir)->default_value(vocab_dir),
+      "directory with GPT-2's encoder.json and vocab.bpe (tools/get-gpt2-vocab.sh)")(
+      "n-head", po::value<int>(&n_head)->default_value(0), "attention heads, for a .safetensors without config.json")(
+      "threads", po::value<int>(&threads)->default_value(0), "CPU threads (0: all)");
+  po::variables_map vm;
+  try {
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(argc, argv).options(opts).style(style).run(), vm);
+    if (vm.count("help")) {
+      std::cout << kUsage << "\n" << opts;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "gpt2-sample: error: %s\nRun 'gpt2-sample --help' for the options.\n", e.what());
+    return 2;
+  }
+  if (opt.max_new_tokens < 0 || opt.top_k < 0 || n_head < 0) {
+    std::fprintf(stderr, "gpt2-sample: error: --max-new-tokens, --top-k and --n-head must not be negative\n");
+    return 2;
+  }
+  if (tokenizer != "auto" && tokenizer != "byte" && tokenizer != "gpt2") {
+    std::fprintf(stderr, "gpt2-sample: error: --tokenizer must be auto, byte or gpt2 (got '%s')\n", tokenizer.c_str());
+    return 2;
+  }
+  if (threads > 0) kernels::set_cpu_threads(threads);
+
+  // ---- model ------------------------------------------------------------------------------------
+  if (std::filesystem::is_directory(ckpt)) {  // a run's --out directory: its latest checkpoint
+    const std::string latest = read_latest(ckpt);
+    GPT2_REQUIRE(!latest.empty(), ckpt << " is a directory without ckpt/latest: give a checkpoint file");
+    ckpt = latest;
+  }
+  std::unique_ptr<GPT2> model;
+  if (is_safetensors(ckpt)) {
+    GPT2Config fallback;
+    fallback.n_head = n_head;
+    model = std::make_unique<GPT2>(read_hf_config(ckpt, fallback));
+    load_hf_weights(ckpt, *model);
+  } else {
+    model = std::make_unique<GPT2>(read_checkpoint_config(ckpt));
+    load_checkpoint(ckpt, *model, nullptr, nullptr);
+  }
+  const int V = model->config().vocab_size;
+  if (tokenizer == "auto") tokenizer = V == ByteTokenizer::kVocabSize ? "byte" : "gpt2";
+
+  // ---- tokens in, tokens out --------------------------------------------------------------------
+  std::vector<int32_t> ids;
+  std::unique_ptr<Gpt2Tokenizer> bpe;
+  if (tokenizer == "byte") {
+    GPT2_REQUIRE(V >= ByteTokenizer::kVocabSize, "--tokenizer byte needs a vocabulary of 256, the model has " << V);
+    const std::vector<uint32_t> t = ByteTokenizer::encode(prompt.empty() ? "\n" : prompt);
+    ids.assign(t.begin(), t.end());
+  } else {
+    GPT2_REQUIRE(V >= static_cast<int>(Gpt2Tokenizer::kVocabSize),
+                 "--tokenizer gpt2 needs GPT-2's vocabulary of 50257 tokens, the model has " << V);
+    bpe = std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::from_dir(vocab_dir));
+    ids.push_back(static_cast<int32_t>(Gpt2Tokenizer::kEot));  // a document starts after <|endoftext|>
+    for (uint32_t t : bpe->encode(prompt)) ids.push_back(static_cast<int32_t>(t));
+  }
+  auto decode = [&](const std::vector<int32_t>& toks) {
+    if (!bpe) return ByteTokenizer::decode(toks);
+    std::string s;
+    for (int32_t t : toks) s += std::string(bpe->token_bytes(static_cast<uint32_t>(t)));
+    return s;
+  };
+
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> out = generate(*model, ids, opt);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  const std::string text = decode(out);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fprintf(stderr, "gpt2-sample: %zu prompt + %zu new tokens in %.2f s (%.1f tokens/s), %s, top-k %d, "
+               "temperature %.2f, seed %llu\n", ids.size(), out.size(), s, static_cast<double>(out.size()) / s,
+               model->config().describe().c_str(), opt.top_k, opt.temperature,
+               static_cast<unsigned long long>(opt.seed));
+  return 0;
+}
