@@ -119,6 +119,7 @@ int inspect(const std::string& path) {
   std::printf("vocab_size: %d\n", f.vocab_size());
   std::printf("tokenizer:  %s\n", f.tokenizer().c_str());
   if (f.eot_token() >= 0) std::printf("eot_token:  %d\n", f.eot_token());
+  if (f.num_documents() >= 0) std::printf("documents:  %lld starting in this file\n", static_cast<long long>(f.num_documents()));
   const size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), 200));
   std::vector<int32_t> head(n);
   if (n > 0) f.read(0, n, head.data());

@@ -85,6 +85,14 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   vocab_size_ = static_cast<int>(v);
   tokenizer_ = h5::has_attr(f, "tokenizer") ? h5::read_attr_str(f, "tokenizer", path) : "unknown";
   if (h5::has_attr(f, "eot_token")) eot_token_ = static_cast<int>(h5::read_attr_i64(f, "eot_token", path));
+  if (h5::has_object(f, "doc_offsets")) {
+    h5::Id dd(H5Dopen2(f, "doc_offsets", H5P_DEFAULT));
+    H5_CHECK(dd.get(), "open /doc_offsets in " << path);
+    h5::Id ds(H5Dget_space(dd.get()));
+    hsize_t nd = 0;
+    if (H5Sget_simple_extent_ndims(ds.get()) == 1) H5Sget_simple_extent_dims(ds.get(), &nd, nullptr);
+    num_documents_ = static_cast<int64_t>(nd);
+  }
   if (h5::has_attr(f, "format_version")) {
     const int64_t fv = h5::read_attr_i64(f, "format_version", path);
     GPT2_REQUIRE(fv == 1, path << " has format_version " << fv << "; this build reads version 1");

@@ -35,6 +35,8 @@ class TokenFile {
   const std::string& tokenizer() const { return tokenizer_; }
   int eot_token() const { return eot_token_; }
   int dtype_bits() const { return dtype_bits_; }
+  // Documents that start in this file (entries of /doc_offsets), or -1 when the file has none.
+  int64_t num_documents() const { return num_documents_; }
   // Reads tokens [offset, offset + n) and checks each is < vocab_size (caller holds hdf5_mutex()).
   void read(uint64_t offset, size_t n, int32_t* out);
 
@@ -46,6 +48,7 @@ class TokenFile {
   std::string tokenizer_;
   int eot_token_ = -1;
   int dtype_bits_ = 16;
+  int64_t num_documents_ = -1;
 };
 
 // Expands a path or glob ("data/train_*.h5") into a sorted list of files; error if nothing matches.
