@@ -39,6 +39,17 @@ template <class T>
 void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
                              int T_, int C, int NH, cudaStream_t stream);
 
+// One query against a key/value cache: the newest token's attention during text generation
+// (attention_decode.cu). Same semantics as attention_decode_cpu (attention.hpp):
+//   out[h] = sum_{t<len} softmax_t( q[h] . kcache[h,t] / sqrt(hs) ) * vcache[h,t]
+//   [in] q (NH,hs) = (C) of the newest token; kcache, vcache (NH,maxT,hs) holding positions 0..len-1
+//        (the newest included), 1 <= len <= maxT;  [out] out (NH,hs) = (C) overwritten.
+// hs = C / NH <= 128, any value. One block per head with an online softmax per warp (fp32 statistics
+// and arithmetic, storage in T), warps merged in a fixed order: deterministic, no scratch, any len.
+template <class T>
+void attention_decode_cuda(T* out, const T* q, const T* kcache, const T* vcache, int len, int maxT, int C, int NH,
+                           cudaStream_t stream);
+
 // Test hook: while true, every launch takes the fp32 SIMT path (also for bf16 and the tensor-core
 // head sizes), so tests can compare it against the tensor-core path. Not thread-safe; default false.
 void attention_force_generic(bool force);

@@ -1,5 +1,6 @@
 // gpt2-sample: text from a trained model (our HDF5 checkpoint or a Hugging Face model.safetensors),
-// seeded top-k sampling with temperature, a key/value cache so each new token costs one token's forward.
+// seeded top-k sampling with temperature, a key/value cache so each new token costs one token's forward,
+// on the CPU or a GPU (--device); one sampling loop (train/sample.hpp) drives both.
 #include <boost/program_options.hpp>
 
 #include <chrono>
@@ -9,8 +10,10 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "data/gpt2_tokenizer.hpp"
@@ -19,6 +22,15 @@
 #include "train/checkpoint.hpp"
 #include "train/hf_interop.hpp"
 #include "train/sample.hpp"
+
+#ifdef GPT2_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/device_buffer.hpp"
+#include "kernels/gemm/gemm_cuda.hpp"
+#include "model/gpt2_cuda.hpp"
+#endif
 
 namespace po = boost::program_options;
 using namespace gpt2;
@@ -34,12 +46,45 @@ const char* kUsage =
     "The checkpoint is one of gpt2-train's (HDF5) or a Hugging Face GPT-2 model.safetensors (n_head from the\n"
     "config.json beside it, or --n-head). The tokenizer follows the vocabulary: 256 -> byte-level, 50257 ->\n"
     "GPT-2 BPE, whose encoder.json and vocab.bpe tools/get-gpt2-vocab.sh fetches (--vocab-dir).\n"
-    "Runs on the CPU (--threads); the prompt and the new text go to stdout, timing to stderr.\n";
+    "Runs on a GPU when there is one (--device auto; --precision bf16|fp32, --gemm cublaslt|hand), else on\n"
+    "the CPU (--threads); the prompt and the new text go to stdout, timing to stderr.\n";
+
+// Generation on the current GPU: the host model's weights go to a GPT2Cuda, whose decode_step (device
+// key/value cache, one stream synchronisation per token) feeds the shared sampling loop. *start is reset
+// once the weights are on the device, so the timing covers generation only, as on the CPU.
+std::vector<int32_t> generate_on_gpu(GPT2& host, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                                     const std::string& precision, const std::string& gemm, std::string* describe,
+                                     std::chrono::steady_clock::time_point* start) {
+#ifdef GPT2_HAVE_CUDA
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  CudaModelOptions mo;
+  mo.precision = precision == "fp32" ? Precision::kFp32 : Precision::kBf16;
+  mo.gemm = kernels::parse_gemm_backend(gemm);
+  CudaStream stream;
+  GPT2Cuda model(host.config(), mo, stream.get());
+  model.set_params(host.params().data());
+  *start = std::chrono::steady_clock::now();
+  *describe = "cuda:" + std::to_string(device) + " " + prop.name + " | " + precision_name(mo.precision) + " | gemm " +
+              gemm;
+  auto next_logits = [&](int32_t token, bool restart) {
+    if (restart) model.reset_cache();
+    return model.decode_step(token);
+  };
+  return generate(next_logits, host.config().vocab_size, host.config().max_seq_len, prompt, opt);
+#else
+  (void)host, (void)prompt, (void)opt, (void)precision, (void)gemm, (void)describe, (void)start;
+  fatal("gpt2-sample was built without the CUDA backend");  // not reached: gpu_count() is 0 in such builds
+#endif
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string ckpt, prompt, tokenizer = "auto", vocab_dir = Gpt2Tokenizer::default_vocab_dir();
+  std::string device = "auto", precision = "bf16", gemm = "cublaslt";
   SampleOptions opt;
   int n_head = 0, threads = 0;
   po::options_description opts("Options");
@@ -56,7 +101,14 @@ int main(int argc, char** argv) {
       "vocab-dir", po::value<std::string>(&vocab_dir)->default_value(vocab_dir),
       "directory with GPT-2's encoder.json and vocab.bpe (tools/get-gpt2-vocab.sh)")(
       "n-head", po::value<int>(&n_head)->default_value(0), "attention heads, for a .safetensors without config.json")(
-      "threads", po::value<int>(&threads)->default_value(0), "CPU threads (0: all)");
+      "threads", po::value<int>(&threads)->default_value(1),
+      "CPU threads (0: all). One token's work is small: more threads pay off only for large models, and "
+      "threads that share a busy core slow decoding down many times")(
+      "device", po::value<std::string>(&device)->default_value("auto"),
+      "cpu | cuda | auto (cuda when a GPU is visible, else cpu)")(
+      "precision", po::value<std::string>(&precision)->default_value("bf16"),
+      "GPU storage precision: bf16 | fp32 (the CPU is always fp32)")(
+      "gemm", po::value<std::string>(&gemm)->default_value("cublaslt"), "GPU GEMM backend: cublaslt | hand");
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
@@ -78,7 +130,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2-sample: error: --tokenizer must be auto, byte or gpt2 (got '%s')\n", tokenizer.c_str());
     return 2;
   }
+  if (device != "cpu" && device != "cuda" && device != "auto") {
+    std::fprintf(stderr, "gpt2-sample: error: --device must be cpu, cuda or auto (got '%s')\n", device.c_str());
+    return 2;
+  }
+  if (precision != "bf16" && precision != "fp32") {
+    std::fprintf(stderr, "gpt2-sample: error: --precision must be bf16 or fp32 (got '%s')\n", precision.c_str());
+    return 2;
+  }
+  if (gemm != "cublaslt" && gemm != "hand") {
+    std::fprintf(stderr, "gpt2-sample: error: --gemm must be cublaslt or hand (got '%s')\n", gemm.c_str());
+    return 2;
+  }
+  // Decided before the (possibly large) checkpoint is read: --device cuda without a GPU fails at once.
+  std::string no_gpu_why;
+  const bool have_gpu = gpu_count(&no_gpu_why) > 0;
+  if (device == "cuda" && !have_gpu) {
+    std::fprintf(stderr, "gpt2-sample: error: --device cuda: %s; use --device cpu (or auto)\n", no_gpu_why.c_str());
+    return 1;
+  }
+  const bool on_gpu = device == "cuda" || (device == "auto" && have_gpu);
   if (threads > 0) kernels::set_cpu_threads(threads);
+  if (threads == 0) kernels::set_cpu_threads(static_cast<int>(std::thread::hardware_concurrency()));
 
   // ---- model ------------------------------------------------------------------------------------
   if (std::filesystem::is_directory(ckpt)) {  // a run's --out directory: its latest checkpoint
@@ -120,16 +193,18 @@ int main(int argc, char** argv) {
     return s;
   };
 
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<int32_t> out = generate(*model, ids, opt);
+  auto start = std::chrono::steady_clock::now();
+  std::string where = "cpu";
+  const std::vector<int32_t> out =
+      on_gpu ? generate_on_gpu(*model, ids, opt, precision, gemm, &where, &start) : generate(*model, ids, opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   const std::string text = decode(out);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
-  std::fprintf(stderr, "gpt2-sample: %zu prompt + %zu new tokens in %.2f s (%.1f tokens/s), %s, top-k %d, "
+  std::fprintf(stderr, "gpt2-sample: %zu prompt + %zu new tokens in %.2f s (%.1f tokens/s) on %s, %s, top-k %d, "
                "temperature %.2f, seed %llu\n", ids.size(), out.size(), s, static_cast<double>(out.size()) / s,
-               model->config().describe().c_str(), opt.top_k, opt.temperature,
+               where.c_str(), model->config().describe().c_str(), opt.top_k, opt.temperature,
                static_cast<unsigned long long>(opt.seed));
   return 0;
 }

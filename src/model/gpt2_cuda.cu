@@ -76,6 +76,24 @@ struct DeviceActivations {
   DeviceBuffer<int32_t> plan;   // encoder backward plan: 3N+1 ints at most
 };
 
+// Generation state (GPT2Cuda::decode_step): the key/value cache and one token's activations, apart
+// from the training activations. Allocated at the first decode_step.
+template <class T>
+struct DeviceDecodeState {
+  DeviceBuffer<T> k, v;                    // (L,NH,maxT,hs) keys and values of positions 0..len-1
+  DeviceBuffer<T> x, ln, atty, proj, res;  // (C) residual stream, layernorm output, attention output,
+                                           //     projection output, residual + attention branch
+  DeviceBuffer<T> qkv;                     // (3C)
+  DeviceBuffer<T> fch, fch_gelu;           // (4C) MLP pre-activation and its GELU
+  DeviceBuffer<T> logits;                  // (Vp)
+  DeviceBuffer<float> mean, rstd;          // (1) layernorm statistics (not needed, but the launchers write them)
+  DeviceBuffer<int32_t> token;             // (1)
+  PinnedBuffer<int32_t> token_host;        // (1)
+  PinnedBuffer<T> logits_host;             // (Vp)
+  std::vector<float> logits_f32;           // (Vp) bf16 logits widened for the caller (fp32: logits_host is returned)
+  int len = 0;                             // tokens in the cache; the next one goes to position len
+};
+
 class GPT2Cuda::Impl {
  public:
   virtual ~Impl() = default;
@@ -93,6 +111,9 @@ class GPT2Cuda::Impl {
   virtual double grad_sum_squares() = 0;
   virtual double param_sum_squares() = 0;
   virtual void adamw_step(const kernels::AdamWStep& s) = 0;
+  virtual const float* decode_step(int32_t token) = 0;
+  virtual void reset_cache() = 0;
+  virtual int cache_len() const = 0;
 
   Impl(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t s)
       : cfg_(cfg), table_(cfg), opt_(opt), stream_(s), gemm_(opt.gemm) {}
@@ -137,6 +158,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     CUDA_CHECK(cudaMemcpy(master_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice));
     if constexpr (!std::is_same_v<T, float>) params_.upload(host, n);
     CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may return early; the compute stream is non-blocking
+    dec_.len = 0;                         // cached keys and values came from the old weights
   }
   void get_params(float* host) const override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -418,6 +440,90 @@ class ModelImpl final : public GPT2Cuda::Impl {
     ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
   }
 
+  // ---- generation --------------------------------------------------------------------------------
+  void ensure_decode_state() {
+    DeviceDecodeState<T>& d = dec_;
+    const size_t L = cfg_.n_layer, C = cfg_.n_embd, maxT = cfg_.max_seq_len, Vp = cfg_.padded_vocab_size();
+    if (d.k.size() == L * maxT * C) return;  // (L,NH,maxT,hs): L * maxT * C elements; allocated already
+    d.k.resize(L * maxT * C);
+    d.v.resize(L * maxT * C);
+    for (DeviceBuffer<T>* b : {&d.x, &d.ln, &d.atty, &d.proj, &d.res}) b->resize(C);
+    d.qkv.resize(3 * C);
+    d.fch.resize(4 * C);
+    d.fch_gelu.resize(4 * C);
+    d.logits.resize(Vp);
+    d.mean.resize(1);
+    d.rstd.resize(1);
+    d.token.resize(1);
+    d.token_host.resize(1);
+    d.logits_host.resize(Vp);
+    d.logits_f32.assign(Vp, 0.0f);
+    d.len = 0;
+  }
+
+  // GPT2::decode_step with the launchers of forward() at one row (N = 1, B = T = 1).
+  const float* decode_step(int32_t token) override {
+    const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, hs = C / NH, V = cfg_.vocab_size;
+    const int maxT = cfg_.max_seq_len, Vp = cfg_.padded_vocab_size();
+    ensure_decode_state();
+    DeviceDecodeState<T>& d = dec_;
+    const int pos = d.len;
+    GPT2_REQUIRE(pos < maxT, "the key/value cache is full (" << maxT << " tokens)");
+    GPT2_REQUIRE(token >= 0 && token < V, "token id " << token << " out of range [0, " << V << ")");
+    const size_t per_layer = static_cast<size_t>(NH) * maxT * hs;
+    const ModelTensorsT p = tensors(params());
+
+    // The previous call ended with a stream synchronisation, so the pinned token slot is free.
+    d.token_host.data()[0] = token;
+    CUDA_CHECK(cudaMemcpyAsync(d.token.data(), d.token_host.data(), sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    // x = wte[token] + wpe[pos]: the encoder adds wpe row t for t < T, so at T = 1 it gets wpe from row pos.
+    kernels::encoder_forward_cuda<T>(d.x.data(), d.token.data(), p.wte, p.wpe + static_cast<size_t>(pos) * C, 1, 1, C,
+                                     stream_);
+    kernels::layernorm_forward_cuda<T>(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), p.blocks[0].ln1w,
+                                       p.blocks[0].ln1b, 1, C, stream_);
+    for (int l = 0; l < L; ++l) {
+      const BlockT& w = p.blocks[l];
+      T* kc = d.k.data() + l * per_layer;
+      T* vc = d.v.data() + l * per_layer;
+      matmul(d.qkv.data(), d.ln.data(), w.qkvw, w.qkvb, nullptr, 1, 3 * C, C, false, false, false,
+             GemmEpilogue::kBias);  // (C) -> (3C) = [q | k | v]
+      // This token's k and v into row pos of every head: NH rows of hs elements, (NH,hs) -> (NH,maxT,hs).
+      const size_t row = static_cast<size_t>(hs) * sizeof(T), head_pitch = static_cast<size_t>(maxT) * row;
+      CUDA_CHECK(cudaMemcpy2DAsync(kc + static_cast<size_t>(pos) * hs, head_pitch, d.qkv.data() + C, row, row, NH,
+                                   cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaMemcpy2DAsync(vc + static_cast<size_t>(pos) * hs, head_pitch, d.qkv.data() + 2 * C, row, row, NH,
+                                   cudaMemcpyDeviceToDevice, stream_));
+      kernels::attention_decode_cuda<T>(d.atty.data(), d.qkv.data(), kc, vc, pos + 1, maxT, C, NH, stream_);  // -> (C)
+      matmul(d.proj.data(), d.atty.data(), w.attprojw, w.attprojb, nullptr, 1, C, C, false, false, false,
+             GemmEpilogue::kBias);  // (C) -> (C)
+      kernels::residual_layernorm_forward_cuda<T>(d.res.data(), d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(),
+                                                  d.proj.data(), w.ln2w, w.ln2b, 1, C, stream_);
+      matmul(d.fch_gelu.data(), d.ln.data(), w.fcw, w.fcb, d.fch.data(), 1, 4 * C, C, false, false, false,
+             GemmEpilogue::kBiasGelu);  // (C) -> (4C)
+      matmul(d.proj.data(), d.fch_gelu.data(), w.fcprojw, w.fcprojb, nullptr, 1, C, 4 * C, false, false, false,
+             GemmEpilogue::kBias);  // (4C) -> (C)
+      // x = res + proj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
+      const bool last = l + 1 == L;
+      kernels::residual_layernorm_forward_cuda<T>(d.x.data(), d.ln.data(), d.mean.data(), d.rstd.data(), d.res.data(),
+                                                  d.proj.data(), last ? p.lnfw : p.blocks[l + 1].ln1w,
+                                                  last ? p.lnfb : p.blocks[l + 1].ln1b, 1, C, stream_);
+    }
+    // Tied LM head: logits (Vp) = lnf (C) @ wte^T.
+    matmul(d.logits.data(), d.ln.data(), p.wte, nullptr, nullptr, 1, Vp, C, false, true, false, GemmEpilogue::kNone);
+    CUDA_CHECK(cudaMemcpyAsync(d.logits_host.data(), d.logits.data(), static_cast<size_t>(Vp) * sizeof(T),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    d.len = pos + 1;
+    if constexpr (std::is_same_v<T, float>) {
+      return d.logits_host.data();
+    } else {
+      for (int j = 0; j < Vp; ++j) d.logits_f32[j] = to_float_host(d.logits_host.data()[j]);
+      return d.logits_f32.data();
+    }
+  }
+  void reset_cache() override { dec_.len = 0; }
+  int cache_len() const override { return dec_.len; }
+
   // ---- optimizer and norms ---------------------------------------------------------------------
   double grad_sum_squares() override { return sum_squares(grads_.data(), table_.total()); }
   double param_sum_squares() override { return sum_squares(master_.data(), table_.total()); }
@@ -476,6 +582,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   DeviceBuffer<double> result_; // one reduction result
   DeviceBuffer<char> scratch_;  // reductions outside a step's workspace
   DeviceActivations<T> acts_;
+  DeviceDecodeState<T> dec_;
   PinnedBuffer<int32_t> staging_, plan_staging_;
   std::unique_ptr<CudaEvent> staging_free_;
   std::vector<int32_t> plan_host_;
@@ -516,5 +623,8 @@ void GPT2Cuda::backward(const GradReadyFn& on_ready) { impl_->backward(on_ready)
 double GPT2Cuda::grad_sum_squares() { return impl_->grad_sum_squares(); }
 double GPT2Cuda::param_sum_squares() { return impl_->param_sum_squares(); }
 void GPT2Cuda::adamw_step(const kernels::AdamWStep& s) { impl_->adamw_step(s); }
+const float* GPT2Cuda::decode_step(int32_t token) { return impl_->decode_step(token); }
+void GPT2Cuda::reset_cache() { impl_->reset_cache(); }
+int GPT2Cuda::cache_len() const { return impl_->cache_len(); }
 
 }  // namespace gpt2

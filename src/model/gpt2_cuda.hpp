@@ -39,6 +39,7 @@ class GPT2Cuda {
   cudaStream_t stream() const;
 
   // Host <-> device copies of the flat fp32 buffers (ParamTable layout). Synchronous.
+  // set_params also empties the generation cache (its keys and values belong to the old weights).
   void set_params(const float* host);  // master weights, and the stored parameters rounded from them
   void get_params(float* host) const;  // master weights
   void set_moments(const float* m, const float* v);
@@ -69,6 +70,22 @@ class GPT2Cuda {
   // One AdamW update of every tensor. s.weight_decay applies to the tensors with ParamInfo::decay, the
   // others get 0; s.step is the 1-based step count. Enqueued.
   void adamw_step(const kernels::AdamWStep& s);
+
+  // ---- generation with a key/value cache (GPT2::decode_step on the device) ----------------------
+  // The model owns one cache: keys and values (L, NH, max_seq_len, hs) in precision(), plus one token's
+  // activations, all separate from the training activations and allocated at the first decode_step
+  // (2 * L * max_seq_len * C elements; 38 MB for GPT-2 124M in bf16). Training does not touch them.
+  //
+  // Runs the model on `token` at position cache_len() (which must be < max_seq_len), appends its keys
+  // and values to the cache and returns the next-token logits (Vp, fp32; columns >= vocab_size are
+  // padding) in host memory, valid until the next call. The same kernels as the training forward at one
+  // row, so with --precision fp32 the logits equal GPT2::decode_step's to rounding. Synchronous: one
+  // stream synchronisation per token.
+  const float* decode_step(int32_t token);
+  // Empties the cache (the next token goes to position 0); keeps its memory.
+  void reset_cache();
+  // Tokens in the cache.
+  int cache_len() const;
 
   class Impl;
 

@@ -8,26 +8,35 @@
 
 namespace gpt2 {
 
-std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+std::vector<int32_t> generate(const NextLogitsFn& next_logits, int vocab_size, int max_seq_len,
+                              const std::vector<int32_t>& prompt, const SampleOptions& opt) {
   GPT2_REQUIRE(!prompt.empty(), "sampling needs a non-empty prompt");
-  const int V = model.config().vocab_size;
-  const int maxT = model.config().max_seq_len;
+  GPT2_CHECK(vocab_size >= 1 && max_seq_len >= 1, "vocab_size " << vocab_size << ", max_seq_len " << max_seq_len);
+  const int V = vocab_size;
+  const int maxT = max_seq_len;
   Rng rng(opt.seed, 0x5A3F1E);
   std::vector<int32_t> ctx = prompt, out;
   std::vector<std::pair<float, int>> cand(V);
   // Keys and values are cached, so each new token costs one token's forward. When the cache is full
   // (max_seq_len tokens) it is rebuilt from the newest half of the context: positions must restart.
-  KVCache cache;
+  int cached = 0;  // tokens in the model's cache
   const float* logits = nullptr;
   auto prefill = [&](size_t keep) {
-    cache.len = 0;
-    for (size_t i = ctx.size() - keep; i < ctx.size(); ++i) logits = model.decode_step(ctx[i], &cache);
+    cached = 0;
+    for (size_t i = ctx.size() - keep; i < ctx.size(); ++i) {
+      logits = next_logits(ctx[i], cached == 0);
+      ++cached;
+    }
   };
   prefill(std::min<size_t>(ctx.size(), static_cast<size_t>(maxT)));
   for (int n = 0; n < opt.max_new_tokens; ++n) {
     if (n > 0) {
-      if (cache.len == maxT) prefill(static_cast<size_t>(std::max(1, maxT / 2)));
-      else logits = model.decode_step(ctx.back(), &cache);
+      if (cached == maxT) {
+        prefill(static_cast<size_t>(std::max(1, maxT / 2)));
+      } else {
+        logits = next_logits(ctx.back(), false);
+        ++cached;
+      }
     }
     int next = 0;
     if (opt.temperature <= 0.0f) {
@@ -57,6 +66,15 @@ std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, c
     out.push_back(next);
   }
   return out;
+}
+
+std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+  KVCache cache;
+  auto next_logits = [&](int32_t token, bool restart) {
+    if (restart) cache.len = 0;
+    return model.decode_step(token, &cache);
+  };
+  return generate(next_logits, model.config().vocab_size, model.config().max_seq_len, prompt, opt);
 }
 
 }  // namespace gpt2
