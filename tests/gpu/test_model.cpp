@@ -24,8 +24,12 @@ struct Case {
   int L, NH, C, V, maxT, B, T;
 };
 // Awkward first (C=72, 3 heads of 24, T=37, B=3, a vocabulary that is not a multiple of 128), then
-// head size 64 as in every GPT-2 preset.
-const Case kCases[] = {{"awkward", 2, 3, 72, 300, 64, 3, 37}, {"hs64", 2, 2, 128, 256, 128, 2, 64}};
+// head size 64 as in every GPT-2 preset, then the paths the first two never reach: B*T = 2048 rows
+// (split-K weight gradients), C=66 (scalar kernel paths, rows not a multiple of a 128-bit vector) and
+// V=301 (the softmax chunk that straddles the vocabulary's end).
+const Case kCases[] = {{"awkward", 2, 3, 72, 300, 64, 3, 37},
+                       {"hs64", 2, 2, 128, 256, 128, 2, 64},
+                       {"splitk_scalar", 1, 2, 66, 301, 64, 32, 64}};
 
 struct Param {
   Precision precision;
