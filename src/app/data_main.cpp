@@ -160,12 +160,7 @@ int main(int argc, char** argv) {
       std::fputs("usage: gpt2-data export-hf CKPT DIR\n", help ? stdout : stderr);
       return help ? 0 : 2;
     }
-    std::string ckpt = argv[2];
-    if (std::filesystem::is_directory(ckpt)) {
-      const std::string latest = read_latest(ckpt);
-      GPT2_REQUIRE(!latest.empty(), ckpt << " is a directory without ckpt/latest: give a checkpoint file");
-      ckpt = latest;
-    }
+    const std::string ckpt = resolve_checkpoint(argv[2]);  // a file, or a run's --out directory
     export_hf(ckpt, argv[3]);
     std::printf("wrote %s/model.safetensors and %s/config.json from %s\n", argv[3], argv[3], ckpt.c_str());
     return 0;

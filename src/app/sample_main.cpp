@@ -154,11 +154,7 @@ int main(int argc, char** argv) {
   if (threads == 0) kernels::set_cpu_threads(static_cast<int>(std::thread::hardware_concurrency()));
 
   // ---- model ------------------------------------------------------------------------------------
-  if (std::filesystem::is_directory(ckpt)) {  // a run's --out directory: its latest checkpoint
-    const std::string latest = read_latest(ckpt);
-    GPT2_REQUIRE(!latest.empty(), ckpt << " is a directory without ckpt/latest: give a checkpoint file");
-    ckpt = latest;
-  }
+  ckpt = resolve_checkpoint(ckpt);  // a run's --out directory: its latest checkpoint
   std::unique_ptr<GPT2> model;
   if (is_safetensors(ckpt)) {
     GPT2Config fallback;

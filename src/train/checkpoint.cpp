@@ -188,4 +188,11 @@ void prune_checkpoints(const std::string& out_dir, int keep, const std::string& 
     if (names[i] != current_name) std::remove((dir + "/" + names[i]).c_str());
 }
 
+std::string resolve_checkpoint(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return path;
+  const std::string latest = read_latest(path);
+  GPT2_REQUIRE(!latest.empty(), path << " is a directory without ckpt/latest: give a checkpoint file");
+  return latest;
+}
+
 }  // namespace gpt2

@@ -36,6 +36,8 @@ std::string checkpoint_path(const std::string& out_dir, int64_t step);
 void write_latest(const std::string& out_dir, const std::string& path);
 // The checkpoint <out>/ckpt/latest names, or "" if none.
 std::string read_latest(const std::string& out_dir);
+// `path` itself, or for a run's --out directory the checkpoint its ckpt/latest names (an error if none).
+std::string resolve_checkpoint(const std::string& path);
 // Deletes all but the newest `keep` step_*.h5 files in <out>/ckpt up to and including `current` (the
 // checkpoint just written, which `latest` names): it is never deleted, and neither is any file with a
 // higher step (left by an earlier run that this one forked from; they are kept for the user to judge).
