@@ -2,11 +2,10 @@
 // link work, and lets tests skip cleanly ("no GPU") on machines without a driver.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <string>
 
-#include "core/device.hpp"
+#include "kernels/common/device.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_device.cuh"
 
@@ -25,14 +24,13 @@ int gpu_count(std::string* why) {
 }
 
 std::string cuda_library_versions() {
-  int runtime = 0, driver = 0, nccl = 0;
+  int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
-  ncclGetVersion(&nccl);
   const size_t lt = cublasLtGetVersion();
   return "CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
          ", driver " + (driver ? std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) : "none") +
-         ", cuBLASLt " + std::to_string(lt) + ", NCCL " + std::to_string(nccl);
+         ", cuBLASLt " + std::to_string(lt);
 }
 
 namespace {

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "data/gpt2_tokenizer.hpp"
+#include "kernels/common/device.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpoint.hpp"

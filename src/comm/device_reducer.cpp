@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "comm/mpi_env.hpp"
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "kernels/common/device.hpp"
 #include "kernels/common/cuda_check.cuh"
 
 #define NCCL_CHECK(call)                                                                       \

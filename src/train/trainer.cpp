@@ -14,13 +14,14 @@
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_env.hpp"
-#include "core/device.hpp"
+#include "comm/nccl_version.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/rng.hpp"
 #include "core/timer.hpp"
 #include "data/batch_loader.hpp"
 #include "data/byte_tokenizer.hpp"
+#include "kernels/common/device.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpoint.hpp"
@@ -208,7 +209,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   log_info("gpt2-train | model %s | %d rank(s) on %d node(s) | device %s\n", cfg.model.describe().c_str(), W,
            env.num_nodes(), runner->describe().c_str());
   if (peak_tflops <= 0) log_warn("unknown peak TFLOP/s for this device: MFU is reported as 0 (give --peak-tflops)\n");
-  if (built_with_cuda()) log_info("built with CUDA: %s\n", cuda_library_versions().c_str());
+  if (built_with_cuda()) log_info("built with CUDA: %s, %s\n", cuda_library_versions().c_str(), nccl_version_string().c_str());
   log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %d accumulation step(s)\n",
            static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B, accum);
   if (W > 1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);

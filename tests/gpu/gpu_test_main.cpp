@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "core/device.hpp"
+#include "kernels/common/device.hpp"
 
 int main(int argc, char** argv) {
   std::string why;

@@ -13,7 +13,7 @@
 #include "comm/bucket_plan.hpp"
 #include "comm/device_reducer.hpp"
 #include "comm/mpi_env.hpp"
-#include "core/device.hpp"
+#include "kernels/common/device.hpp"
 #include "kernels/common/device_buffer.hpp"
 #include "kernels/reduce/reduce_cuda.hpp"
 

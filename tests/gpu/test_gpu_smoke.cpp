@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/device.hpp"
+#include "kernels/common/device.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_device.cuh"
 

@@ -1,4 +1,4 @@
-#include "core/device.hpp"
+#include "kernels/common/device.hpp"
 
 namespace gpt2 {
 

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# One phase of the GPU verification (../shared/GPU.md), made to be one `device` call on a bare machine:
+#
+#   tools/gpu-bundle.sh                      here: build and pack .gpubundle/gpt2-bundle.tar.xz
+#   device run, carry [".gpubundle"]:        bash tools/gpu-phase.sh A     (then B, then C)
+#
+#   A  probe and correctness: the machine (os, glibc, driver, libraries), every bundled binary's
+#      libraries resolve, the GPU test suites, compute-sanitizer memcheck/racecheck on small filters
+#   B  benchmarks: the two ceilings (copy bandwidth, cuBLASLt 8192^3 bf16), every kernel as % of its
+#      ceiling and target, 124M training steps with cuBLASLt and the hand GEMM at micro-batch 16/32
+#   C  training and oracles: gpu.train (incl. 2 ranks sharing the GPU), checkpoint + resume,
+#      gpt2-sample --device cuda, transformers logits on export-hf, tiktoken ids, ncu on hot kernels
+#
+# Every step runs under `timeout`, inside a global deadline (--deadline-s, default 480 s, so a phase
+# ends within a 9-minute call); it prints one line when it finishes. On exit (even when killed by the
+# call's limit), a trap packs every log into $OUT/phase_<P>_logs.tar.xz, keeps $OUT at <= 8 files, and
+# prints the table "step | PASS/FAIL/SKIP | figure | target" last. GPU steps SKIP on a machine without
+# a GPU, so the whole phase can be rehearsed here (tools/gpu-rehearse.sh).
+# Exit status: 0 when no step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+phase=${1:-}
+shift || true
+bundle_archive=$repo/.gpubundle/gpt2-bundle.tar.xz
+deadline_s=480
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bundle) bundle_archive=$2; shift 2 ;;
+    --deadline-s) deadline_s=$2; shift 2 ;;
+    *) echo "gpu-phase: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ $phase == A || $phase == B || $phase == C ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+OUT=${OUT:-/tmp/gpt2-phase-$phase}
+mkdir -p "$OUT"
+work=$(mktemp -d /tmp/gpt2-phase.XXXXXX)
+logs=$work/logs
+mkdir -p "$logs"
+t_start=$SECONDS
+declare -a rows=()
+failures=0
+
+# ---- the table, the logs and the 8-file limit, whatever happens ----------------------------------
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  {
+    printf '\n%-28s | %-6s | %-44s | %s\n' step result figure target
+    printf '%s\n' "-----------------------------+--------+----------------------------------------------+--------------------"
+    printf '%s\n' "${rows[@]}"
+    printf 'phase %s: %d step(s), %d failed, %d s, %s\n' "$phase" "${#rows[@]}" "$failures" $((SECONDS - t_start)) \
+      "${gpu_name:-no GPU}"
+  } > "$logs/summary.txt"
+  cp "$logs/summary.txt" "$OUT/summary_$phase.txt"
+  XZ_OPT=-6 tar -C "$work" -cJf "$OUT/phase_${phase}_logs.tar.xz" logs 2>/dev/null
+  # At most 8 files come back from a device call: keep the summary, the logs archive and the largest
+  # result files that fit; everything stays inside the archive anyway.
+  local n
+  n=$(find "$OUT" -maxdepth 3 -type f | wc -l)
+  if ((n > 8)); then
+    find "$OUT" -maxdepth 3 -type f ! -name "summary_$phase.txt" ! -name "phase_${phase}_logs.tar.xz" -printf '%s %p\n' |
+      sort -n | head -n $((n - 8)) | cut -d' ' -f2- | xargs -r rm -f
+  fi
+  rm -rf "$work"
+  cat "$OUT/summary_$phase.txt"
+  ((failures == 0)) && exit 0
+  exit 1
+}
+trap finish EXIT
+trap 'echo "gpu-phase: interrupted"; exit 1' INT TERM
+
+# row NAME RESULT FIGURE TARGET: one line now, one row of the final table
+row() {
+  local line
+  line=$(printf '%-28s | %-6s | %-44s | %s' "$1" "$2" "${3:0:44}" "$4")
+  rows+=("$line")
+  printf '[%4d s] %s\n' $((SECONDS - t_start)) "$line"
+  [[ $2 == FAIL ]] && failures=$((failures + 1))
+  return 0
+}
+
+# step NAME TIMEOUT_S TARGET CMD...: runs CMD with its output in logs/NAME.log. Exit 77 = SKIP (the
+# project's "no GPU"). The figure is what figure_NAME prints from the log, if that function exists.
+# Past the global deadline a step is not started (SKIP "deadline").
+step() {
+  local name=$1 limit=$2 target=$3
+  shift 3
+  local left=$((deadline_s - (SECONDS - t_start)))
+  if ((left < 10)); then row "$name" SKIP "global deadline reached" "$target"; return 0; fi
+  ((limit > left)) && limit=$left
+  local t0=$SECONDS rc
+  # Through bash -c so that the phase's own functions (exported below) run under timeout too.
+  timeout -k 5 "$limit" bash -c '"$@"' "$name" "$@" > "$logs/$name.log" 2>&1
+  rc=$?
+  local fig=""
+  declare -F "figure_$name" >/dev/null && fig=$("figure_$name" "$logs/$name.log" 2>/dev/null | head -1)
+  case $rc in
+    0) row "$name" PASS "${fig:-$((SECONDS - t0)) s}" "$target" ;;
+    77) row "$name" SKIP "$(grep -m1 -o 'skipped.*' "$logs/$name.log" | cut -c1-44)" "$target" ;;
+    124 | 137) row "$name" FAIL "timed out after ${limit} s" "$target" ;;
+    *) row "$name" FAIL "exit $rc: $(grep -m1 -iE 'error|fail' "$logs/$name.log" | cut -c1-30)" "$target" ;;
+  esac
+}
+# gpu_step: a step that needs the GPU; without one it is a SKIP, not a FAIL.
+gpu_step() {
+  if [[ -z ${gpu_name:-} ]]; then row "$1" SKIP "no GPU on this machine" "$3"; return 0; fi
+  step "$@"
+}
+
+# ---- unpack the bundle (never into /) and find the device's cuBLASLt and NCCL --------------------
+if [[ ! -f $bundle_archive ]]; then
+  row unpack FAIL "no $bundle_archive" "tools/gpu-bundle.sh here, carry .gpubundle"
+  exit 1
+fi
+tar -C "$work" -xJf "$bundle_archive" || { row unpack FAIL "cannot unpack $bundle_archive" ""; exit 1; }
+B=$work/bundle
+bin=$B/bin
+row unpack PASS "$(du -sm "$B" | cut -f1) MiB, $(sed -n 2p "$B/MANIFEST" | cut -c8-19)" "bundle unpacked"
+
+# lib_dir SONAME: the first directory holding SONAME among the device's CUDA and the torch wheels.
+lib_dir() {
+  local d
+  for d in $(python3 - "$1" 2>/dev/null <<'PY'
+import importlib, sys
+for mod in ("nvidia.nccl", "nvidia.cublas", "nvidia.cu13", "nvidia"):
+    try:
+        m = importlib.import_module(mod)
+    except Exception:
+        continue
+    for p in list(getattr(m, "__path__", [])):  # namespace packages have no __file__
+        print(p + "/lib"); print(p + "/cu13/lib")
+PY
+  ) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+    [[ -e $d/$1 ]] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+nccl_dir=$(lib_dir libnccl.so.2)
+cublas_dir=$(lib_dir libcublasLt.so.13)
+export GPT2_DEVICE_LIBS=${cublas_dir}${nccl_dir:+:$nccl_dir}
+# NCCL's bootstrap in a VM that has only loopback (GPU.md).
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+
+probe() {
+  echo "date: $(date -u +%FT%TZ)"; cat /etc/os-release 2>/dev/null | grep -E '^(PRETTY_NAME|VERSION_ID)='
+  ldd --version | head -1; uname -r; nproc; free -g | sed -n 2p
+  nvidia-smi || echo "nvidia-smi: none"
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv 2>/dev/null
+  command -v nvcc && nvcc --version | tail -2
+  echo "cuBLASLt from: ${cublas_dir:-NOT FOUND}"; echo "NCCL from: ${nccl_dir:-NOT FOUND}"
+  python3 -c 'import sys; print("python", sys.version.split()[0])'
+  for m in torch transformers tiktoken h5py; do
+    python3 -c "import $m; print('$m', getattr($m, '__version__', '?'))" 2>/dev/null || echo "$m: missing"
+  done
+  for t in compute-sanitizer ncu cuobjdump; do command -v $t || echo "$t: missing"; done
+  cat "$B/MANIFEST" | head -8
+}
+figure_probe() { echo "${gpu_name:-no GPU}${driver:+, driver $driver}, $(grep -m1 PRETTY_NAME /etc/os-release | cut -d'"' -f2)"; }
+
+# Every bundled ELF resolves every library: from the bundle, the device's cuBLASLt/NCCL, or the system.
+ldd_check() {
+  local f missing=0
+  for f in "$B"/libexec/* "$B"/lib/*.so* "$B"/ompi/bin/* "$B"/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so \
+           "$B"/pmix/lib/pmix/*.so; do
+    [[ -f $f ]] || continue
+    if LD_LIBRARY_PATH="$B/lib:$GPT2_DEVICE_LIBS" ldd "$f" 2>&1 | grep -q "not found"; then
+      echo "$f:"; LD_LIBRARY_PATH="$B/lib:$GPT2_DEVICE_LIBS" ldd "$f" | grep "not found"
+      missing=$((missing + 1))
+    fi
+  done
+  echo "files with unresolved libraries: $missing"
+  ((missing == 0))
+}
+figure_ldd_check() { grep -o 'unresolved libraries: [0-9]*' "$1"; }
+
+# Runs a bundled binary, mapping the project's "skipped: no GPU" (exit 77) through.
+gtest() { "$bin/$1" --gtest_color=no "${@:2}"; }
+
+# ---- phase A: probe and correctness ------------------------------------------------------------
+phase_A() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  step ldd_check 120 "0 unresolved" ldd_check
+  # The bundle's Open MPI, HDF5 and OpenBLAS at work before any GPU step: 2 CPU ranks train the CI recipe.
+  step cpu_train_2ranks 120 "loss falls" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" --device cpu \
+    --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 20 --log-every 5 --out "$work/cpu2"
+  step gpu_smoke 60 "kernel == CPU" "$bin/test_gpu_smoke"
+  local fam
+  for fam in encoder layernorm gemm attention elementwise; do
+    step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam"
+  done
+  step model_step_vs_cpu 300 "loss 1e-5, grads 1e-4" gtest test_gpu_model
+  step decode_kv_cache 240 "== CPU decode" gtest test_gpu_decode
+  step reducer_1rank 120 "exact" "$bin/mpirun" -n 1 "$bin/test_gpu_reducer"
+  step reducer_2ranks 180 "exact, shared GPU" "$bin/mpirun" -n 2 "$bin/test_gpu_reducer"
+  if command -v compute-sanitizer >/dev/null; then
+    local cs=(compute-sanitizer --target-processes all --error-exitcode 9 --print-limit 20)
+    gpu_step memcheck_layernorm 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_layernorm" \
+      --gtest_filter='*/0.Forward*:*/0.Backward*'
+    gpu_step memcheck_attention 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_attention" \
+      --gtest_filter='*/1.SmallShapes*'
+    gpu_step memcheck_gemm 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_gemm" --gtest_filter='*/1.ForcedPaths'
+    gpu_step racecheck_attention 300 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
+      --gtest_filter='*/1.SmallShapes*'
+    gpu_step racecheck_layernorm 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_layernorm" \
+      --gtest_filter='*/1.BackwardMatches*'
+  else
+    row compute_sanitizer SKIP "compute-sanitizer not installed" "0 errors"
+  fi
+}
+
+# ---- phase B: benchmarks -----------------------------------------------------------------------
+bench_json=$OUT/bench_gpu_kernels.json
+phase_B() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  gpu_step ceilings 120 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
+    --benchmark_out="$OUT/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
+  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" --benchmark_filter='^(?!Ceiling/)' \
+    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
+  # % of ceiling and of target for every kernel: the device's python, not the bundle's libraries.
+  if [[ -f $OUT/ceilings.json && -f $bench_json ]]; then
+    step kernel_table 30 "every kernel at target" python3 "$repo/tools/gpu/bench_table.py" "$OUT/ceilings.json" "$bench_json"
+  else
+    row kernel_table SKIP "no benchmark results" "every kernel at target"
+  fi
+  local gemm mb
+  for gemm in cublaslt hand; do
+    for mb in 16 32; do
+      gpu_step "train_124m_${gemm}_mb$mb" 150 "$([[ $gemm == cublaslt ]] && echo '>= 470K tok/s' || echo 'within 15% of cuBLASLt')" \
+        "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm "$gemm" --max-steps 12 --log-every 1 \
+        --micro-batch "$mb" --seq-len 1024 --global-batch-tokens $((mb * 1024)) --out "$work/train_${gemm}_$mb"
+    done
+  done
+}
+figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$OUT/ceilings.json"; }
+figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
+# "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
+train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }
+# first and last loss of a run's step lines
+loss_figure() { grep -E '^step +[0-9]+/' "$1" | awk -F'|' '{split($2, a, " "); if (!f) f = a[2]; l = a[2]} END {print "loss " f " -> " l}'; }
+for g in cublaslt hand; do for m in 16 32; do eval "figure_train_124m_${g}_mb$m() { train_figure \"\$1\"; }"; done; done
+
+# ---- phase C: training, oracles, profiles ---------------------------------------------------------
+phase_C() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  gpu_step gpu_train 300 "7 end-to-end checks" python3 "$repo/tests/gpu/test_gpu_train.py" "$bin" "$work/gpu_train" \
+    "$bin/mpirun"
+  gpu_step two_ranks_shared_gpu 120 "loss falls, exit 0" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" \
+    --device cuda --comm mpi --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 30 --out "$work/two"
+  gpu_step checkpoint_resume 180 "resumes at step 20" bash -c "
+    '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
+      --max-steps 20 --ckpt-every 10 --out '$work/ckpt' &&
+    '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
+      --max-steps 30 --ckpt-every 10 --resume auto --out '$work/ckpt' 2>&1 | tee /dev/stderr | grep -q 'resumed from .* at step 20' &&
+    '$bin/gpt2-sample' --device cuda --ckpt '$work/ckpt' --prompt 'In the beginning' --max-new-tokens 64 --seed 1"
+  step oracle_transformers 180 "logits within 1e-4" python3 "$repo/tools/gpu/oracle_transformers.py" "$bin" "$work/hf"
+  step oracle_tiktoken 120 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
+  if command -v ncu >/dev/null; then
+    gpu_step ncu_hot_kernels 240 "profiles" ncu --clock-control none --target-processes all \
+      -k 'regex:gemm|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --csv --page details \
+      "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --max-steps 3 --micro-batch 8 --seq-len 1024 \
+      --global-batch-tokens 8192 --out "$work/ncu"
+  else
+    row ncu_hot_kernels SKIP "ncu not installed" "profiles"
+  fi
+}
+figure_cpu_train_2ranks() { loss_figure "$1"; }
+figure_two_ranks_shared_gpu() { loss_figure "$1"; }
+figure_oracle_transformers() { grep -m1 -E '^max \|' "$1"; }
+figure_oracle_tiktoken() { grep -m1 -E 'tokens compared' "$1"; }
+
+export B bin repo work nccl_dir cublas_dir
+export -f probe ldd_check gtest
+"phase_$phase"
