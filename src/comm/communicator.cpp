@@ -69,12 +69,15 @@ std::string json_string(const std::string& s) {
   return o + "\"";
 }
 
+int64_t g_step = 0;
+std::string g_flight_dir;
+
 // Every live communicator, for the fatal() reporter (a fatal error elsewhere writes their flight records).
 std::mutex g_registry_mutex;
 std::vector<Communicator*> g_registry;
 
 // GPT2_FAULT_STALL="RANK:LABEL:STEP": that rank stops itself (SIGSTOP) just before it would issue the
-// collective LABEL at step STEP. The hang test uses it to stall one rank at a chosen call site.
+// first collective whose label starts with LABEL at step STEP. The hang test uses it to stall one rank at a chosen call site.
 struct StallSpec {
   int rank = -1;
   std::string label;
@@ -94,6 +97,10 @@ StallSpec parse_stall_spec() {
 }
 
 }  // namespace
+
+void Communicator::set_step(int64_t step) { g_step = step; }
+int64_t Communicator::step() { return g_step; }
+void Communicator::set_flight_dir(const std::string& dir) { g_flight_dir = dir; }
 
 size_t dtype_bytes(DType t) {
   switch (t) {
@@ -164,9 +171,9 @@ Communicator::~Communicator() {
 
 void Communicator::maybe_stall_for_test(const std::string& label) {
   static const StallSpec spec = parse_stall_spec();
-  if (spec.rank != rank_ || spec.step != step_ || spec.label != label) return;
+  if (spec.rank != rank_ || spec.step != g_step || label.rfind(spec.label, 0) != 0) return;
   std::fprintf(stderr, "[gpt2 test hook] rank %d pid %ld stops itself before '%s' at step %lld (GPT2_FAULT_STALL)\n",
-               rank_, static_cast<long>(getpid()), label.c_str(), static_cast<long long>(step_));
+               rank_, static_cast<long>(getpid()), label.c_str(), static_cast<long long>(g_step));
   std::fflush(stderr);
   raise(SIGSTOP);
 }
@@ -179,7 +186,7 @@ int64_t Communicator::begin_collective(const char* kind, const std::string& labe
   if (tracing_) trace_.push_back(trace_line);
   FlightEntry& e = flight_[static_cast<size_t>(seq) % kFlightEntries];
   e.seq = seq;
-  e.step = step_;
+  e.step = g_step;
   e.kind = kind;
   e.label = label;
   e.bytes = bytes;
@@ -291,6 +298,7 @@ void Communicator::time_out(CommRequest& r) {
                       (n.seq < 0 ? " sent no word from any collective" : " was last seen waiting in " + where);
   }
   notify_all(kNoticeDump, e);
+  abort_backend();
   const std::string what = msg() << "step " << e.step << ": collective #" << e.seq << " " << e.kind << " '"
                                  << e.label << "' (" << e.bytes << " bytes, " << backend()
                                  << ") did not complete within --comm-timeout-s " << timeout_s_ << " s on rank "
@@ -310,26 +318,28 @@ void Communicator::time_out(CommRequest& r) {
   }
   std::string files;
   if (path.empty())
-    files = flight_dir_.empty() ? "no flight records written (give --out to get them)"
-                                : "could not write the flight record to " + flight_dir_;
+    files = g_flight_dir.empty() ? "no flight records written (give --out to get them)"
+                                : "could not write the flight record to " + g_flight_dir;
   else
-    files = "flight records of the last collectives, one per rank that could write one: " + flight_dir_ +
-            "/flight_rank<R>.json (this rank's: " + path + ")";
+    files = "flight records of the last collectives, one per rank that could write one: " + g_flight_dir +
+            "/flight_rank<R>*.json (this rank's: " + path + ")";
   fatal(what + why + ". A peer is hung, dead or behind; " + files + "; aborting the job");
 }
 
 std::string Communicator::write_flight_record(const std::string& reason) {
-  if (flight_dir_.empty()) return "";
+  if (g_flight_dir.empty()) return "";
   std::error_code ec;
-  std::filesystem::create_directories(flight_dir_, ec);  // rank 0 may not have made <out> yet
-  const std::string path = flight_dir_ + "/flight_rank" + std::to_string(rank_) + ".json";
+  std::filesystem::create_directories(g_flight_dir, ec);  // rank 0 may not have made <out> yet
+  // The trainer's MPI communicator writes flight_rank<R>.json; a device (NCCL) one flight_rank<R>.nccl.json.
+  const std::string path = g_flight_dir + "/flight_rank" + std::to_string(rank_) +
+                           (std::string(backend()) == "mpi" ? "" : std::string(".") + backend()) + ".json";
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp);
     if (!f) return "";
     f << "{\"rank\":" << rank_ << ",\"world_size\":" << size_ << ",\"host\":" << json_string(hostname())
       << ",\"pid\":" << getpid() << ",\"backend\":\"" << backend() << "\",\"timeout_s\":" << timeout_s_
-      << ",\"step\":" << step_ << ",\"next_seq\":" << next_seq_ << ",\"written_at\":" << std::fixed
+      << ",\"step\":" << g_step << ",\"next_seq\":" << next_seq_ << ",\"written_at\":" << std::fixed
       << since_epoch_s() << ",\"reason\":" << json_string(reason) << ",\n\"peers_last_waiting\":[";
     bool first = true;
     for (int p = 0; p < size_; ++p) {

@@ -86,13 +86,14 @@ class Communicator {
   void broadcast(void* buf, size_t bytes, int root, const std::string& label = "broadcast");
   void barrier(const std::string& label = "barrier");
 
-  // ---- context for errors and the flight record
-  void set_step(int64_t step) { step_ = step; }  // the optimizer step in progress (1-based)
-  int64_t step() const { return step_; }
+  // ---- context for errors and the flight record. Step and directory are the process's, shared by all
+  // its communicators (the trainer's MPI one and the CUDA backend's NCCL one).
+  static void set_step(int64_t step);  // the optimizer step in progress (1-based)
+  static int64_t step();
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout_s() const { return timeout_s_; }
   // Where flight_rank<R>.json goes on a timeout or a fatal error ("" = nowhere; the error says so).
-  void set_flight_dir(const std::string& dir) { flight_dir_ = dir; }
+  static void set_flight_dir(const std::string& dir);
   // Writes this rank's flight record now; returns its path ("" when no directory is set or it failed).
   std::string write_flight_record(const std::string& reason);
 
@@ -108,6 +109,8 @@ class Communicator {
   // trace line and the flight entry, and returns the sequence number for the request.
   // trace_line: what set_tracing() records ("allreduce f32 n=1024 op=avg").
   int64_t begin_collective(const char* kind, const std::string& label, size_t bytes, const std::string& trace_line);
+  // Called on a timeout before the job ends: tear the transport down without waiting for peers (NCCL).
+  virtual void abort_backend() {}
 
  private:
   friend class CommRequest;
@@ -141,9 +144,7 @@ class Communicator {
   MPI_Comm side_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_s_;
-  int64_t step_ = 0;
   int64_t next_seq_ = 0;
-  std::string flight_dir_;
   std::vector<FlightEntry> flight_;  // ring of kFlightEntries, indexed by seq % kFlightEntries
   std::vector<Notice> last_notice_;  // per rank: the newest "waiting in" notice received
   std::deque<Outgoing> outgoing_;

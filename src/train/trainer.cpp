@@ -191,7 +191,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     o.local_rank = env.local_rank();
     o.local_size = env.local_size();
     o.world_size = W;
-    runner = make_cuda_runner(model, opt, plan, o);
+    runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {
     runner = make_cpu_runner(model, opt, comm, plan, threads);
