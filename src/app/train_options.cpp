@@ -140,7 +140,8 @@ ParsedArgs parse_train_args(int argc, char** argv) {
        "nccl | mpi | auto: gradient all-reduce; nccl needs one GPU per rank, mpi (host-staged) lets ranks share "
        "a GPU; auto = nccl on cuda, mpi on cpu")
       ("comm-timeout-s", po::value<double>(&c.comm_timeout_s)->default_value(600.0, "600"),
-       "seconds a gradient all-reduce may take before the job is aborted as having lost a peer");
+       "seconds any collective may take before the job is aborted as having lost a peer (flight records of "
+       "the last collectives go to <out>/flight_rank<R>.json)");
 
   po::options_description logging("Logging, benchmark and sampling");
   logging.add_options()

@@ -1,67 +1,176 @@
-// Collective communication behind one device-neutral interface. The MPI implementation works on
-// host buffers; the NCCL one (CUDA backend) implements the same interface on device buffers.
+// Collective communication behind ONE device-neutral interface. The MPI implementation works on host
+// buffers; the NCCL one (CUDA builds, comm/nccl_communicator.hpp) implements the same interface on device
+// buffers. What both share lives here, once:
+//   - every collective is asynchronous and returns a CommRequest; blocking calls are i<op>()->wait();
+//   - wait() polls and gives up after the timeout (--comm-timeout-s) with a message naming the step, the
+//     collective (label, bytes, sequence number) and the ranks that did not arrive, then ends the job;
+//   - a flight recorder keeps the last kFlightEntries collectives (sequence number, kind, label, bytes,
+//     start and end time) and writes <dir>/flight_rank<R>.json on a timeout or any fatal error.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace gpt2 {
 
-enum class ReduceOp { kSum, kAvg };
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+enum class DType { kF32, kBf16, kF64, kI32 };
+size_t dtype_bytes(DType t);
+const char* dtype_name(DType t);
 
-// A collective in flight.
+class Communicator;
+
+// A collective in flight. test() drives progress and never blocks; wait() blocks with the timeout.
 class CommRequest {
  public:
   virtual ~CommRequest() = default;
-  virtual bool test() = 0;  // true once complete (drives progress)
-  virtual void wait() = 0;
+  bool test();
+  void wait();
+  int64_t seq() const { return seq_; }
+
+ protected:
+  CommRequest(Communicator& comm, int64_t seq) : comm_(comm), seq_(seq) {}
+  // Implementation: one nonblocking look at the collective; true once complete. Runs at most once more
+  // after it returned true (never, in fact: the base class remembers).
+  virtual bool poll() = 0;
+  // Implementation: the collective is complete (e.g. scale for an average, order a device stream).
+  virtual void on_complete() {}
+
+ private:
+  friend class Communicator;
+  Communicator& comm_;
+  int64_t seq_;
+  bool done_ = false;
 };
 
 class Communicator {
  public:
-  virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  virtual void allreduce(float* buf, size_t n, ReduceOp op) = 0;  // in place
-  virtual void allreduce(double* buf, size_t n, ReduceOp op) = 0;
-  virtual std::unique_ptr<CommRequest> iallreduce(float* buf, size_t n, ReduceOp op) = 0;
-  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
-  virtual void barrier() = 0;
+  // control: the MPI communicator spanning the same ranks; a duplicate of it carries the side channel
+  // that finds out who did not arrive (see comm/communicator.cpp). timeout_s: how long wait() waits.
+  Communicator(MPI_Comm control, double timeout_s);
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual const char* backend() const = 0;  // "mpi" | "nccl"
+
+  // ---- asynchronous collectives. Counts are in elements; label names the call site in errors and the
+  // flight record ("grad bucket 3/12", "loss", ...). Buffers must stay valid until wait() returns.
+  // In place: buf (n elements) becomes the reduction over ranks.
+  virtual std::unique_ptr<CommRequest> iallreduce(void* buf, size_t n, DType t, ReduceOp op,
+                                                  const std::string& label) = 0;
+  // send holds size()*n elements; recv (n elements) becomes the reduction of block rank() of send.
+  virtual std::unique_ptr<CommRequest> ireduce_scatter(const void* send, void* recv, size_t n, DType t,
+                                                       ReduceOp op, const std::string& label) = 0;
+  // send holds n elements; recv (size()*n elements) becomes every rank's send, in rank order.
+  virtual std::unique_ptr<CommRequest> iallgather(const void* send, void* recv, size_t n, DType t,
+                                                  const std::string& label) = 0;
+  virtual std::unique_ptr<CommRequest> ibroadcast(void* buf, size_t bytes, int root, const std::string& label) = 0;
+  virtual std::unique_ptr<CommRequest> ibarrier(const std::string& label) = 0;
+
+  // ---- blocking conveniences (each is the asynchronous call, then wait() with the timeout)
+  void allreduce(float* buf, size_t n, ReduceOp op, const std::string& label = "allreduce");
+  void allreduce(double* buf, size_t n, ReduceOp op, const std::string& label = "allreduce");
+  void allreduce(int* buf, size_t n, ReduceOp op, const std::string& label = "allreduce");
+  std::unique_ptr<CommRequest> iallreduce(float* buf, size_t n, ReduceOp op, const std::string& label = "iallreduce") {
+    return iallreduce(buf, n, DType::kF32, op, label);
+  }
+  void broadcast(void* buf, size_t bytes, int root, const std::string& label = "broadcast");
+  void barrier(const std::string& label = "barrier");
+
+  // ---- context for errors and the flight record. Step and directory are the process's, shared by all
+  // its communicators (the trainer's MPI one and the CUDA backend's NCCL one).
+  static void set_step(int64_t step);  // the optimizer step in progress (1-based)
+  static int64_t step();
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout_s() const { return timeout_s_; }
+  // Where flight_rank<R>.json goes on a timeout or a fatal error ("" = nowhere; the error says so).
+  static void set_flight_dir(const std::string& dir);
+  // Writes this rank's flight record now; returns its path ("" when no directory is set or it failed).
+  std::string write_flight_record(const std::string& reason);
 
   // When on, every collective appends a line ("iallreduce f32 n=... op=avg") to trace(): tests
   // compare the traces of all ranks to prove they issue the same collectives in the same order.
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<std::string>& trace() const { return trace_; }
 
+  static constexpr size_t kFlightEntries = 512;
+
  protected:
-  void record(const std::string& what) {
-    if (tracing_) trace_.push_back(what);
-  }
+  // Every implementation calls this when it issues a collective, before starting it: records the
+  // trace line and the flight entry, and returns the sequence number for the request.
+  // trace_line: what set_tracing() records ("allreduce f32 n=1024 op=avg").
+  int64_t begin_collective(const char* kind, const std::string& label, size_t bytes, const std::string& trace_line);
+  // Called on a timeout before the job ends: tear the transport down without waiting for peers (NCCL).
+  virtual void abort_backend() {}
 
  private:
+  friend class CommRequest;
+  struct FlightEntry {
+    int64_t seq = -1, step = 0;
+    const char* kind = "";
+    std::string label;
+    size_t bytes = 0;
+    double t_start = 0, t_end = -1;  // seconds since the epoch; t_end < 0: not complete
+  };
+  // One side-channel message: "I have waited a while in collective seq" or "write your flight record".
+  struct Notice {
+    int64_t seq = -1, step = 0, bytes = 0;
+    int32_t type = 0;  // kNoticeWaiting | kNoticeDump
+    char kind[16] = {0};
+    char label[48] = {0};
+  };
+  struct Outgoing {
+    Notice notice;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  void complete(CommRequest& r);
+  void wait_for(CommRequest& r);
+  [[noreturn]] void time_out(CommRequest& r);
+  void poll_side_channel();
+  void notify_all(int32_t type, const FlightEntry& e);
+  const FlightEntry* entry(int64_t seq) const;
+  void maybe_stall_for_test(const std::string& label);
+  static void report_on_fatal();
+
+  MPI_Comm side_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  double timeout_s_;
+  int64_t next_seq_ = 0;
+  std::vector<FlightEntry> flight_;  // ring of kFlightEntries, indexed by seq % kFlightEntries
+  std::vector<Notice> last_notice_;  // per rank: the newest "waiting in" notice received
+  std::deque<Outgoing> outgoing_;
+  bool dumped_ = false;
   bool tracing_ = false;
   std::vector<std::string> trace_;
 };
 
-class MpiCommunicator : public Communicator {
+class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD);
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, double timeout_s = 600.0);
   ~MpiCommunicator() override;
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void allreduce(float* buf, size_t n, ReduceOp op) override;
-  void allreduce(double* buf, size_t n, ReduceOp op) override;
-  std::unique_ptr<CommRequest> iallreduce(float* buf, size_t n, ReduceOp op) override;
-  void broadcast(void* buf, size_t bytes, int root) override;
-  void barrier() override;
+  const char* backend() const override { return "mpi"; }
+
+  using Communicator::iallreduce;
+  std::unique_ptr<CommRequest> iallreduce(void* buf, size_t n, DType t, ReduceOp op,
+                                          const std::string& label) override;
+  std::unique_ptr<CommRequest> ireduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op,
+                                               const std::string& label) override;
+  std::unique_ptr<CommRequest> iallgather(const void* send, void* recv, size_t n, DType t,
+                                          const std::string& label) override;
+  std::unique_ptr<CommRequest> ibroadcast(void* buf, size_t bytes, int root, const std::string& label) override;
+  std::unique_ptr<CommRequest> ibarrier(const std::string& label) override;
 
  private:
-  MPI_Comm comm_;
-  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
 }  // namespace gpt2

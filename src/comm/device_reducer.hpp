@@ -1,10 +1,12 @@
 // Averages the flat gradient buffer ON THE DEVICE across ranks, bucket by bucket, while backward is
-// still running (the CUDA backend's GradReducer; the plan is the same immutable BucketPlan).
-//   --comm nccl: per bucket, the communication stream waits on an event recorded on the compute stream
-//     when the blocks covering the bucket have been enqueued, then runs ncclAllReduce(ncclAvg) in
-//     place. No host synchronisation inside backward. finish() waits for the last bucket, polling
-//     ncclCommGetAsyncError with a timeout, so a lost peer ends the job instead of hanging it.
-//   --comm mpi: host-staged (copy down, MPI_Allreduce, copy up) in finish(). Slow, but it lets several
+// still running (the CUDA backend's GradReducer; the plan is the same immutable BucketPlan). Every
+// collective goes through a Communicator, which owns the timeout and the flight record:
+//   NCCL (device buffers, comm/nccl_communicator.hpp, created with the compute stream as its producer):
+//     per bucket, the communication stream waits on an event recorded on the compute stream when the
+//     blocks covering the bucket have been enqueued, then runs the average in place. No host
+//     synchronisation inside backward; finish() waits for every bucket with the timeout and the compute
+//     stream then waits for them on the device.
+//   MPI (host buffers): host-staged (copy down, all-reduce, copy up) in finish(). Slow, but it lets several
 //     ranks share one GPU, which NCCL refuses: that is how multi-rank GPU runs are tested on one GPU.
 // Every rank issues the same buckets in the same order (BucketPlan order).
 #pragma once
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "comm/bucket_plan.hpp"
+#include "comm/communicator.hpp"
 #include "kernels/common/cuda_dtype.hpp"
 #include "kernels/common/device_buffer.hpp"
 
@@ -30,14 +33,12 @@ DeviceComm parse_device_comm(const std::string& name);  // "nccl" | "mpi"
 // Calls cudaSetDevice and records the device for error messages.
 int select_device(int local_rank, int local_size, DeviceComm comm);
 
-class NcclComm;  // defined in device_reducer.cpp (keeps nccl.h out of this header)
-
 class DeviceGradReducer {
  public:
+  // comm: an NcclCommunicator whose producer is `compute` (device buffers) or an MPI one (host-staged).
   // grads: the device gradient buffer (plan covers it), elements of `dtype`. compute: the stream
-  // backward runs on. timeout_s: how long finish() waits before declaring a peer lost.
-  DeviceGradReducer(DeviceComm kind, const BucketPlan& plan, void* grads, Precision dtype, cudaStream_t compute,
-                    double timeout_s, MPI_Comm world = MPI_COMM_WORLD);
+  // backward runs on.
+  DeviceGradReducer(Communicator& comm, const BucketPlan& plan, void* grads, Precision dtype, cudaStream_t compute);
   ~DeviceGradReducer();
   DeviceGradReducer(const DeviceGradReducer&) = delete;
   DeviceGradReducer& operator=(const DeviceGradReducer&) = delete;
@@ -55,22 +56,18 @@ class DeviceGradReducer {
  private:
   void launch(size_t bucket);
   double finish_mpi();
-  void wait_with_timeout(cudaEvent_t done);
+  std::string label(size_t bucket) const;
 
-  DeviceComm kind_;
+  Communicator& comm_;
+  bool on_device_;  // NCCL: buckets go out during backward; MPI: staged through the host in finish()
   const BucketPlan& plan_;
   char* grads_;
   Precision dtype_;
   size_t elem_bytes_;
   cudaStream_t compute_;
-  double timeout_s_;
-  MPI_Comm world_;
-  int rank_ = 0, size_ = 1;
   size_t next_ = 0;
-  std::unique_ptr<CudaStream> comm_stream_;
-  std::vector<std::unique_ptr<CudaEvent>> ready_;  // per bucket
+  std::vector<std::unique_ptr<CommRequest>> inflight_;
   std::unique_ptr<CudaEvent> compute_done_, comm_done_;  // timing events for comm_exposed_ms
-  std::unique_ptr<NcclComm> nccl_;
   std::vector<float> host_;  // MPI staging
 };
 

@@ -1,5 +1,7 @@
 #include "comm/grad_reducer.hpp"
 
+#include <string>
+
 #include "core/timer.hpp"
 
 namespace gpt2 {
@@ -15,8 +17,10 @@ void GradReducer::begin_step() {
 void GradReducer::on_grads_ready(size_t ready_from) {
   const auto& buckets = plan_.buckets();
   while (next_ < buckets.size() && buckets[next_].begin >= ready_from) {
-    const Bucket& b = buckets[next_++];
-    inflight_.push_back(comm_.iallreduce(grads_ + b.begin, b.size(), ReduceOp::kAvg));
+    const Bucket& b = buckets[next_];
+    inflight_.push_back(comm_.iallreduce(grads_ + b.begin, b.size(), ReduceOp::kAvg,
+                                         "grad bucket " + std::to_string(next_) + "/" + std::to_string(buckets.size())));
+    ++next_;
   }
   for (auto& r : inflight_) r->test();
 }

@@ -9,11 +9,13 @@ namespace gpt2 {
 namespace {
 ErrorContext g_context;
 AbortHook g_abort_hook = nullptr;
+FatalReporter g_fatal_reporter = nullptr;
 }  // namespace
 
 void set_error_context_rank(int rank) { g_context.rank = rank; }
 void set_error_context_device(int device) { g_context.device = device; }
 void set_abort_hook(AbortHook hook) { g_abort_hook = hook; }
+void set_fatal_reporter(FatalReporter reporter) { g_fatal_reporter = reporter; }
 
 std::string hostname() {
   char buf[256] = {0};
@@ -34,6 +36,11 @@ void fatal(const std::string& what, const char* file, int line) {
   }
   std::fflush(stderr);
   std::fflush(stdout);
+  if (FatalReporter r = g_fatal_reporter) {
+    g_fatal_reporter = nullptr;  // once: a failure inside the reporter must not recurse
+    r();
+    std::fflush(stderr);
+  }
   if (g_abort_hook != nullptr) g_abort_hook(1);
   std::exit(1);
 }

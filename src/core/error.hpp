@@ -21,6 +21,11 @@ void set_error_context_device(int device);
 using AbortHook = void (*)(int exit_code);
 void set_abort_hook(AbortHook hook);
 
+// Called by fatal() once, before the abort hook, to leave evidence behind (the communicator writes its
+// flight record of the last collectives there). Must not call fatal() itself.
+using FatalReporter = void (*)();
+void set_fatal_reporter(FatalReporter reporter);
+
 // Prints "[gpt2 rank R host H device D] error: WHAT" (plus "(at FILE:LINE)" when given) to stderr
 // and ends the job with status 1.
 [[noreturn]] void fatal(const std::string& what, const char* file = nullptr, int line = 0);

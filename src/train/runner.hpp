@@ -55,8 +55,9 @@ struct CudaRunnerOptions {
   int local_rank = 0, local_size = 1, world_size = 1;
 };
 
-// CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so).
-std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, const BucketPlan& plan,
+// CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so). host_comm
+// carries the host-staged buckets of --comm mpi; --comm nccl makes its own NCCL communicator.
+std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, Communicator& host_comm, const BucketPlan& plan,
                                               const CudaRunnerOptions& options);
 
 }  // namespace gpt2

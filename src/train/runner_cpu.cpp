@@ -71,7 +71,7 @@ std::unique_ptr<ModelRunner> make_cpu_runner(GPT2& model, AdamW& opt, Communicat
 }
 
 #ifndef GPT2_HAVE_CUDA
-std::unique_ptr<ModelRunner> make_cuda_runner(GPT2&, AdamW&, const BucketPlan&, const CudaRunnerOptions&) {
+std::unique_ptr<ModelRunner> make_cuda_runner(GPT2&, AdamW&, Communicator&, const BucketPlan&, const CudaRunnerOptions&) {
   fatal("--device cuda: this binary was built without the CUDA backend (GPT2_ENABLE_CUDA=OFF or no nvcc); "
         "use --device cpu");
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/device_reducer.hpp"
+#include "comm/nccl_communicator.hpp"
 #include "core/error.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
@@ -38,7 +39,7 @@ double known_peak_tflops(const std::string& name, Precision p) {
 
 class CudaRunner final : public ModelRunner {
  public:
-  CudaRunner(GPT2& host, AdamW& opt, const BucketPlan& plan, const CudaRunnerOptions& o)
+  CudaRunner(GPT2& host, AdamW& opt, Communicator& host_comm, const BucketPlan& plan, const CudaRunnerOptions& o)
       : host_(host), opt_(opt), comm_kind_(parse_device_comm(o.comm)) {
     device_ = select_device(o.local_rank, o.local_size, comm_kind_);
     cudaDeviceProp prop{};
@@ -49,9 +50,12 @@ class CudaRunner final : public ModelRunner {
     mo.gemm = kernels::parse_gemm_backend(o.gemm);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
-    if (o.world_size > 1)
-      reducer_ = std::make_unique<DeviceGradReducer>(comm_kind_, plan, model_->grads_device(), mo.precision,
-                                                     stream_->get(), o.comm_timeout_s);
+    if (o.world_size > 1) {
+      if (comm_kind_ == DeviceComm::kNccl)
+        nccl_ = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, o.comm_timeout_s, stream_->get());
+      reducer_ = std::make_unique<DeviceGradReducer>(nccl_ ? *nccl_ : host_comm, plan, model_->grads_device(),
+                                                     mo.precision, stream_->get());
+    }
     desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + precision_name(mo.precision) +
             " | gemm " + o.gemm + (o.world_size > 1 ? " | comm " + o.comm : "");
     peak_ = known_peak_tflops(device_name_, mo.precision);
@@ -103,15 +107,16 @@ class CudaRunner final : public ModelRunner {
   double peak_ = 0;
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<GPT2Cuda> model_;
+  std::unique_ptr<Communicator> nccl_;  // --comm nccl: the device communicator (before the reducer using it)
   std::unique_ptr<DeviceGradReducer> reducer_;
   bool communicating_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, const BucketPlan& plan,
+std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, Communicator& host_comm, const BucketPlan& plan,
                                               const CudaRunnerOptions& options) {
-  return std::make_unique<CudaRunner>(model, opt, plan, options);
+  return std::make_unique<CudaRunner>(model, opt, host_comm, plan, options);
 }
 
 }  // namespace gpt2

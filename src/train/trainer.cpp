@@ -173,7 +173,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   state.global_batch_tokens = cfg.global_batch_tokens;
   state.seq_len = T;
 
-  MpiCommunicator comm;
+  // Every collective of the run goes through this communicator, so all of them share the timeout (a lost
+  // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
+  MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
+  comm.set_flight_dir(cfg.out_dir);
+  comm.set_step(state.step);
   // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb.
   const size_t elem_scale = precision == "bf16" ? 2 : 1;
   const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)) * elem_scale,
@@ -188,7 +192,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     o.local_rank = env.local_rank();
     o.local_size = env.local_size();
     o.world_size = W;
-    runner = make_cuda_runner(model, opt, plan, o);
+    runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {
     runner = make_cpu_runner(model, opt, comm, plan, threads);
@@ -196,8 +200,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   if (W > 1) {  // Every rank must start from the same weights (same seed or same file): check, cheaply.
     double hi = runner->param_sum_squares();
     double lo = hi;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+    comm.allreduce(&hi, 1, ReduceOp::kMax, "initial weights check (max)");
+    comm.allreduce(&lo, 1, ReduceOp::kMin, "initial weights check (min)");
     GPT2_REQUIRE(hi == lo, "ranks start from different weights (different --seed or --init-from per rank?)");
   }
 
@@ -229,7 +233,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       sum += runner->forward_eval(inputs.data(), targets.data(), B, T);
     }
     double mean = sum / static_cast<double>(nb);
-    comm.allreduce(&mean, 1, ReduceOp::kAvg);
+    comm.allreduce(&mean, 1, ReduceOp::kAvg, "val loss");
     return mean;
   };
   auto run_val = [&](int64_t step) {
@@ -288,6 +292,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
 
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
     if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
+    comm.set_step(step + 1);
     Timer timer;
     RankBatch batch;
     if (cfg.benchmark) {  // synthetic tokens: no files, same on every run
@@ -308,7 +313,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     }
     const double exposed_ms = runner->finish_communication();
     double loss = runner->take_loss_sum() / accum;
-    if (W > 1) comm.allreduce(&loss, 1, ReduceOp::kAvg);
+    if (W > 1) comm.allreduce(&loss, 1, ReduceOp::kAvg, "loss");
     GPT2_REQUIRE(std::isfinite(loss), "the loss is " << loss << " at step " << step + 1
                                                      << ": training diverged (try a lower --lr or --grad-clip)");
     const double grad_norm = std::sqrt(runner->grad_sum_squares());
@@ -344,7 +349,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       last_ckpt_step = state.step;
     }
     int stop = g_stop_signal;
-    if (W > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (W > 1) comm.allreduce(&stop, 1, ReduceOp::kMax, "stop signal");
     if (stop != 0 && !last) {
       log_info("step %6lld | received signal %d: checkpointing and exiting for requeue (status %d)\n",
                static_cast<long long>(state.step), stop, kExitPreempted);

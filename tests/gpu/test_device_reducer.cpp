@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/bucket_plan.hpp"
 #include "comm/device_reducer.hpp"
+#include "comm/nccl_communicator.hpp"
 #include "comm/mpi_env.hpp"
 #include "kernels/common/device.hpp"
 #include "kernels/common/device_buffer.hpp"
@@ -31,7 +33,12 @@ int run_case(DeviceComm kind, size_t bucket_bytes, int rank, int world) {
   CudaStream stream;
   const BucketPlan plan(n, bucket_bytes);  // sizes in elements of 4 bytes, whatever T is
   const Precision dt = std::is_same_v<T, bf16> ? Precision::kBf16 : Precision::kFp32;
-  DeviceGradReducer reducer(kind, plan, grads.data(), dt, stream.get(), /*timeout_s=*/120);
+  std::unique_ptr<Communicator> comm;
+  if (kind == DeviceComm::kNccl)
+    comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, /*timeout_s=*/120, stream.get());
+  else
+    comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, /*timeout_s=*/120);
+  DeviceGradReducer reducer(*comm, plan, grads.data(), dt, stream.get());
   for (int step = 0; step < 2; ++step) {  // twice: the reducer is reused across steps
     if (step == 1) grads.upload(host);
     reducer.begin_step();

@@ -10,10 +10,13 @@
      with --comm mpi always, with --comm nccl when there are two GPUs (then the NCCL timeout path).
 Only the standard library: the GPU machine's Python may lack h5py. The token file is made by gpt2-data.
 usage: test_gpu_train.py BIN_DIR WORK_DIR MPIEXEC"""
+import glob
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -104,13 +107,41 @@ def lost_peer(name, comm):
         check(name, False, ": the job hung (no exit within 240 s)")
 
 
+def hung_peer(name, comm):
+    """Rank 1 stops itself (SIGSTOP) before its first gradient bucket of step 3: rank 0 must end the job
+    within the timeout, naming the bucket and rank 1, and write its flight record."""
+    out = os.path.join(work, "hung_" + comm)
+    cmd = [mpiexec, "--oversubscribe", "-n", "2", f"{bin_dir}/gpt2-train", *common, "--device", "cuda",
+           "--comm", comm, "--comm-timeout-s", "10", "--micro-batch", "8", "--max-steps", "50", "--out", out]
+    start = time.time()
+    try:
+        r = subprocess.run(cmd, env=dict(env, GPT2_FAULT_STALL="1:grad bucket:3"), capture_output=True, text=True,
+                           timeout=120)
+        text = r.stdout + r.stderr
+        want = (rf"step 3: collective #\d+ allreduce 'grad bucket [^']+' \(\d+ bytes, {comm}\) did not complete "
+                r"within --comm-timeout-s 10 s on rank 0; rank\(s\) 1 did not arrive")
+        check(name, r.returncode != 0 and re.search(want, text) and glob.glob(os.path.join(out, "flight_rank0*.json")),
+              f": exit {r.returncode} after {time.time() - start:.0f} s\n{text[-2000:]}")
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        check(name, False, ": the job hung (no exit within 120 s)")
+    for m in re.finditer(r"rank 1 pid (\d+) stops itself", text):  # let the stopped rank go, by its PID
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(int(m.group(1)), sig)
+            except ProcessLookupError:
+                pass
+
+
 lost_peer("lost peer ends the job (--comm mpi)", "mpi")
+hung_peer("hung peer ends the job within --comm-timeout-s (--comm mpi)", "mpi")
 try:
     gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
 except OSError:
     gpus = 1
 if gpus >= 2:
     lost_peer("lost peer ends the job (--comm nccl)", "nccl")
+    hung_peer("hung peer ends the job within --comm-timeout-s (--comm nccl)", "nccl")
 else:
     print(f"note: {gpus} GPU(s): the NCCL lost-peer case needs 2")
 

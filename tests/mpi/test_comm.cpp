@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -116,6 +120,73 @@ TEST(Communicator, SumAndAverageAreExact) {
   int root_value = rank == 0 ? 12345 : -1;
   comm.broadcast(&root_value, sizeof(root_value), 0);
   EXPECT_EQ(root_value, 12345);
+}
+
+// Reduce-scatter then all-gather of small integers: exact, and together an all-reduce. The expected
+// values are summed here element by element, not by the collective's own formula.
+TEST(Communicator, ReduceScatterAndAllGatherAreExact) {
+  const int rank = world_rank(), W = world_size();
+  gpt2::MpiCommunicator comm;
+  for (size_t n : {size_t{1}, size_t{7}, size_t{1000}}) {
+    std::vector<float> send(n * W), block(n), all(n * W, -99.0f);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = fill_value(i, rank);
+    comm.ireduce_scatter(send.data(), block.data(), n, gpt2::DType::kF32, gpt2::ReduceOp::kSum, "rs")->wait();
+    for (size_t i = 0; i < n; ++i) {
+      float sum = 0.0f;
+      for (int r = 0; r < W; ++r) sum += fill_value(rank * n + i, r);
+      ASSERT_EQ(block[i], sum) << "reduce-scatter n=" << n << " element " << i;
+    }
+    comm.iallgather(block.data(), all.data(), n, gpt2::DType::kF32, "ag")->wait();
+    for (size_t i = 0; i < all.size(); ++i) {
+      float sum = 0.0f;
+      for (int r = 0; r < W; ++r) sum += fill_value(i, r);
+      ASSERT_EQ(all[i], sum) << "all-gather n=" << n << " element " << i;
+    }
+    // In place: this rank's block already sits in the output (the ZeRO parameter all-gather).
+    std::vector<int> ints(n * W, -1);
+    for (size_t i = 0; i < n; ++i) ints[rank * n + i] = rank * 1000 + static_cast<int>(i);
+    comm.iallgather(ints.data() + rank * n, ints.data(), n, gpt2::DType::kI32, "ag in place")->wait();
+    for (int r = 0; r < W; ++r)
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(ints[r * n + i], r * 1000 + static_cast<int>(i)) << "n=" << n;
+    // An average is the exact sum scaled by 1/W in fp32, as the gradient buckets do.
+    std::vector<float> avg(n);
+    comm.ireduce_scatter(send.data(), avg.data(), n, gpt2::DType::kF32, gpt2::ReduceOp::kAvg, "rs avg")->wait();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[i], block[i] * (1.0f / static_cast<float>(W))) << i;
+  }
+  int mx = rank * 3 - 1, mn = rank * 3 - 1;
+  comm.allreduce(&mx, 1, gpt2::ReduceOp::kMax);
+  comm.allreduce(&mn, 1, gpt2::ReduceOp::kMin);
+  EXPECT_EQ(mx, (W - 1) * 3 - 1);
+  EXPECT_EQ(mn, -1);
+  comm.barrier();
+}
+
+// The flight recorder keeps every collective with its label and size, completed ones with an end time.
+TEST(Communicator, FlightRecordListsTheLastCollectives) {
+  const int rank = world_rank();
+  char dir[] = "/tmp/gpt2_flight_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  gpt2::MpiCommunicator comm;
+  comm.set_flight_dir(dir);
+  comm.set_step(3);
+  float x[5] = {1, 2, 3, 4, 5};
+  for (size_t i = 0; i < gpt2::Communicator::kFlightEntries + 10; ++i)
+    comm.allreduce(x, 5, gpt2::ReduceOp::kMax, "bucket " + std::to_string(i));
+  const std::string path = comm.write_flight_record("test");
+  ASSERT_EQ(path, std::string(dir) + "/flight_rank" + std::to_string(rank) + ".json");
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  char buf[4096];
+  for (size_t got; (got = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, got);
+  std::fclose(f);
+  const size_t last = gpt2::Communicator::kFlightEntries + 9;
+  EXPECT_NE(text.find("\"label\":\"bucket " + std::to_string(last) + "\",\"bytes\":20"), std::string::npos);
+  EXPECT_EQ(text.find("\"label\":\"bucket 9\""), std::string::npos) << "older than the ring: dropped";
+  EXPECT_NE(text.find("\"label\":\"bucket 10\""), std::string::npos);
+  EXPECT_EQ(text.find("\"end\":null"), std::string::npos) << "every collective completed";
+  std::remove(path.c_str());
+  rmdir(dir);
 }
 
 // Every rank must issue the same collectives in the same order, or the job hangs: record the trace
