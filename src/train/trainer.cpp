@@ -274,7 +274,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     write_latest(cfg.out_dir, path);
     prune_checkpoints(cfg.out_dir, cfg.ckpt_keep, path);
     last_save_s = t.ms() / 1000.0;
-    log_info("step %6lld | checkpoint %s (%.2f s)\n", static_cast<long long>(state.step), path.c_str(), last_save_s);
+    log_info("step %6lld | checkpoint %s\n", static_cast<long long>(state.step), path.c_str());
   };
   // Seconds a checkpoint of this run takes: the last one's time, else its size (parameters, Adam m and v,
   // fp32) at a bandwidth a local disk or a busy parallel file system sustains, with a margin for fsync
