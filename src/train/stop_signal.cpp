@@ -78,18 +78,24 @@ void install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaddset(&sa.sa_mask, s);  // one handler at a time
-  sa.sa_flags = SA_RESTART;  // do not break the MPI or file calls in progress
+  sa.sa_flags = SA_RESTART;                                            // do not break the MPI or file calls in progress
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sa.sa_flags = SA_RESTART | SA_RESETHAND;  // the second Ctrl-C takes the default action: end now
   sigaction(SIGINT, &sa, nullptr);
 }
 
-int stop_signal() { return g_stop_signal.load(); }
+int stop_signal() {
+  return g_stop_signal.load();
+}
 
-double kill_grace_s() { return grace().seconds; }
+double kill_grace_s() {
+  return grace().seconds;
+}
 
-const char* kill_grace_source() { return grace().source.c_str(); }
+const char* kill_grace_source() {
+  return grace().source.c_str();
+}
 
 double seconds_until_kill() {
   const long long t = g_term_ns.load();
