@@ -28,23 +28,11 @@
 #include "train/hf_interop.hpp"
 #include "train/metrics.hpp"
 #include "train/runner.hpp"
+#include "train/stop_signal.hpp"
 
 namespace gpt2 {
 
 namespace {
-
-// Set by SIGUSR1/SIGTERM; the step loop turns it into a checkpoint and kExitPreempted.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // do not break the MPI or file calls in progress
-  sigaction(SIGUSR1, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
 
 int choose_threads(const TrainConfig& cfg, const MpiEnv& env) {
   if (cfg.threads > 0) return cfg.threads;
@@ -217,6 +205,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %d accumulation step(s)\n",
            static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B, accum);
   if (W > 1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);
+  if (std::isfinite(kill_grace_s()))
+    log_info("preemption: the launcher sends SIGKILL %.1f s after SIGTERM (%s)\n", kill_grace_s(), kill_grace_source());
 
   // ---- validation ------------------------------------------------------------------------------
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
@@ -241,6 +231,17 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     log_info("step %6lld | val loss %.4f\n", static_cast<long long>(step), vl);
     if (rank == 0) metrics.val(static_cast<long>(step), vl);
   };
+
+  // A stop signal during start-up (handlers are installed before MPI_Init): nothing new to save, the
+  // checkpoint this run resumed from (if any) stays the latest; stop before the first step, together.
+  int early_stop = stop_signal();
+  comm.allreduce(&early_stop, 1, ReduceOp::kMax, "early stop signal");
+  if (early_stop != 0) {
+    log_info("received signal %d before the first step: nothing new to checkpoint (%s); exiting for requeue "
+             "(status %d)\n", early_stop, resume_path.empty() ? "no checkpoint yet" : resume_path.c_str(),
+             kExitPreempted);
+    return kExitPreempted;
+  }
 
   if (cfg.eval_only) {
     run_val(state.step);
@@ -268,14 +269,26 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   int bench_n = 0;
   const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
   int64_t last_ckpt_step = -1;
+  double last_save_s = 0.0;  // how long the last checkpoint took (rank 0), to judge the next one
   auto save = [&]() {
     if (rank != 0 || cfg.out_dir.empty() || cfg.benchmark) return;  // (to_host() touches only this rank's GPU)
+    Timer t;
     const std::string path = checkpoint_path(cfg.out_dir, state.step);
     runner->to_host();
     save_checkpoint(path, model, &opt, state);
     write_latest(cfg.out_dir, path);
     prune_checkpoints(cfg.out_dir, cfg.ckpt_keep, path);
+    last_save_s = t.ms() / 1000.0;
     log_info("step %6lld | checkpoint %s\n", static_cast<long long>(state.step), path.c_str());
+  };
+  // Seconds a checkpoint of this run takes: the last one's time, else its size (parameters, Adam m and v,
+  // fp32) at a bandwidth a local disk or a busy parallel file system sustains, with a margin for fsync
+  // and the exit that follows.
+  auto save_estimate_s = [&]() {
+    constexpr double kAssumedBytesPerS = 500e6;
+    constexpr double kMargin = 1.25, kExitS = 0.25;
+    const double bytes = 3.0 * static_cast<double>(model.table().total()) * sizeof(float);
+    return kMargin * (last_save_s > 0 ? last_save_s : bytes / kAssumedBytesPerS) + kExitS;
   };
 
   // Test hook: GPT2_FAULT_INJECT=RANK:STEP kills that rank (SIGKILL, no cleanup) when it reaches that
@@ -286,9 +299,9 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
 
   // Preemption (SLURM --signal=B:USR1@120 forwarded by slurm/train.sbatch, or a plain SIGTERM): the
   // signal may reach only some ranks, so after each step every rank reports whether it saw one and
-  // all stop together at the same step.
-  install_stop_handlers();
+  // all stop together at the same step (handlers: install_stop_handlers() in main, before MPI_Init).
   bool preempted = false;
+  double kill_in_s = 0.0;  // after a stop: the least time any rank has before its launcher's SIGKILL
 
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
     if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
@@ -348,9 +361,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       save();
       last_ckpt_step = state.step;
     }
-    int stop = g_stop_signal;
+    int stop = stop_signal();
     if (W > 1) comm.allreduce(&stop, 1, ReduceOp::kMax, "stop signal");
     if (stop != 0 && !last) {
+      kill_in_s = seconds_until_kill();
+      if (W > 1) comm.allreduce(&kill_in_s, 1, ReduceOp::kMin, "seconds until kill");
       log_info("step %6lld | received signal %d: checkpointing and exiting for requeue (status %d)\n",
                static_cast<long long>(state.step), stop, kExitPreempted);
       preempted = true;
@@ -359,7 +374,21 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   }
   if (preempted) {
     GPT2_REQUIRE(!cfg.out_dir.empty() || cfg.benchmark, "preempted without --out: no checkpoint can be written");
-    if (last_ckpt_step != state.step) save();
+    // Decide before writing: a checkpoint cut off by SIGKILL leaves only a .tmp file and costs the time
+    // the ranks could have used to exit cleanly. The previous checkpoint stays intact either way
+    // (written to a temporary name and renamed), so --resume auto continues from it.
+    const double need_s = save_estimate_s();
+    if (last_ckpt_step != state.step && rank == 0 && !cfg.benchmark && kill_in_s < need_s) {
+      const std::string prev = read_latest(cfg.out_dir);
+      log_warn("step %6lld | not checkpointing: the launcher kills this job in %.1f s (%s: %.1f s after SIGTERM) "
+               "and a checkpoint takes about %.1f s. %s; the steps since are lost. For a checkpoint send SIGUSR1 "
+               "instead (mpirun forwards it and kills nothing) or give the job more time (docs/preemption.md)\n",
+               static_cast<long long>(state.step), std::max(0.0, kill_in_s), kill_grace_source(), kill_grace_s(), need_s,
+               prev.empty() ? "There is no earlier checkpoint: a restart begins at step 0"
+                            : ("--resume auto continues from " + prev).c_str());
+    } else if (last_ckpt_step != state.step) {
+      save();
+    }
     return kExitPreempted;
   }
   if (val && state.step > first_step) run_val(state.step);

@@ -47,7 +47,7 @@ struct TrainConfig {
   std::string sample_prompt = "\n";
 };
 
-// Exit status after a preemption signal (SIGUSR1 or SIGTERM on any rank): every rank agreed on a
+// Exit status after a preemption signal (SIGUSR1, SIGTERM or SIGINT on any rank): every rank agreed on a
 // step, a checkpoint was written there, and the job should be requeued and resumed with --resume auto.
 // 75 is EX_TEMPFAIL ("temporary failure, try again later") from sysexits.h.
 constexpr int kExitPreempted = 75;
