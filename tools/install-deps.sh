@@ -8,7 +8,9 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ pkg-config libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
             libboost-program-options-dev libopenblas-openmp-dev bible-kjv)
 test_pkgs=(libgtest-dev libbenchmark-dev python3-torch python3-h5py python3-numpy python3-matplotlib
-           slurm-wlm munge)
+           slurm-wlm munge
+           # the fuzzers (tools/fuzz.sh): clang with libFuzzer and its sanitizer runtimes, clang's OpenMP
+           clang libclang-rt-14-dev libomp-dev)
 
 pkgs=("${build_pkgs[@]}")
 [[ "${1:-}" == "--runtime" ]] || pkgs+=("${test_pkgs[@]}")

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (tests/fuzz, clang, ASan+UBSan) in ${FUZZ_BUILD_DIR:-build-fuzz} and
+# runs them over their committed seed corpus (tests/fuzz/corpus/NAME).
+#   tools/fuzz.sh                   every harness for ${GPT2_FUZZ_SECONDS:-30} s each (what CI runs)
+#   tools/fuzz.sh NAME [SECONDS]    one harness, e.g. tools/fuzz.sh json 3600
+#   tools/fuzz.sh --build-only      build, do not run
+# Harnesses: json train_options safetensors token_file checkpoint tokenizer.
+# New inputs that reach new code go to BUILD/corpus/NAME (the committed corpus is only read; copy a
+# useful one there by hand). A finding leaves its input in BUILD/artifacts/NAME/ and the script exits
+# non-zero; replay it with BUILD/fuzz/fuzz_NAME FILE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+all=(json train_options safetensors token_file checkpoint tokenizer)
+build=${FUZZ_BUILD_DIR:-build-fuzz}
+seconds=${GPT2_FUZZ_SECONDS:-30}
+build_only=false
+names=("${all[@]}")
+if [[ ${1:-} == --build-only ]]; then
+  build_only=true
+elif [[ $# -ge 1 ]]; then
+  [[ " ${all[*]} " == *" $1 "* ]] || { echo "fuzz.sh: unknown harness '$1' (have: ${all[*]})" >&2; exit 2; }
+  names=("$1")
+  seconds=${2:-$seconds}
+fi
+
+# Clang for libFuzzer; CUDA off (nvcc code is not instrumented). Our code is instrumented with ASan,
+# UBSan and libFuzzer's coverage; the system libraries (HDF5, Boost, OpenBLAS, MPI) are not. Clang's
+# OpenMP runtime is libomp (libomp-14-dev); the harnesses never enter a parallel region.
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  werror=OFF
+  [[ "${CI:-}" == "true" ]] && werror=ON
+  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DGPT2_ENABLE_CUDA=OFF -DGPT2_BUILD_TESTS=OFF -DGPT2_BUILD_BENCH=OFF \
+    -DGPT2_SANITIZE=address,undefined -DGPT2_BUILD_FUZZERS=ON -DGPT2_WERROR=$werror >/dev/null
+fi
+cmake --build "$build" -j "$(nproc)" --target "${names[@]/#/fuzz_}"
+$build_only && exit 0
+
+if [[ " ${names[*]} " == *" tokenizer "* ]]; then
+  GPT2_VOCAB_DIR=$(tools/get-gpt2-vocab.sh)
+  export GPT2_VOCAB_DIR
+fi
+export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
+export TMPDIR=$(mktemp -d)
+trap 'rm -rf "$TMPDIR"' EXIT
+
+failed=()
+for name in "${names[@]}"; do
+  rm -rf "$build/artifacts/$name"  # a finding of an earlier run is re-found, or fixed
+  mkdir -p "$build/corpus/$name" "$build/artifacts/$name"
+  echo "fuzz.sh: $name for ${seconds} s"
+  # -close_fd_mask=2: our readers print an error for every rejected input; libFuzzer's own output and
+  # sanitizer reports still come through. -timeout: an input taking 10 s is a hang (reported).
+  set +e
+  "$build/fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -close_fd_mask=2 \
+    -print_final_stats=1 -artifact_prefix="$build/artifacts/$name/" "$build/corpus/$name" "tests/fuzz/corpus/$name" \
+    2>&1 | grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)'
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [[ $rc -ne 0 || -n "$(ls -A "$build/artifacts/$name")" ]]; then
+    echo "fuzz.sh: FAIL $name (exit $rc): inputs in $build/artifacts/$name/"; failed+=("$name")
+  fi
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz.sh: findings in: ${failed[*]}"
+  exit 1
+fi
+echo "fuzz.sh: ${names[*]}: no findings"
