@@ -55,10 +55,12 @@ for name in "${names[@]}"; do
   echo "fuzz.sh: $name for ${seconds} s"
   # -close_fd_mask=2: our readers print an error for every rejected input; libFuzzer's own output and
   # sanitizer reports still come through. -timeout: an input taking 10 s is a hang (reported).
+  dict=()
+  [[ -f tests/fuzz/$name.dict ]] && dict=(-dict="tests/fuzz/$name.dict")
   set +e
-  "$build/fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -close_fd_mask=2 \
+  "$build/fuzz/fuzz_$name" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -close_fd_mask=2 \
     -print_final_stats=1 -artifact_prefix="$build/artifacts/$name/" "$build/corpus/$name" "tests/fuzz/corpus/$name" \
-    2>&1 | grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)'
+    2>&1 | grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|^\s+NEW_FUNC|# Uses: [0-9]+$|^###### (Recommended dictionary|End of recommended)'
   rc=${PIPESTATUS[0]}
   set -e
   if [[ $rc -ne 0 || -n "$(ls -A "$build/artifacts/$name")" ]]; then

@@ -120,6 +120,12 @@ static Id open_attr(hid_t loc, const std::string& name, const std::string& file)
   GPT2_REQUIRE(H5Aexists(loc, name.c_str()) > 0, "attribute '" << name << "' missing in " << file);
   Id attr(H5Aopen(loc, name.c_str(), H5P_DEFAULT));
   H5_CHECK(attr.get(), "open attribute " << name << " in " << file);
+  // The readers below read one value into one variable: an array attribute (e.g. vocab_size = [256,
+  // 256]) would make H5Aread write past it (found by tests/fuzz).
+  Id space(H5Aget_space(attr.get()));
+  GPT2_REQUIRE(H5Sget_simple_extent_npoints(space.get()) == 1,
+               "attribute '" << name << "' in " << file << " must hold one value, not "
+                             << H5Sget_simple_extent_npoints(space.get()));
   return attr;
 }
 

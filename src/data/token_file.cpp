@@ -79,6 +79,11 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                    (H5Tget_size(type.get()) == 2 || H5Tget_size(type.get()) == 4),
                "/tokens in " << path << " must be uint16 or uint32");
   dtype_bits_ = static_cast<int>(H5Tget_size(type.get()) * 8);
+  h5::Id dcpl(H5Dget_create_plist(dataset_.get()));
+  hsize_t chunk = 0;
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) == 0 &&
+      H5Pget_chunk(dcpl.get(), 1, &chunk) == 1)
+    checked_chunk_tokens_ = chunk;
   GPT2_REQUIRE(h5::has_attr(f, "vocab_size"), path << " has no vocab_size attribute (not a token file?)");
   const int64_t v = h5::read_attr_i64(f, "vocab_size", path);
   GPT2_REQUIRE(v > 0 && v <= INT32_MAX, "vocab_size " << v << " in " << path << " is invalid");
@@ -105,6 +110,22 @@ void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
   h5::Id fspace(H5Dget_space(dataset_.get()));
   const hsize_t start = offset, count = n;
   H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), "select tokens");
+  // libhdf5 (1.10.8 at least) trusts the stored size of an unfiltered chunk and copies a whole
+  // chunk's worth out of a shorter buffer: a corrupt size field is a heap overflow inside HDF5, found
+  // by tests/fuzz/fuzz_token_file. Every chunk this read touches must hold exactly a chunk of tokens.
+  if (checked_chunk_tokens_ > 0 && n > 0) {
+    const hsize_t chunk_bytes = checked_chunk_tokens_ * static_cast<hsize_t>(dtype_bits_ / 8);
+    for (hsize_t c = offset / checked_chunk_tokens_; c <= (offset + n - 1) / checked_chunk_tokens_; ++c) {
+      hsize_t coord = c * checked_chunk_tokens_, size = 0;
+      unsigned filter_mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      GPT2_REQUIRE(H5Dget_chunk_info_by_coord(dataset_.get(), &coord, &filter_mask, &addr, &size) >= 0,
+                   "cannot read the chunk index of /tokens in " << path_ << " (truncated or corrupt file?)");
+      GPT2_REQUIRE(addr == HADDR_UNDEF || size == chunk_bytes,
+                   "/tokens in " << path_ << " is corrupt: the chunk at token " << coord << " is stored in " << size
+                                 << " bytes, not " << chunk_bytes);
+    }
+  }
   h5::Id mspace(H5Screate_simple(1, &count, nullptr));
   static_assert(sizeof(int32_t) == sizeof(uint32_t));
   GPT2_REQUIRE(H5Dread(dataset_.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out) >= 0,

@@ -49,6 +49,9 @@ class TokenFile {
   int eot_token_ = -1;
   int dtype_bits_ = 16;
   int64_t num_documents_ = -1;
+  // Unfiltered chunked /tokens: tokens per chunk, so read() can check each chunk's stored size
+  // (0 for other layouts and for filtered, e.g. compressed, chunks, whose stored size varies).
+  uint64_t checked_chunk_tokens_ = 0;
 };
 
 // Expands a path or glob ("data/train_*.h5") into a sorted list of files; error if nothing matches.
