@@ -48,23 +48,38 @@ export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressio
 export TMPDIR=$(mktemp -d)
 trap 'rm -rf "$TMPDIR"' EXIT
 
+# CI (every harness) uses a fixed seed, so a run explores the same inputs each time: a slower machine
+# tries a prefix of what a faster one tried. A run of one harness is random unless GPT2_FUZZ_SEED is set.
+seed=${GPT2_FUZZ_SEED:-}
+[[ -z "$seed" && ${#names[@]} -gt 1 ]] && seed=1
 failed=()
 for name in "${names[@]}"; do
   rm -rf "$build/artifacts/$name"  # a finding of an earlier run is re-found, or fixed
   mkdir -p "$build/corpus/$name" "$build/artifacts/$name"
-  echo "fuzz.sh: $name for ${seconds} s"
-  # -close_fd_mask=2: our readers print an error for every rejected input; libFuzzer's own output and
-  # sanitizer reports still come through. -timeout: an input taking 10 s is a hang (reported).
-  dict=()
-  [[ -f tests/fuzz/$name.dict ]] && dict=(-dict="tests/fuzz/$name.dict")
+  echo "fuzz.sh: $name for ${seconds} s${seed:+, seed $seed}"
+  flags=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -close_fd_mask=2 -print_final_stats=1
+         -artifact_prefix="$build/artifacts/$name/")
+  [[ -n "$seed" ]] && flags+=(-seed="$seed")
+  [[ -f tests/fuzz/$name.dict ]] && flags+=(-dict="tests/fuzz/$name.dict")
+  asan=$ASAN_OPTIONS
+  if [[ $name == token_file || $name == checkpoint ]]; then
+    # libhdf5 1.10 (Debian 12) trusts lengths in a corrupt file: it asks malloc for terabytes (glibc
+    # returns NULL and HDF5 reports an error, so ASan must too) and may spin on a huge vlen string.
+    # Those timeouts and out-of-memory cases are inside libhdf5, not ours to fix: fork mode notes and
+    # skips them. Memory errors and crashes still fail, wherever they are.
+    flags+=(-fork=1 -ignore_timeouts=1 -ignore_ooms=1)
+    asan="allocator_may_return_null=1:$asan"
+  fi
   set +e
-  "$build/fuzz/fuzz_$name" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -close_fd_mask=2 \
-    -print_final_stats=1 -artifact_prefix="$build/artifacts/$name/" "$build/corpus/$name" "tests/fuzz/corpus/$name" \
-    2>&1 | grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|^\s+NEW_FUNC|# Uses: [0-9]+$|^###### (Recommended dictionary|End of recommended)'
+  ASAN_OPTIONS=$asan "$build/fuzz/fuzz_$name" "${flags[@]}" "$build/corpus/$name" "tests/fuzz/corpus/$name" 2>&1 |
+    grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|^\s+NEW_FUNC|# Uses: [0-9]+$|^###### (Recommended dictionary|End of recommended)'
   rc=${PIPESTATUS[0]}
   set -e
-  if [[ $rc -ne 0 || -n "$(ls -A "$build/artifacts/$name")" ]]; then
+  found=$(find "$build/artifacts/$name" -type f ! -name 'timeout-*' ! -name 'oom-*')
+  if [[ $rc -ne 0 || -n "$found" ]]; then
     echo "fuzz.sh: FAIL $name (exit $rc): inputs in $build/artifacts/$name/"; failed+=("$name")
+  elif [[ -n "$(ls -A "$build/artifacts/$name")" ]]; then
+    echo "fuzz.sh: note: $name: libhdf5 timeouts/out-of-memory skipped, inputs in $build/artifacts/$name/"
   fi
 done
 if [[ ${#failed[@]} -gt 0 ]]; then

@@ -23,7 +23,7 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
 fi
 cmake --build "$build" -j "$(nproc)" --target test_kernels test_units tokenizer_test_unit test_comm gpt2-train gpt2-data
 
-[[ -f data/ci/train.h5 ]] || tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
+[[ -f data/ci/train.h5 ]] || BUILD_DIR=$build tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
 
 reports=$PWD/$build/sanitizer-reports
 rm -rf "$reports" && mkdir -p "$reports"
