@@ -57,6 +57,13 @@ def token_file(path, tokens, dtype, vocab, eot=None, docs=None):
 
 token_file(out("token_file", "u16.h5"), list(b"In the beginning God created"), np.uint16, 256)
 token_file(out("token_file", "u32_docs.h5"), [464, 50256, 318, 257, 50256], np.uint32, 50257, eot=50256, docs=[0, 2])
+# Regression seeds of findings: array attributes (read_attr_* wrote past one value); corrupt_chunk_size.h5
+# (a chunk stored in 55 of 56 bytes, which libhdf5 over-reads) is the fuzzer's own input, kept as found.
+with h5py.File(out("token_file", "array_attributes.h5"), "w") as f:
+    f.create_dataset("tokens", data=np.arange(40, dtype=np.uint16), chunks=(16,))
+    f.attrs["vocab_size"] = np.array([256, 256, 256], dtype=np.int64)
+    f.attrs["tokenizer"] = np.array(["byte", "byte", "byte"], dtype=h5py.string_dtype())
+    f.attrs["format_version"] = np.int64(1)
 
 # A checkpoint of the smallest model: L1 H1 C4 V8 maxT4, with optimizer state.
 L, C, V, T = 1, 4, 8, 4
