@@ -4,7 +4,7 @@
 // shapes checked before reading into our buffers, no HDF5 identifier left open.
 #include "model/gpt2.hpp"
 #include "optim/adamw.hpp"
-#include "tests/fuzz/fuzz_common.hpp"
+#include "tests/fuzz/fuzz_hdf5.hpp"
 #include "train/checkpoint.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

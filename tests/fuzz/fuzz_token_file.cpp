@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "data/token_file.hpp"
-#include "tests/fuzz/fuzz_common.hpp"
+#include "tests/fuzz/fuzz_hdf5.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gpt2::fuzz::install_reject_hook();
