@@ -317,7 +317,11 @@ void remove_stale_temporaries(const std::string& out_dir) {
     if (DIR* d = opendir(dir.c_str())) {
       while (dirent* e = readdir(d)) {
         const std::string n = e->d_name;
-        if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) stale.push_back(dir + "/" + n);
+        struct stat st {};
+        // Only regular files: we never write anything else under a .tmp name.
+        if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && lstat((dir + "/" + n).c_str(), &st) == 0 &&
+            S_ISREG(st.st_mode))
+          stale.push_back(dir + "/" + n);
       }
       closedir(d);
     }
