@@ -1,13 +1,12 @@
 #include "data/token_file.hpp"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace gpt2 {
 
@@ -51,13 +50,10 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
     h5::write_attr_str(f.get(), "tokenizer", opt.tokenizer);
     if (opt.eot_token >= 0) h5::write_attr_i64(f.get(), "eot_token", opt.eot_token);
     h5::write_attr_i64(f.get(), "format_version", 1);
+    h5::close_written(f, tmp);  // a full disk shows up here: the error names the file and the reason
   }
-  int fd = open(tmp.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
+  fsync_path_or_die(tmp);
+  rename_durable(tmp, path);
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {

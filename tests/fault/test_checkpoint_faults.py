@@ -36,8 +36,9 @@ def write_tokens(path, n_tokens, seed=1):
         f.attrs["format_version"] = 1
 
 
-def train(out, steps, *extra, model=TINY, data=None, timeout=120):
-    return run([f"{bin_dir}/gpt2-train", *model, "--train-data", data or f"{data_dir}/train.h5", "--out", out,
+def train(out, steps, *extra, model=TINY, data=None, timeout=120, ranks=1):
+    launch = [mpiexec, "--oversubscribe", "-n", ranks] if ranks > 1 else []
+    return run([*launch, f"{bin_dir}/gpt2-train", *model, "--train-data", data or f"{data_dir}/train.h5", "--out", out,
                 "--max-steps", steps, *extra], timeout=timeout)
 
 
@@ -96,7 +97,9 @@ def latest_missing_resumes_newest(work):
     out = f"{work}/run"
     kept = trained_run(out)
     os.remove(os.path.join(out, "ckpt", "latest"))
-    r = train(out, 6, "--ckpt-every", "1", "--resume", "auto")
+    # On 2 ranks (the same global batch of 2 sequences): rank 0 chooses, every rank loads that one.
+    r = train(out, 6, "--ckpt-every", "1", "--resume", "auto", "--micro-batch", "1", "--global-batch-tokens", "32",
+              ranks=2)
     expect(r, message=r"ckpt/latest is missing; using the newest checkpoint that loads")
     expect_resumed(out, r, 4, 6, kept)
 
