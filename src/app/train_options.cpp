@@ -229,7 +229,8 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     // As from_pretrained: with --init-from (or a resume) the checkpoint gives the architecture;
     // the trainer reads it (an explicit --vocab-size / --max-seq-len must then match it).
     if (c.init_from.empty() && c.resume == "none")
-      return error("no model given: use --model PRESET, or --n-layer, --n-head and --n-embd, or --init-from CHECKPOINT");
+      return error("no model given: use --model PRESET, or --n-layer, --n-head and --n-embd, or --init-from "
+                   "CHECKPOINT");
     c.model_from_checkpoint = true;
     if (vm["vocab-size"].defaulted()) c.model.vocab_size = 0;
     if (vm["max-seq-len"].defaulted()) c.model.max_seq_len = 0;

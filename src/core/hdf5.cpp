@@ -151,7 +151,8 @@ void read_f32(hid_t loc, const std::string& name, float* data, const std::vector
   Id type(H5Dget_type(ds.get()));
   const H5T_class_t cls = H5Tget_class(type.get());
   GPT2_REQUIRE(cls == H5T_FLOAT || cls == H5T_INTEGER,
-               file << ": dataset " << object_path(loc, name) << " holds " << type_class_name(cls) << ", expected floats");
+               file << ": dataset " << object_path(loc, name) << " holds " << type_class_name(cls)
+                    << ", expected floats");
   H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
            "read dataset " << object_path(loc, name) << " in " << file << " (truncated or corrupt file?)");
 }

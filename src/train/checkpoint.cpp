@@ -51,7 +51,8 @@ void require_finite(const std::string& path, const ParamTable& table, const floa
     for (size_t i = 0; i < n; ++i)
       GPT2_REQUIRE(std::isfinite(x[i]), "refusing to write checkpoint " << path << ": " << what << " " << p.name
                                                                         << " holds " << x[i] << " at index " << i
-                                                                        << " (training diverged; lower --lr or check the data)");
+                                                                        << " (training diverged; lower --lr or check "
+                                                                           "the data)");
   }
 }
 
@@ -326,7 +327,8 @@ void remove_stale_temporaries(const std::string& out_dir) {
       closedir(d);
     }
     for (const std::string& p : stale) {
-      GPT2_REQUIRE(std::remove(p.c_str()) == 0, "cannot remove stale temporary file " << p << ": " << os_error_text(errno));
+      GPT2_REQUIRE(std::remove(p.c_str()) == 0,
+                   "cannot remove stale temporary file " << p << ": " << os_error_text(errno));
       log_warn("removed %s, left by an earlier run that stopped while writing it\n", p.c_str());
     }
   }

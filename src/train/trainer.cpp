@@ -62,9 +62,10 @@ std::string from_rank0(std::string s, int W) {
 // Every rank must read the same files: a node with another copy of the data (other shards, a
 // re-tokenised file) would train on other windows without any error. Compares each rank's file list,
 // token counts and attributes with rank 0's; the lowest differing rank ends the job with both sides.
-void require_same_data_on_all_ranks(const TokenDataset& ds, const char* role, int rank, int W) {
+// Called on every rank for every role, with or without a dataset, so the collectives always match.
+void require_same_data_on_all_ranks(const TokenDataset* ds, const char* role, int rank, int W) {
   if (W == 1) return;
-  const std::string mine = ds.describe_files();
+  const std::string mine = ds != nullptr ? ds->describe_files() : "(no " + std::string(role) + " data)\n";
   const std::string rank0 = from_rank0(mine, W);
   int first_bad = mine == rank0 ? W : rank;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
@@ -78,7 +79,8 @@ void require_same_data_on_all_ranks(const TokenDataset& ds, const char* role, in
       std::string out = a.substr(from, a.find('\n', from) - from);
       return out.empty() ? std::string("(no more files)") : out;
     };
-    fatal(msg() << "rank " << rank << " sees other " << role << " data files than rank 0 for '" << ds.pattern()
+    fatal(msg() << "rank " << rank << " sees other " << role << " data files than rank 0 for '"
+                << (ds != nullptr ? ds->pattern() : "")
                 << "'; every rank must read the same files (same names, token counts and attributes).\n  rank "
                 << rank << ": " << first_diff(mine, rank0) << "\n  rank 0: " << first_diff(rank0, mine));
   }
@@ -135,7 +137,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     resume_path = resolve_checkpoint(cfg.resume);
   }
   // --init-from takes a checkpoint, a run's --out directory (its latest checkpoint) or safetensors.
-  if (resume_path.empty() && !cfg.init_from.empty()) cfg.init_from = from_rank0(rank == 0 ? resolve_checkpoint(cfg.init_from) : "", W);
+  if (resume_path.empty() && !cfg.init_from.empty())
+    cfg.init_from = from_rank0(rank == 0 ? resolve_checkpoint(cfg.init_from) : "", W);
   if (cfg.model_from_checkpoint) {  // no model options: the architecture is the checkpoint's (as from_pretrained)
     const std::string& src = !resume_path.empty() ? resume_path : cfg.init_from;
     GPT2_REQUIRE(!src.empty(), "no model given and no checkpoint to take it from: use --model PRESET, or --n-layer, "
@@ -170,8 +173,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, T);
   }
   if (!cfg.val_data.empty() && !cfg.benchmark) val = std::make_unique<TokenDataset>(cfg.val_data, T);
-  if (train) require_same_data_on_all_ranks(*train, "training", rank, W);
-  if (val) require_same_data_on_all_ranks(*val, "validation", rank, W);
+  require_same_data_on_all_ranks(train.get(), "training", rank, W);
+  require_same_data_on_all_ranks(val.get(), "validation", rank, W);
   for (const TokenDataset* ds : {train.get(), val.get()}) {
     if (ds == nullptr) continue;
     GPT2_REQUIRE(ds->vocab_size() <= cfg.model.vocab_size,

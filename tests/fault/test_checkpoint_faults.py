@@ -293,7 +293,8 @@ def hdf5_wrong_object_kinds(work):
     with h5py.File(vocab_str, "a") as f:
         f.attrs["vocab_size"] = "256"
     r = train(f"{work}/b", 1, data=vocab_str)
-    expect(r, nonzero=True, max_s=30, message=r"vocab_str\.h5: attribute vocab_size of / is a string, expected an integer")
+    expect(r, nonzero=True, max_s=30,
+           message=r"vocab_str\.h5: attribute vocab_size of / is a string, expected an integer")
 
     vocab_arr = f"{work}/vocab_arr.h5"
     write_tokens(vocab_arr, 4000)
