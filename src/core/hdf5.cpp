@@ -21,6 +21,13 @@ static std::string loc_name(hid_t loc) {
   return n > 0 ? std::string(buf) : "/";
 }
 
+// The file `loc` belongs to, for messages about writes (which have no file argument).
+static std::string file_name(hid_t loc) {
+  char buf[4096] = {0};
+  const ssize_t n = H5Fget_name(loc, buf, sizeof(buf));
+  return n > 0 ? std::string(buf) : "(unknown file)";
+}
+
 std::string object_path(hid_t loc, const std::string& name) {
   std::string base = loc_name(loc);
   if (base.back() != '/') base += '/';
@@ -119,8 +126,9 @@ void write_f32(hid_t loc, const std::string& name, const float* data, const std:
   Id space(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr));
   H5_CHECK(space.get(), "dataspace for " << name);
   Id ds(H5Dcreate2(loc, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(ds.get(), "create dataset " << name);
-  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "write dataset " << name);
+  H5_CHECK(ds.get(), "cannot create dataset " << object_path(loc, name) << " in " << file_name(loc));
+  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+           "cannot write dataset " << object_path(loc, name) << " in " << file_name(loc));
 }
 
 static const char* type_class_name(H5T_class_t c) {
@@ -161,8 +169,9 @@ static void write_attr(hid_t loc, const std::string& name, hid_t file_type, hid_
   Id space(H5Screate(H5S_SCALAR));
   if (H5Aexists(loc, name.c_str()) > 0) H5Adelete(loc, name.c_str());
   Id attr(H5Acreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(attr.get(), "create attribute " << name);
-  H5_CHECK(H5Awrite(attr.get(), mem_type, v), "write attribute " << name);
+  H5_CHECK(attr.get(), "cannot create attribute " << name << " of " << loc_name(loc) << " in " << file_name(loc));
+  H5_CHECK(H5Awrite(attr.get(), mem_type, v),
+           "cannot write attribute " << name << " of " << loc_name(loc) << " in " << file_name(loc));
 }
 
 void write_attr_i64(hid_t loc, const std::string& name, int64_t v) {
@@ -239,7 +248,7 @@ Id create_group(hid_t loc, const std::string& name) {
   Id lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Id g(H5Gcreate2(loc, name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(g.get(), "create group " << name);
+  H5_CHECK(g.get(), "cannot create group " << object_path(loc, name) << " in " << file_name(loc));
   return g;
 }
 

@@ -34,9 +34,11 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
     if (n > 0) {
       if (u16) {
         std::vector<uint16_t> t16(tokens.begin(), tokens.end());
-        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, t16.data()), "write /tokens");
+        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, t16.data()),
+                 "cannot write /tokens in " << tmp);
       } else {
-        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()), "write /tokens");
+        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
+                 "cannot write /tokens in " << tmp);
       }
     }
     if (!opt.doc_offsets.empty()) {
@@ -44,7 +46,7 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
       h5::Id dspace(H5Screate_simple(1, &nd, nullptr));
       h5::Id dd(H5Dcreate2(f.get(), "doc_offsets", H5T_STD_U64LE, dspace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
       H5_CHECK(H5Dwrite(dd.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, opt.doc_offsets.data()),
-               "write /doc_offsets");
+               "cannot write /doc_offsets in " << tmp);
     }
     h5::write_attr_i64(f.get(), "vocab_size", opt.vocab_size);
     h5::write_attr_str(f.get(), "tokenizer", opt.tokenizer);

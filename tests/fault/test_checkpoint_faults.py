@@ -219,7 +219,7 @@ def disk_full_at_latest(work):
 def disk_full_at_checkpoint(work):
     # One page left: enough for the rewrite of metrics.jsonl on resume, not for the checkpoint.
     disk_full(work, lambda ckpt_bytes: 4096,
-              r"cannot write \S*step_00000003\.h5\.tmp: No space left on device")
+              r"cannot write (dataset \S+ in )?\S*step_00000003\.h5\.tmp: No space left on device")
 
 
 def metrics_write_fails(work):
