@@ -50,12 +50,12 @@ void make_dir(const std::string& d) {
 }
 
 // rank 0's `s` on every rank (W > 1), so all ranks act on one decision about files.
-std::string from_rank0(std::string s, int W) {
+std::string from_rank0(Communicator& comm, std::string s, int W, const std::string& label) {
   if (W == 1) return s;
-  long n = static_cast<long>(s.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof(n), 0, label + " (length)");
   s.resize(static_cast<size_t>(n));
-  MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (n > 0) comm.broadcast(s.data(), static_cast<size_t>(n), 0, label);
   return s;
 }
 
@@ -63,12 +63,13 @@ std::string from_rank0(std::string s, int W) {
 // re-tokenised file) would train on other windows without any error. Compares each rank's file list,
 // token counts and attributes with rank 0's; the lowest differing rank ends the job with both sides.
 // Called on every rank for every role, with or without a dataset, so the collectives always match.
-void require_same_data_on_all_ranks(const TokenDataset* ds, const char* role, int rank, int W) {
+void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, const char* role, int rank,
+                                    int W) {
   if (W == 1) return;
   const std::string mine = ds != nullptr ? ds->describe_files() : "(no " + std::string(role) + " data)\n";
-  const std::string rank0 = from_rank0(mine, W);
+  const std::string rank0 = from_rank0(comm, mine, W, std::string(role) + " data files");
   int first_bad = mine == rank0 ? W : rank;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  comm.allreduce(&first_bad, 1, ReduceOp::kMin, std::string(role) + " data check");
   if (first_bad == W) return;
   if (rank == first_bad) {
     auto first_diff = [](const std::string& a, const std::string& b) {
@@ -86,7 +87,7 @@ void require_same_data_on_all_ranks(const TokenDataset* ds, const char* role, in
   }
   // Rank first_bad is ending the job with the message above (MPI_Abort); nothing here may end it
   // first and cut that message off, so wait for the abort.
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  comm.barrier(std::string(role) + " data mismatch: waiting for rank " + std::to_string(first_bad) + "'s error");
   fatal(msg() << "rank " << first_bad << " sees other " << role << " data files than rank 0");
 }
 
@@ -124,6 +125,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
 
+  // Every collective of the run goes through this communicator, so all of them share the timeout (a lost
+  // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
+  MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
+  comm.set_flight_dir(cfg.out_dir);
+
   // ---- which checkpoint, which model ---------------------------------------------------------------
   // Rank 0 looks at the files (and cleans up after a run that died mid-write); every rank then
   // loads the checkpoint it chose.
@@ -132,13 +138,13 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   if (cfg.resume == "auto") {
     GPT2_REQUIRE(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
     if (rank == 0) resume_path = find_resume_checkpoint(cfg.out_dir);
-    resume_path = from_rank0(resume_path, W);
+    resume_path = from_rank0(comm, resume_path, W, "resume checkpoint");
   } else if (cfg.resume != "none" && !cfg.resume.empty()) {
     resume_path = resolve_checkpoint(cfg.resume);
   }
   // --init-from takes a checkpoint, a run's --out directory (its latest checkpoint) or safetensors.
   if (resume_path.empty() && !cfg.init_from.empty())
-    cfg.init_from = from_rank0(rank == 0 ? resolve_checkpoint(cfg.init_from) : "", W);
+    cfg.init_from = from_rank0(comm, rank == 0 ? resolve_checkpoint(cfg.init_from) : "", W, "--init-from checkpoint");
   if (cfg.model_from_checkpoint) {  // no model options: the architecture is the checkpoint's (as from_pretrained)
     const std::string& src = !resume_path.empty() ? resume_path : cfg.init_from;
     GPT2_REQUIRE(!src.empty(), "no model given and no checkpoint to take it from: use --model PRESET, or --n-layer, "
@@ -173,8 +179,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, T);
   }
   if (!cfg.val_data.empty() && !cfg.benchmark) val = std::make_unique<TokenDataset>(cfg.val_data, T);
-  require_same_data_on_all_ranks(train.get(), "training", rank, W);
-  require_same_data_on_all_ranks(val.get(), "validation", rank, W);
+  require_same_data_on_all_ranks(comm, train.get(), "training", rank, W);
+  require_same_data_on_all_ranks(comm, val.get(), "validation", rank, W);
   for (const TokenDataset* ds : {train.get(), val.get()}) {
     if (ds == nullptr) continue;
     GPT2_REQUIRE(ds->vocab_size() <= cfg.model.vocab_size,
@@ -224,10 +230,6 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   state.global_batch_tokens = cfg.global_batch_tokens;
   state.seq_len = T;
 
-  // Every collective of the run goes through this communicator, so all of them share the timeout (a lost
-  // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
-  MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
-  comm.set_flight_dir(cfg.out_dir);
   comm.set_step(state.step);
   // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb.
   const size_t elem_scale = precision == "bf16" ? 2 : 1;
