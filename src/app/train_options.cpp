@@ -225,12 +225,21 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   if (vm.count("n-layer")) c.model.n_layer = n_layer;
   if (vm.count("n-head")) c.model.n_head = n_head;
   if (vm.count("n-embd")) c.model.n_embd = n_embd;
-  if (c.model.n_layer == 0 && c.model.n_head == 0 && c.model.n_embd == 0)
-    return error("no model given: use --model PRESET or --n-layer, --n-head and --n-embd");
-  const std::string merr = c.model.validate();
-  if (!merr.empty()) return error("invalid model: " + merr);
-  if (c.seq_len > c.model.max_seq_len)
-    return error("--seq-len " + std::to_string(c.seq_len) + " exceeds --max-seq-len " + std::to_string(c.model.max_seq_len));
+  if (c.model.n_layer == 0 && c.model.n_head == 0 && c.model.n_embd == 0) {
+    // As from_pretrained: with --init-from (or a resume) the checkpoint gives the architecture;
+    // the trainer reads it (an explicit --vocab-size / --max-seq-len must then match it).
+    if (c.init_from.empty() && c.resume == "none")
+      return error("no model given: use --model PRESET, or --n-layer, --n-head and --n-embd, or --init-from "
+                   "CHECKPOINT");
+    c.model_from_checkpoint = true;
+    if (vm["vocab-size"].defaulted()) c.model.vocab_size = 0;
+    if (vm["max-seq-len"].defaulted()) c.model.max_seq_len = 0;
+  } else {
+    const std::string merr = c.model.validate();
+    if (!merr.empty()) return error("invalid model: " + merr);
+    if (c.seq_len > c.model.max_seq_len)
+      return error("--seq-len " + std::to_string(c.seq_len) + " exceeds --max-seq-len " + std::to_string(c.model.max_seq_len));
+  }
   if (c.micro_batch <= 0) return error("--micro-batch must be positive");
   if (c.seq_len <= 0) return error("--seq-len must be positive");
   if (c.global_batch_tokens < 0) return error("--global-batch-tokens must not be negative");

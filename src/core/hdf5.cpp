@@ -3,9 +3,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file_io.hpp"
+
 namespace gpt2::h5 {
 
 void quiet_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+std::string errno_suffix() {
+  const int e = errno;
+  return e != 0 ? ": " + os_error_text(e) : "";
+}
+
+// "/" for a file, "/optimizer/m" for a group.
+static std::string loc_name(hid_t loc) {
+  char buf[512] = {0};
+  const ssize_t n = H5Iget_name(loc, buf, sizeof(buf));
+  return n > 0 ? std::string(buf) : "/";
+}
+
+// The file `loc` belongs to, for messages about writes (which have no file argument).
+static std::string file_name(hid_t loc) {
+  char buf[4096] = {0};
+  const ssize_t n = H5Fget_name(loc, buf, sizeof(buf));
+  return n > 0 ? std::string(buf) : "(unknown file)";
+}
+
+std::string object_path(hid_t loc, const std::string& name) {
+  std::string base = loc_name(loc);
+  if (base.back() != '/') base += '/';
+  return base + name;
+}
 
 void Id::reset() {
   if (id_ < 0) return;
@@ -36,9 +63,17 @@ Id open_read(const std::string& path) {
 
 Id create(const std::string& path) {
   quiet_errors();
+  errno = 0;
   hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  GPT2_REQUIRE(f >= 0, "cannot create HDF5 file: " << path << " (does the directory exist and is it writable?)");
+  GPT2_REQUIRE(f >= 0, "cannot create HDF5 file " << path << errno_suffix()
+                                                  << " (does the directory exist and is it writable?)");
   return Id(f);
+}
+
+void close_written(Id& file, const std::string& path) {
+  H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot write " << path);
+  const hid_t f = file.release();  // closed here, checked, not again by the Id
+  H5_CHECK(H5Fclose(f), "cannot close " << path);
 }
 
 bool has_object(hid_t loc, const std::string& name) {
@@ -56,10 +91,29 @@ bool has_object(hid_t loc, const std::string& name) {
 
 bool has_attr(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c_str()) > 0; }
 
+std::string object_kind(hid_t loc, const std::string& name) {
+  if (!has_object(loc, name)) return "";
+  Id obj(H5Oopen(loc, name.c_str(), H5P_DEFAULT));
+  if (!obj.valid()) return "";  // e.g. a dangling soft link
+  switch (H5Iget_type(obj.get())) {
+    case H5I_GROUP: return "group";
+    case H5I_DATASET: return "dataset";
+    case H5I_DATATYPE: return "named datatype";
+    default: return "object";
+  }
+}
+
+Id open_dataset(hid_t loc, const std::string& name, const std::string& file, hid_t dapl) {
+  const std::string kind = object_kind(loc, name);
+  GPT2_REQUIRE(!kind.empty(), file << ": dataset " << object_path(loc, name) << " is missing");
+  GPT2_REQUIRE(kind == "dataset", file << ": " << object_path(loc, name) << " is a " << kind << ", not a dataset");
+  Id ds(H5Dopen2(loc, name.c_str(), dapl));
+  H5_CHECK(ds.get(), "open dataset " << object_path(loc, name) << " in " << file);
+  return ds;
+}
+
 std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std::string& file) {
-  GPT2_REQUIRE(has_object(loc, name), "dataset '" << name << "' missing in " << file);
-  Id ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT));
-  H5_CHECK(ds.get(), "open dataset " << name << " in " << file);
+  Id ds = open_dataset(loc, name, file);
   Id space(H5Dget_space(ds.get()));
   int rank = H5Sget_simple_extent_ndims(space.get());
   H5_CHECK(rank, "dataspace of " << name << " in " << file);
@@ -72,8 +126,22 @@ void write_f32(hid_t loc, const std::string& name, const float* data, const std:
   Id space(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr));
   H5_CHECK(space.get(), "dataspace for " << name);
   Id ds(H5Dcreate2(loc, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(ds.get(), "create dataset " << name);
-  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "write dataset " << name);
+  H5_CHECK(ds.get(), "cannot create dataset " << object_path(loc, name) << " in " << file_name(loc));
+  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+           "cannot write dataset " << object_path(loc, name) << " in " << file_name(loc));
+}
+
+static const char* type_class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "an integer";
+    case H5T_FLOAT: return "a float";
+    case H5T_STRING: return "a string";
+    case H5T_COMPOUND: return "a compound type";
+    case H5T_ARRAY: return "an array type";
+    case H5T_ENUM: return "an enum";
+    case H5T_VLEN: return "a variable-length sequence";
+    default: return "an unsupported type";
+  }
 }
 
 static std::string shape_str(const std::vector<hsize_t>& s) {
@@ -85,20 +153,25 @@ static std::string shape_str(const std::vector<hsize_t>& s) {
 void read_f32(hid_t loc, const std::string& name, float* data, const std::vector<hsize_t>& shape,
               const std::string& file) {
   std::vector<hsize_t> got = dataset_shape(loc, name, file);
-  GPT2_REQUIRE(got == shape, "dataset '" << name << "' in " << file << " has shape " << shape_str(got)
-                                         << ", expected " << shape_str(shape));
-  Id ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT));
-  H5_CHECK(ds.get(), "open dataset " << name << " in " << file);
+  GPT2_REQUIRE(got == shape, file << ": dataset " << object_path(loc, name) << " has shape " << shape_str(got)
+                                   << ", expected " << shape_str(shape));
+  Id ds = open_dataset(loc, name, file);
+  Id type(H5Dget_type(ds.get()));
+  const H5T_class_t cls = H5Tget_class(type.get());
+  GPT2_REQUIRE(cls == H5T_FLOAT || cls == H5T_INTEGER,
+               file << ": dataset " << object_path(loc, name) << " holds " << type_class_name(cls)
+                    << ", expected floats");
   H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
-           "read dataset " << name << " in " << file << " (truncated or corrupt file?)");
+           "read dataset " << object_path(loc, name) << " in " << file << " (truncated or corrupt file?)");
 }
 
 static void write_attr(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, const void* v) {
   Id space(H5Screate(H5S_SCALAR));
   if (H5Aexists(loc, name.c_str()) > 0) H5Adelete(loc, name.c_str());
   Id attr(H5Acreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(attr.get(), "create attribute " << name);
-  H5_CHECK(H5Awrite(attr.get(), mem_type, v), "write attribute " << name);
+  H5_CHECK(attr.get(), "cannot create attribute " << name << " of " << loc_name(loc) << " in " << file_name(loc));
+  H5_CHECK(H5Awrite(attr.get(), mem_type, v),
+           "cannot write attribute " << name << " of " << loc_name(loc) << " in " << file_name(loc));
 }
 
 void write_attr_i64(hid_t loc, const std::string& name, int64_t v) {
@@ -116,37 +189,41 @@ void write_attr_str(hid_t loc, const std::string& name, const std::string& v) {
   write_attr(loc, name, type.get(), type.get(), &p);
 }
 
-static Id open_attr(hid_t loc, const std::string& name, const std::string& file) {
-  GPT2_REQUIRE(H5Aexists(loc, name.c_str()) > 0, "attribute '" << name << "' missing in " << file);
+// Opens an attribute that must hold one value of class `want` (an integer is also read as a double).
+// Checking the size matters: H5Aread of a 3-element attribute into one int64 writes past it.
+static Id open_attr(hid_t loc, const std::string& name, const std::string& file, H5T_class_t want) {
+  const std::string where = "attribute " + name + " of " + loc_name(loc);
+  GPT2_REQUIRE(H5Aexists(loc, name.c_str()) > 0, file << ": " << where << " is missing");
   Id attr(H5Aopen(loc, name.c_str(), H5P_DEFAULT));
-  H5_CHECK(attr.get(), "open attribute " << name << " in " << file);
-  // The readers below read one value into one variable: an array attribute (e.g. vocab_size = [256,
-  // 256]) would make H5Aread write past it (found by tests/fuzz).
+  H5_CHECK(attr.get(), "open " << where << " in " << file);
+  Id type(H5Aget_type(attr.get()));
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const char* expected = want == H5T_STRING ? "a string" : want == H5T_INTEGER ? "an integer" : "a number";
+  GPT2_REQUIRE(cls == want || (want == H5T_FLOAT && cls == H5T_INTEGER),
+               file << ": " << where << " is " << type_class_name(cls) << ", expected " << expected);
   Id space(H5Aget_space(attr.get()));
-  GPT2_REQUIRE(H5Sget_simple_extent_npoints(space.get()) == 1,
-               "attribute '" << name << "' in " << file << " must hold one value, not "
-                             << H5Sget_simple_extent_npoints(space.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  GPT2_REQUIRE(n == 1, file << ": " << where << " holds " << n << " values, expected one");
   return attr;
 }
 
 int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file) {
-  Id attr = open_attr(loc, name, file);
+  Id attr = open_attr(loc, name, file, H5T_INTEGER);
   int64_t v = 0;
   H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v), "read attribute " << name << " in " << file);
   return v;
 }
 
 double read_attr_f64(hid_t loc, const std::string& name, const std::string& file) {
-  Id attr = open_attr(loc, name, file);
+  Id attr = open_attr(loc, name, file, H5T_FLOAT);
   double v = 0;
   H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v), "read attribute " << name << " in " << file);
   return v;
 }
 
 std::string read_attr_str(hid_t loc, const std::string& name, const std::string& file) {
-  Id attr = open_attr(loc, name, file);
+  Id attr = open_attr(loc, name, file, H5T_STRING);
   Id ftype(H5Aget_type(attr.get()));
-  GPT2_REQUIRE(H5Tget_class(ftype.get()) == H5T_STRING, "attribute '" << name << "' in " << file << " is not a string");
   if (H5Tis_variable_str(ftype.get()) > 0) {
     Id mtype(H5Tcopy(H5T_C_S1));
     H5Tset_size(mtype.get(), H5T_VARIABLE);
@@ -171,14 +248,16 @@ Id create_group(hid_t loc, const std::string& name) {
   Id lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Id g(H5Gcreate2(loc, name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(g.get(), "create group " << name);
+  H5_CHECK(g.get(), "cannot create group " << object_path(loc, name) << " in " << file_name(loc));
   return g;
 }
 
 Id open_group(hid_t loc, const std::string& name, const std::string& file) {
-  GPT2_REQUIRE(has_object(loc, name), "group '" << name << "' missing in " << file);
+  const std::string kind = object_kind(loc, name);
+  GPT2_REQUIRE(!kind.empty(), file << ": group " << object_path(loc, name) << " is missing");
+  GPT2_REQUIRE(kind == "group", file << ": " << object_path(loc, name) << " is a " << kind << ", not a group");
   Id g(H5Gopen2(loc, name.c_str(), H5P_DEFAULT));
-  H5_CHECK(g.get(), "open group " << name << " in " << file);
+  H5_CHECK(g.get(), "open group " << object_path(loc, name) << " in " << file);
   return g;
 }
 

@@ -4,20 +4,29 @@
 
 #include <hdf5.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 
-// H5_CHECK(call, "what we were doing"): HDF5 returns a negative value on failure.
-#define H5_CHECK(call, ...) \
-  GPT2_CHECK_GEN((call) >= 0, (::gpt2::msg() << "HDF5: " << __VA_ARGS__).str())
+// H5_CHECK(call, "what we were doing"): HDF5 returns a negative value on failure. errno is cleared
+// first, so a system error under the call (a full disk: ENOSPC) is named in the message.
+#define H5_CHECK(call, ...)                                         \
+  GPT2_CHECK_GEN((errno = 0, (call)) >= 0,                          \
+                 (::gpt2::msg() << "HDF5: " << __VA_ARGS__ << ::gpt2::h5::errno_suffix()).str())
 
 namespace gpt2::h5 {
 
 // Silences HDF5's own error stack printing: we report errors ourselves, with context.
 void quiet_errors();
+
+// ": <strerror(errno)>" when errno is set, else "" (for H5_CHECK).
+std::string errno_suffix();
+
+// "/model/wte.weight": the full name of `name` under `loc`, for messages.
+std::string object_path(hid_t loc, const std::string& name);
 
 // Owns one hid_t and closes it with the right H5*close for its type.
 class Id {
@@ -39,6 +48,12 @@ class Id {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset();
+  // Gives up ownership without closing (for a close whose result is checked).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -48,9 +63,17 @@ class Id {
 Id open_read(const std::string& path);
 // Creates (truncates) a file for writing.
 Id create(const std::string& path);
+// Closes a file written with create(), checked: HDF5 writes cached data at close, so this is where
+// a full disk often shows up first.
+void close_written(Id& file, const std::string& path);
 
 bool has_object(hid_t loc, const std::string& name);
 bool has_attr(hid_t loc, const std::string& name);
+
+// What `name` under `loc` is: "group", "dataset", "named datatype", or "" when it does not exist.
+std::string object_kind(hid_t loc, const std::string& name);
+// Opens a dataset; errors name the file and object: missing, or "is a group, not a dataset".
+Id open_dataset(hid_t loc, const std::string& name, const std::string& file, hid_t dapl = H5P_DEFAULT);
 
 // Dataset shape (dims); error if missing.
 std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std::string& file);
@@ -63,6 +86,8 @@ void read_f32(hid_t loc, const std::string& name, float* data, const std::vector
 void write_attr_i64(hid_t loc, const std::string& name, int64_t v);
 void write_attr_f64(hid_t loc, const std::string& name, double v);
 void write_attr_str(hid_t loc, const std::string& name, const std::string& v);
+// Attribute reads check the type and that the attribute holds one value, e.g.
+// "attribute 'vocab_size' of / in f.h5 is a string, expected an integer".
 int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file);
 double read_attr_f64(hid_t loc, const std::string& name, const std::string& file);
 std::string read_attr_str(hid_t loc, const std::string& name, const std::string& file);

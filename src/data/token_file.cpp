@@ -1,13 +1,12 @@
 #include "data/token_file.hpp"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace gpt2 {
 
@@ -35,9 +34,11 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
     if (n > 0) {
       if (u16) {
         std::vector<uint16_t> t16(tokens.begin(), tokens.end());
-        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, t16.data()), "write /tokens");
+        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, t16.data()),
+                 "cannot write /tokens in " << tmp);
       } else {
-        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()), "write /tokens");
+        H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
+                 "cannot write /tokens in " << tmp);
       }
     }
     if (!opt.doc_offsets.empty()) {
@@ -45,19 +46,16 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
       h5::Id dspace(H5Screate_simple(1, &nd, nullptr));
       h5::Id dd(H5Dcreate2(f.get(), "doc_offsets", H5T_STD_U64LE, dspace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
       H5_CHECK(H5Dwrite(dd.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, opt.doc_offsets.data()),
-               "write /doc_offsets");
+               "cannot write /doc_offsets in " << tmp);
     }
     h5::write_attr_i64(f.get(), "vocab_size", opt.vocab_size);
     h5::write_attr_str(f.get(), "tokenizer", opt.tokenizer);
     if (opt.eot_token >= 0) h5::write_attr_i64(f.get(), "eot_token", opt.eot_token);
     h5::write_attr_i64(f.get(), "format_version", 1);
+    h5::close_written(f, tmp);  // a full disk shows up here: the error names the file and the reason
   }
-  int fd = open(tmp.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
+  fsync_path_or_die(tmp);
+  rename_durable(tmp, path);
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
@@ -67,10 +65,10 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   // A 64 MiB chunk cache instead of HDF5's 1 MiB default: random windows keep revisiting chunks.
   h5::Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
   H5Pset_chunk_cache(dapl.get(), 521, 64 << 20, 0.75);
-  dataset_ = h5::Id(H5Dopen2(f, "tokens", dapl.get()));
-  H5_CHECK(dataset_.get(), "open /tokens in " << path);
+  dataset_ = h5::open_dataset(f, "tokens", path, dapl.get());  // "/tokens is a group, not a dataset"
   h5::Id space(H5Dget_space(dataset_.get()));
-  GPT2_REQUIRE(H5Sget_simple_extent_ndims(space.get()) == 1, "/tokens in " << path << " must be 1-D");
+  const int ndims = H5Sget_simple_extent_ndims(space.get());
+  GPT2_REQUIRE(ndims == 1, path << ": /tokens has " << ndims << " dimensions, must be 1-D");
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space.get(), &n, nullptr);
   num_tokens_ = n;
@@ -91,11 +89,11 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   tokenizer_ = h5::has_attr(f, "tokenizer") ? h5::read_attr_str(f, "tokenizer", path) : "unknown";
   if (h5::has_attr(f, "eot_token")) eot_token_ = static_cast<int>(h5::read_attr_i64(f, "eot_token", path));
   if (h5::has_object(f, "doc_offsets")) {
-    h5::Id dd(H5Dopen2(f, "doc_offsets", H5P_DEFAULT));
-    H5_CHECK(dd.get(), "open /doc_offsets in " << path);
+    h5::Id dd = h5::open_dataset(f, "doc_offsets", path);
     h5::Id ds(H5Dget_space(dd.get()));
     hsize_t nd = 0;
-    if (H5Sget_simple_extent_ndims(ds.get()) == 1) H5Sget_simple_extent_dims(ds.get(), &nd, nullptr);
+    GPT2_REQUIRE(H5Sget_simple_extent_ndims(ds.get()) == 1, path << ": /doc_offsets must be 1-D");
+    H5Sget_simple_extent_dims(ds.get(), &nd, nullptr);
     num_documents_ = static_cast<int64_t>(nd);
   }
   if (h5::has_attr(f, "format_version")) {
@@ -173,6 +171,16 @@ TokenDataset::TokenDataset(const std::string& pattern, int seq_len) : pattern_(p
     total_tokens_ += n;
     files_.push_back(std::move(f));
   }
+}
+
+std::string TokenDataset::describe_files() const {
+  std::string out;
+  for (const auto& f : files_) {
+    out += f->path() + ": " + std::to_string(f->size()) + " tokens, uint" + std::to_string(f->dtype_bits()) +
+           ", vocab_size " + std::to_string(f->vocab_size()) + ", tokenizer " + f->tokenizer() + ", eot_token " +
+           std::to_string(f->eot_token()) + ", documents " + std::to_string(f->num_documents()) + "\n";
+  }
+  return out;
 }
 
 void TokenDataset::read_window(uint64_t w, int32_t* out) {

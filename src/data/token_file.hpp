@@ -69,6 +69,9 @@ class TokenDataset {
   int seq_len() const { return seq_len_; }
   size_t num_files() const { return files_.size(); }
   const std::string& pattern() const { return pattern_; }
+  // One line per file: path, token count, dtype and attributes. Ranks compare it to check that they
+  // all read the same data (a node with other files would train on other windows without error).
+  std::string describe_files() const;
   // Reads window w (seq_len + 1 tokens) into out. Thread-safe (takes hdf5_mutex()).
   void read_window(uint64_t w, int32_t* out);
 

@@ -1,33 +1,32 @@
 #include "train/checkpoint.hpp"
 
 #include <dirent.h>
-#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
+#include "core/file_io.hpp"
 #include "core/hdf5.hpp"
+#include "core/log.hpp"
 #include "data/token_file.hpp"
 
 namespace gpt2 {
 
 namespace {
 
-void fsync_path(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  fsync(fd);
-  close(fd);
-}
-
 std::string dir_of(const std::string& path) {
   const size_t s = path.rfind('/');
   return s == std::string::npos ? "." : path.substr(0, s);
 }
+
+std::string base_of(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 void make_dirs(const std::string& dir) {
   std::error_code ec;
@@ -35,17 +34,78 @@ void make_dirs(const std::string& dir) {
   GPT2_REQUIRE(!ec, "cannot create directory " << dir << ": " << ec.message());
 }
 
-void atomic_rename(const std::string& tmp, const std::string& path) {
-  fsync_path(tmp);
-  GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
-  fsync_path(dir_of(path));  // make the rename itself durable
+std::vector<hsize_t> hshape(const std::vector<size_t>& s) { return std::vector<hsize_t>(s.begin(), s.end()); }
+
+size_t hf_numel(const ParamInfo& p) {
+  size_t n = 1;
+  for (size_t d : p.hf_shape) n *= d;
+  return n;
 }
 
-std::vector<hsize_t> hshape(const std::vector<size_t>& s) { return std::vector<hsize_t>(s.begin(), s.end()); }
+// A checkpoint must never hold NaN or Inf: resuming from it could only fail again. Names the first
+// offending tensor so the message says where the divergence shows.
+void require_finite(const std::string& path, const ParamTable& table, const float* base, const char* what) {
+  for (const ParamInfo& p : table.params()) {
+    const float* x = base + p.offset;
+    const size_t n = hf_numel(p);  // wte's padding rows are not written
+    for (size_t i = 0; i < n; ++i)
+      GPT2_REQUIRE(std::isfinite(x[i]), "refusing to write checkpoint " << path << ": " << what << " " << p.name
+                                                                        << " holds " << x[i] << " at index " << i
+                                                                        << " (training diverged; lower --lr or check "
+                                                                           "the data)");
+  }
+}
+
+// step_*.h5 in <out>/ckpt, oldest first (the zero-padded step numbers sort in step order).
+std::vector<std::string> list_checkpoint_names(const std::string& out_dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir((out_dir + "/ckpt").c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind("step_", 0) == 0 && n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0) names.push_back(n);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Integer attribute without ending the job (for checkpoint_problem): false when missing or not one integer.
+bool probe_attr_i64(hid_t loc, const char* name, int64_t* v) {
+  if (H5Aexists(loc, name) <= 0) return false;
+  h5::Id attr(H5Aopen(loc, name, H5P_DEFAULT));
+  if (!attr.valid()) return false;
+  h5::Id type(H5Aget_type(attr.get()));
+  h5::Id space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1) return false;
+  return H5Aread(attr.get(), H5T_NATIVE_INT64, v) >= 0;
+}
+
+// "" when every tensor of `table` is a dataset of the right shape in group `name` of `f`.
+std::string probe_tensors(hid_t f, const std::string& name, const ParamTable& table) {
+  if (h5::object_kind(f, name) != "group") return "it has no group /" + name;
+  h5::Id g(H5Gopen2(f, name.c_str(), H5P_DEFAULT));
+  if (!g.valid()) return "HDF5 cannot open /" + name;
+  for (const ParamInfo& p : table.params()) {
+    if (h5::object_kind(g.get(), p.name) != "dataset") return "/" + name + "/" + p.name + " is missing";
+    h5::Id ds(H5Dopen2(g.get(), p.name.c_str(), H5P_DEFAULT));
+    h5::Id space(H5Dget_space(ds.get()));
+    const int nd = H5Sget_simple_extent_ndims(space.get());
+    std::vector<hsize_t> dims(nd > 0 ? nd : 0);
+    if (nd < 0 || H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0 || dims != hshape(p.hf_shape))
+      return "/" + name + "/" + p.name + " has the wrong shape";
+  }
+  return "";
+}
 
 }  // namespace
 
 void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* opt, const TrainState& state) {
+  require_finite(path, model.table(), model.params().data(), "parameter");
+  if (opt != nullptr) {
+    require_finite(path, model.table(), opt->m().data(), "Adam first moment of");
+    require_finite(path, model.table(), opt->v().data(), "Adam second moment of");
+  }
   make_dirs(dir_of(path));
   const std::string tmp = path + ".tmp";
   {
@@ -86,9 +146,12 @@ void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* op
       h5::write_attr_f64(go.get(), "weight_decay", oc.weight_decay);
       h5::write_attr_f64(go.get(), "grad_clip", oc.grad_clip);
     }
-    H5_CHECK(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), "flush " << tmp);
+    // A failed write (a full disk) ends the job here, naming the file and the reason; the .tmp it
+    // leaves is removed at the next start, and `latest` still names the previous checkpoint.
+    h5::close_written(f, tmp);
   }
-  atomic_rename(tmp, path);
+  fsync_path_or_die(tmp);
+  rename_durable(tmp, path);
 }
 
 GPT2Config read_checkpoint_config(const std::string& path) {
@@ -153,14 +216,9 @@ std::string checkpoint_path(const std::string& out_dir, int64_t step) {
 }
 
 void write_latest(const std::string& out_dir, const std::string& path) {
-  const std::string latest = out_dir + "/ckpt/latest";
-  const std::string tmp = latest + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::trunc);
-    GPT2_REQUIRE(os.good(), "cannot write " << tmp);
-    os << path.substr(path.rfind('/') + 1) << "\n";
-  }
-  atomic_rename(tmp, latest);
+  // Atomic (tmp, fsync, rename, fsync of the directory) and checked: an empty `latest` after a full
+  // disk once made --resume auto start again from step 0.
+  write_file_atomic(out_dir + "/ckpt/latest", base_of(path) + "\n");
 }
 
 std::string read_latest(const std::string& out_dir) {
@@ -173,26 +231,107 @@ std::string read_latest(const std::string& out_dir) {
 void prune_checkpoints(const std::string& out_dir, int keep, const std::string& current) {
   if (keep <= 0) return;
   const std::string dir = out_dir + "/ckpt";
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string n = e->d_name;
-      if (n.rfind("step_", 0) == 0 && n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0) names.push_back(n);
-    }
-    closedir(d);
-  }
-  const std::string current_name = current.substr(current.rfind('/') + 1);
-  std::sort(names.begin(), names.end());  // zero-padded step numbers sort in step order
+  std::vector<std::string> names = list_checkpoint_names(out_dir);
+  const std::string current_name = base_of(current);
   names.erase(std::upper_bound(names.begin(), names.end(), current_name), names.end());  // up to current
   for (size_t i = 0; i + keep < names.size(); ++i)
     if (names[i] != current_name) std::remove((dir + "/" + names[i]).c_str());
 }
 
+std::string checkpoint_problem(const std::string& path) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::quiet_errors();
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return std::string("cannot stat it: ") + os_error_text(errno);
+  if (access(path.c_str(), R_OK) != 0) return std::string("cannot read it: ") + os_error_text(errno);
+  if (H5Fis_hdf5(path.c_str()) <= 0) return "it is not an HDF5 file (" + std::to_string(st.st_size) + " bytes)";
+  h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!f.valid()) return "HDF5 cannot open it (truncated or corrupt)";
+  GPT2Config c;
+  int64_t v[5], step = 0;
+  const char* dims[5] = {"n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len"};
+  for (int i = 0; i < 5; ++i)
+    if (!probe_attr_i64(f.get(), dims[i], &v[i]) || v[i] <= 0 || v[i] > (1 << 30))
+      return std::string("attribute ") + dims[i] + " is missing or invalid";
+  for (const char* a : {"step", "tokens_seen", "seed", "world_size"})
+    if (!probe_attr_i64(f.get(), a, &step)) return std::string("attribute ") + a + " is missing or invalid";
+  c.n_layer = static_cast<int>(v[0]);
+  c.n_head = static_cast<int>(v[1]);
+  c.n_embd = static_cast<int>(v[2]);
+  c.vocab_size = static_cast<int>(v[3]);
+  c.max_seq_len = static_cast<int>(v[4]);
+  const std::string err = c.validate();
+  if (!err.empty()) return "invalid model: " + err;
+  const ParamTable table(c);
+  std::string problem = probe_tensors(f.get(), "model", table);
+  if (problem.empty() && h5::has_object(f.get(), "optimizer")) {
+    problem = probe_tensors(f.get(), "optimizer/m", table);
+    if (problem.empty()) problem = probe_tensors(f.get(), "optimizer/v", table);
+  }
+  return problem;
+}
+
+std::string find_resume_checkpoint(const std::string& out_dir) {
+  const std::string latest_file = out_dir + "/ckpt/latest";
+  const std::string named = read_latest(out_dir);
+  std::string why;
+  if (!named.empty()) {
+    const std::string problem = checkpoint_problem(named);
+    if (problem.empty()) return named;
+    why = latest_file + " names " + base_of(named) + ", which does not load: " + problem;
+  } else {
+    why = latest_file + (std::filesystem::exists(latest_file) ? " is empty" : " is missing");
+  }
+  // `latest` is written after the checkpoint it names, so the newest step file that loads is the
+  // newest complete checkpoint: resume there rather than start again from step 0.
+  const std::vector<std::string> names = list_checkpoint_names(out_dir);
+  std::string skipped;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    const std::string path = out_dir + "/ckpt/" + *it;
+    const std::string problem = checkpoint_problem(path);
+    if (problem.empty()) {
+      log_warn("%s; using the newest checkpoint that loads: %s%s\n", why.c_str(), path.c_str(), skipped.c_str());
+      return path;
+    }
+    skipped += "\n  skipped " + *it + ": " + problem;
+  }
+  GPT2_REQUIRE(names.empty() && named.empty(),
+               why << ", and none of the " << names.size() << " checkpoint(s) in " << out_dir << "/ckpt loads:"
+                   << (skipped.empty() ? std::string(" there are none") : skipped)
+                   << "\nMove them away to start afresh, or pass --resume PATH");
+  return "";
+}
+
 std::string resolve_checkpoint(const std::string& path) {
   if (!std::filesystem::is_directory(path)) return path;
-  const std::string latest = read_latest(path);
-  GPT2_REQUIRE(!latest.empty(), path << " is a directory without ckpt/latest: give a checkpoint file");
-  return latest;
+  const std::string found = find_resume_checkpoint(path);
+  GPT2_REQUIRE(!found.empty(), path << " is a directory without checkpoints (no ckpt/latest, no ckpt/step_*.h5): "
+                                    << "give a checkpoint file or a run's --out directory");
+  return found;
+}
+
+void remove_stale_temporaries(const std::string& out_dir) {
+  // Left by a run that died (or hit a full disk) while writing: never a complete file (the rename
+  // that completes a write removes its .tmp name). Removing them frees the space they hold.
+  for (const std::string& dir : {out_dir + "/ckpt", out_dir}) {
+    std::vector<std::string> stale;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        const std::string n = e->d_name;
+        struct stat st {};
+        // Only regular files: we never write anything else under a .tmp name.
+        if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && lstat((dir + "/" + n).c_str(), &st) == 0 &&
+            S_ISREG(st.st_mode))
+          stale.push_back(dir + "/" + n);
+      }
+      closedir(d);
+    }
+    for (const std::string& p : stale) {
+      GPT2_REQUIRE(std::remove(p.c_str()) == 0,
+                   "cannot remove stale temporary file " << p << ": " << os_error_text(errno));
+      log_warn("removed %s, left by an earlier run that stopped while writing it\n", p.c_str());
+    }
+  }
 }
 
 }  // namespace gpt2

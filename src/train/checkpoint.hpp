@@ -32,12 +32,23 @@ bool load_checkpoint(const std::string& path, GPT2& model, AdamW* opt, TrainStat
 
 // "<dir>/ckpt/step_00001000.h5"
 std::string checkpoint_path(const std::string& out_dir, int64_t step);
-// Points <out>/ckpt/latest at `path` (atomically).
+// Points <out>/ckpt/latest at `path`: atomic (tmp, fsync, rename, fsync of the directory); a write
+// error ends the job naming the file and the reason.
 void write_latest(const std::string& out_dir, const std::string& path);
-// The checkpoint <out>/ckpt/latest names, or "" if none.
+// The checkpoint <out>/ckpt/latest names, or "" if it is missing or empty (not checked further).
 std::string read_latest(const std::string& out_dir);
-// `path` itself, or for a run's --out directory the checkpoint its ckpt/latest names (an error if none).
+// Why `path` is not a checkpoint that load_checkpoint would accept (not HDF5, truncated, attributes
+// or tensors missing or misshapen), or "" when it is. Reads metadata only, never ends the job.
+std::string checkpoint_problem(const std::string& path);
+// The checkpoint to resume <out> from: the one ckpt/latest names when it loads; otherwise (latest
+// missing, empty or naming a file that does not load) the newest step_*.h5 that loads, with a
+// warning. "" when the run has no checkpoints; an error when it has some but none loads, so a
+// run is never silently restarted from step 0 over its own checkpoints.
+std::string find_resume_checkpoint(const std::string& out_dir);
+// `path` itself, or for a run's --out directory find_resume_checkpoint() (an error if none).
 std::string resolve_checkpoint(const std::string& path);
+// Removes *.tmp in <out>/ckpt and <out> (left by a run that died while writing), with a warning each.
+void remove_stale_temporaries(const std::string& out_dir);
 // Deletes all but the newest `keep` step_*.h5 files in <out>/ckpt up to and including `current` (the
 // checkpoint just written, which `latest` names): it is never deleted, and neither is any file with a
 // higher step (left by an earlier run that this one forked from; they are kept for the user to judge).

@@ -1,9 +1,11 @@
 #include "train/metrics.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace gpt2 {
 
@@ -18,12 +20,21 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, bool append, long keep_
       if (std::sscanf(line.c_str(), "{\"step\":%ld", &step) == 1 && step > keep_up_to_step) continue;
       kept += line + "\n";
     }
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << kept;
-    GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rewrite " << path);
+    write_file_atomic(path, kept);  // a full disk must not leave a truncated metrics.jsonl behind
   }
+  path_ = path;
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
-  GPT2_REQUIRE(f_ != nullptr, "cannot open " << path << " for writing");
+  GPT2_REQUIRE(f_ != nullptr, "cannot open " << path << " for writing: " << os_error_text(errno));
+}
+
+void MetricsWriter::flush_or_die(int printed) {
+  // fprintf may only buffer: the error (ENOSPC, EIO) shows at fflush. Either way the run stops,
+  // naming the file, instead of losing its metrics silently.
+  int e = 0;
+  if (printed < 0) e = errno != 0 ? errno : EIO;
+  if (e == 0 && std::fflush(f_) != 0) e = errno != 0 ? errno : EIO;
+  if (e == 0 && std::ferror(f_)) e = EIO;
+  if (e != 0) fatal(msg() << "cannot write " << path_ << ": " << os_error_text(e));
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -32,23 +43,21 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::step(const StepMetrics& m) {
   if (!f_) return;
-  std::fprintf(f_,
+  const int n = std::fprintf(f_,
                "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,"
                "\"mfu\":%.5f,\"comm_exposed_ms\":%.3f}\n",
                m.step, m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s, m.mfu, m.comm_exposed_ms);
-  std::fflush(f_);
+  flush_or_die(n);
 }
 
 void MetricsWriter::val(long step, double val_loss) {
   if (!f_) return;
-  std::fprintf(f_, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, val_loss);
-  std::fflush(f_);
+  flush_or_die(std::fprintf(f_, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, val_loss));
 }
 
 void MetricsWriter::raw(const std::string& json_object) {
   if (!f_) return;
-  std::fprintf(f_, "%s\n", json_object.c_str());
-  std::fflush(f_);
+  flush_or_die(std::fprintf(f_, "%s\n", json_object.c_str()));
 }
 
 }  // namespace gpt2

@@ -32,6 +32,8 @@ class MetricsWriter {
   void raw(const std::string& json_object);
 
  private:
+  void flush_or_die(int printed);  // printed: fprintf's result
+  std::string path_;
   std::FILE* f_ = nullptr;
 };
 

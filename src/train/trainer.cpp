@@ -49,6 +49,48 @@ void make_dir(const std::string& d) {
   GPT2_REQUIRE(!ec, "cannot create output directory " << d << ": " << ec.message());
 }
 
+// rank 0's `s` on every rank (W > 1), so all ranks act on one decision about files.
+std::string from_rank0(Communicator& comm, std::string s, int W, const std::string& label) {
+  if (W == 1) return s;
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof(n), 0, label + " (length)");
+  s.resize(static_cast<size_t>(n));
+  if (n > 0) comm.broadcast(s.data(), static_cast<size_t>(n), 0, label);
+  return s;
+}
+
+// Every rank must read the same files: a node with another copy of the data (other shards, a
+// re-tokenised file) would train on other windows without any error. Compares each rank's file list,
+// token counts and attributes with rank 0's; the lowest differing rank ends the job with both sides.
+// Called on every rank for every role, with or without a dataset, so the collectives always match.
+void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, const char* role, int rank,
+                                    int W) {
+  if (W == 1) return;
+  const std::string mine = ds != nullptr ? ds->describe_files() : "(no " + std::string(role) + " data)\n";
+  const std::string rank0 = from_rank0(comm, mine, W, std::string(role) + " data files");
+  int first_bad = mine == rank0 ? W : rank;
+  comm.allreduce(&first_bad, 1, ReduceOp::kMin, std::string(role) + " data check");
+  if (first_bad == W) return;
+  if (rank == first_bad) {
+    auto first_diff = [](const std::string& a, const std::string& b) {
+      size_t i = 0;
+      while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+      const size_t line = a.rfind('\n', i == 0 ? 0 : i - 1);
+      const size_t from = (line == std::string::npos || i == 0) ? 0 : line + 1;
+      std::string out = a.substr(from, a.find('\n', from) - from);
+      return out.empty() ? std::string("(no more files)") : out;
+    };
+    fatal(msg() << "rank " << rank << " sees other " << role << " data files than rank 0 for '"
+                << (ds != nullptr ? ds->pattern() : "")
+                << "'; every rank must read the same files (same names, token counts and attributes).\n  rank "
+                << rank << ": " << first_diff(mine, rank0) << "\n  rank 0: " << first_diff(rank0, mine));
+  }
+  // Rank first_bad is ending the job with the message above (MPI_Abort); nothing here may end it
+  // first and cut that message off, so wait for the abort.
+  comm.barrier(std::string(role) + " data mismatch: waiting for rank " + std::to_string(first_bad) + "'s error");
+  fatal(msg() << "rank " << first_bad << " sees other " << role << " data files than rank 0");
+}
+
 std::string fmt_count(double n) {
   char buf[32];
   if (n >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
@@ -83,6 +125,38 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
 
+  // Every collective of the run goes through this communicator, so all of them share the timeout (a lost
+  // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
+  MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
+  comm.set_flight_dir(cfg.out_dir);
+
+  // ---- which checkpoint, which model ---------------------------------------------------------------
+  // Rank 0 looks at the files (and cleans up after a run that died mid-write); every rank then
+  // loads the checkpoint it chose.
+  if (rank == 0 && !cfg.out_dir.empty() && !cfg.benchmark) remove_stale_temporaries(cfg.out_dir);
+  std::string resume_path;
+  if (cfg.resume == "auto") {
+    GPT2_REQUIRE(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
+    if (rank == 0) resume_path = find_resume_checkpoint(cfg.out_dir);
+    resume_path = from_rank0(comm, resume_path, W, "resume checkpoint");
+  } else if (cfg.resume != "none" && !cfg.resume.empty()) {
+    resume_path = resolve_checkpoint(cfg.resume);
+  }
+  // --init-from takes a checkpoint, a run's --out directory (its latest checkpoint) or safetensors.
+  if (resume_path.empty() && !cfg.init_from.empty())
+    cfg.init_from = from_rank0(comm, rank == 0 ? resolve_checkpoint(cfg.init_from) : "", W, "--init-from checkpoint");
+  if (cfg.model_from_checkpoint) {  // no model options: the architecture is the checkpoint's (as from_pretrained)
+    const std::string& src = !resume_path.empty() ? resume_path : cfg.init_from;
+    GPT2_REQUIRE(!src.empty(), "no model given and no checkpoint to take it from: use --model PRESET, or --n-layer, "
+                               "--n-head and --n-embd, or --init-from CHECKPOINT");
+    GPT2Config fc = is_safetensors(src) ? read_hf_config(src, cfg.model) : read_checkpoint_config(src);
+    // An explicit --vocab-size or --max-seq-len stays, so that a mismatch is reported, not ignored.
+    if (cfg.model.vocab_size > 0) fc.vocab_size = cfg.model.vocab_size;
+    if (cfg.model.max_seq_len > 0) fc.max_seq_len = cfg.model.max_seq_len;
+    cfg.model = fc;
+    log_info("model %s from %s\n", cfg.model.describe().c_str(), src.c_str());
+  }
+
   // ---- batch geometry --------------------------------------------------------------------------
   GPT2_REQUIRE(B > 0 && T > 0, "--micro-batch and --seq-len must be positive");
   GPT2_REQUIRE(T <= cfg.model.max_seq_len,
@@ -105,6 +179,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, T);
   }
   if (!cfg.val_data.empty() && !cfg.benchmark) val = std::make_unique<TokenDataset>(cfg.val_data, T);
+  require_same_data_on_all_ranks(comm, train.get(), "training", rank, W);
+  require_same_data_on_all_ranks(comm, val.get(), "validation", rank, W);
   for (const TokenDataset* ds : {train.get(), val.get()}) {
     if (ds == nullptr) continue;
     GPT2_REQUIRE(ds->vocab_size() <= cfg.model.vocab_size,
@@ -114,13 +190,6 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   GPT2_REQUIRE(!cfg.eval_only || val, "--eval-only needs --val-data");
 
   // ---- model, optimizer, state -------------------------------------------------------------------
-  std::string resume_path;
-  if (cfg.resume == "auto") {
-    GPT2_REQUIRE(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
-    resume_path = read_latest(cfg.out_dir);
-  } else if (cfg.resume != "none" && !cfg.resume.empty()) {
-    resume_path = cfg.resume;
-  }
   GPT2 model(cfg.model);
   model.init(cfg.seed);
   AdamW opt(model.table(), cfg.optim);
@@ -161,10 +230,6 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   state.global_batch_tokens = cfg.global_batch_tokens;
   state.seq_len = T;
 
-  // Every collective of the run goes through this communicator, so all of them share the timeout (a lost
-  // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
-  MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
-  comm.set_flight_dir(cfg.out_dir);
   comm.set_step(state.step);
   // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb.
   const size_t elem_scale = precision == "bf16" ? 2 : 1;
@@ -327,11 +392,26 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     const double exposed_ms = runner->finish_communication();
     double loss = runner->take_loss_sum() / accum;
     if (W > 1) comm.allreduce(&loss, 1, ReduceOp::kAvg, "loss");
+    // Loss and gradient norm are reduced over the ranks, so every rank takes the same decision here.
+    // A non-finite one stops the run before the update: the weights, and every checkpoint, stay finite.
     GPT2_REQUIRE(std::isfinite(loss), "the loss is " << loss << " at step " << step + 1
-                                                     << ": training diverged (try a lower --lr or --grad-clip)");
+                                                     << ": training diverged (try a lower --lr or --grad-clip, or "
+                                                        "check the data); the weights were not updated");
     const double grad_norm = std::sqrt(runner->grad_sum_squares());
+    GPT2_REQUIRE(std::isfinite(grad_norm), "the gradient norm is " << grad_norm << " at step " << step + 1
+                                                                   << " (loss " << loss
+                                                                   << "): training diverged (try a lower --lr, or "
+                                                                      "check the data); the weights were not updated");
     const float lr = cfg.schedule.at(step);
+    GPT2_REQUIRE(std::isfinite(lr), "the learning rate is " << lr << " at step " << step + 1 << ": check --lr");
     runner->optimizer_step(lr, clip_factor(grad_norm, cfg.optim.grad_clip));
+    // A finite loss and gradient can still overflow in the update (a huge --lr): stop at this step,
+    // before anything is written, rather than at the next one with a NaN checkpoint on disk.
+    const double param_ss = runner->param_sum_squares();
+    GPT2_REQUIRE(std::isfinite(param_ss), "the update of step " << step + 1 << " made the weights non-finite (loss "
+                                                                << loss << ", gradient norm " << grad_norm << ", lr "
+                                                                << lr << "): lower --lr (or check the data); no "
+                                                                   "checkpoint holds these weights");
     state.step = step + 1;
     state.tokens_seen += cfg.global_batch_tokens;
 

@@ -28,7 +28,9 @@ struct TrainConfig {
   int val_every = 0;                  // steps between validations (0: only at start and end)
   int val_batches = 20;               // batches per validation (capped by the val set)
   std::string out_dir;                // metrics.jsonl and ckpt/ go here ("" = nothing written)
-  std::string init_from;              // checkpoint to start from (model, and optimizer if present)
+  std::string init_from;              // checkpoint or run directory to start from (model, and optimizer if present)
+  bool model_from_checkpoint = false; // no model options given: n_layer, n_head, n_embd (and vocab_size,
+                                      // max_seq_len when 0) come from the resumed or --init-from checkpoint
   bool eval_only = false;             // validation loss of the initial model, then exit
   int log_every = 1;
   std::string device = "auto";        // cpu | cuda | auto
