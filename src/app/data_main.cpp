@@ -141,6 +141,7 @@ int inspect(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_terminate_handler();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

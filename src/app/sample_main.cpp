@@ -83,6 +83,7 @@ std::vector<int32_t> generate_on_gpu(GPT2& host, const std::vector<int32_t>& pro
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_terminate_handler();
   std::string ckpt, prompt, tokenizer = "auto", vocab_dir = Gpt2Tokenizer::default_vocab_dir();
   std::string device = "auto", precision = "bf16", gemm = "cublaslt";
   SampleOptions opt;
