@@ -36,11 +36,15 @@ const char* kUsage =
     "      latest checkpoint) as DIR/model.safetensors and DIR/config.json, which Hugging Face\n"
     "      transformers loads with GPT2LMHeadModel.from_pretrained(DIR).\n";
 
+// The smallest --shard-tokens: one training window (seq_len + 1 tokens) at GPT-2's context of 1024.
+constexpr int64_t kMinShardTokens = 1025;
+
 int prepare(int argc, char** argv) {
   std::string tokenizer, out, vocab_dir;
   std::vector<std::string> inputs, texts;
   PrepareOptions p;
   bool no_progress = false;
+  int64_t shard_tokens = 0;  // signed: "-1" must be an error, not 2^64 - 1
   po::options_description opts("gpt2-data prepare");
   opts.add_options()("help,h", "help")(
       "input", po::value<std::vector<std::string>>(&inputs)->multitoken(),
@@ -54,8 +58,9 @@ int prepare(int argc, char** argv) {
       "inputs are JSON lines: one document per line, the text in this string field (e.g. text)")(
       "val-fraction", po::value<double>(&p.val_fraction)->default_value(0.1),
       "fraction of the documents for validation, spread evenly (a single document: of its tokens)")(
-      "shard-tokens", po::value<uint64_t>(&p.shard_tokens)->default_value(0),
-      "tokens per file: train_000000.h5, ... (0: one train.h5 and one val.h5)")(
+      "shard-tokens", po::value<int64_t>(&shard_tokens)->default_value(0),
+      "tokens per file: train_000000.h5, ... (0: one train.h5 and one val.h5); at least 1025, one window of "
+      "GPT-2's 1024-token context, since training windows never cross a file")(
       "threads", po::value<int>(&p.threads)->default_value(0), "tokenizer threads (0: all cores)")(
       "no-progress", po::bool_switch(&no_progress), "no progress output");
   po::variables_map vm;
@@ -85,6 +90,17 @@ int prepare(int argc, char** argv) {
     std::fprintf(stderr, "gpt2-data prepare: error: --val-fraction must be in [0, 1)\n");
     return 2;
   }
+  if (p.threads < 0) {
+    std::fprintf(stderr, "gpt2-data prepare: error: --threads must not be negative (got %d)\n", p.threads);
+    return 2;
+  }
+  // A shard shorter than one training window holds no window at all (windows never cross a file).
+  if (shard_tokens != 0 && shard_tokens < kMinShardTokens) {
+    std::fprintf(stderr, "gpt2-data prepare: error: --shard-tokens %lld is below one sequence: give 0 (no shards) "
+                 "or at least %lld tokens\n", static_cast<long long>(shard_tokens), static_cast<long long>(kMinShardTokens));
+    return 2;
+  }
+  p.shard_tokens = static_cast<uint64_t>(shard_tokens);
   std::unique_ptr<Gpt2Tokenizer> bpe;
   if (tokenizer == "gpt2") {
     bpe = std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::from_dir(vocab_dir));
@@ -141,6 +157,7 @@ int inspect(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_terminate_handler();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

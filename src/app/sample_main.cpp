@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -52,9 +53,9 @@ const char* kUsage =
 // Generation on the current GPU: the host model's weights go to a GPT2Cuda, whose decode_step (device
 // key/value cache, one stream synchronisation per token) feeds the shared sampling loop. *start is reset
 // once the weights are on the device, so the timing covers generation only, as on the CPU.
-std::vector<int32_t> generate_on_gpu(GPT2& host, const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                                     const std::string& precision, const std::string& gemm, std::string* describe,
-                                     std::chrono::steady_clock::time_point* start) {
+void generate_on_gpu(GPT2& host, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                     const std::string& precision, const std::string& gemm, std::string* describe,
+                     std::chrono::steady_clock::time_point* start, const TokenSinkFn& emit) {
 #ifdef GPT2_HAVE_CUDA
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -73,9 +74,9 @@ std::vector<int32_t> generate_on_gpu(GPT2& host, const std::vector<int32_t>& pro
     if (restart) model.reset_cache();
     return model.decode_step(token);
   };
-  return generate(next_logits, host.config().vocab_size, host.config().max_seq_len, prompt, opt);
+  generate(next_logits, host.config().vocab_size, host.config().max_seq_len, prompt, opt, emit);
 #else
-  (void)host, (void)prompt, (void)opt, (void)precision, (void)gemm, (void)describe, (void)start;
+  (void)host, (void)prompt, (void)opt, (void)precision, (void)gemm, (void)describe, (void)start, (void)emit;
   fatal("gpt2-sample was built without the CUDA backend");  // not reached: gpu_count() is 0 in such builds
 #endif
 }
@@ -83,6 +84,7 @@ std::vector<int32_t> generate_on_gpu(GPT2& host, const std::vector<int32_t>& pro
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_terminate_handler();
   std::string ckpt, prompt, tokenizer = "auto", vocab_dir = Gpt2Tokenizer::default_vocab_dir();
   std::string device = "auto", precision = "bf16", gemm = "cublaslt";
   SampleOptions opt;
@@ -122,8 +124,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2-sample: error: %s\nRun 'gpt2-sample --help' for the options.\n", e.what());
     return 2;
   }
-  if (opt.max_new_tokens < 0 || opt.top_k < 0 || n_head < 0) {
-    std::fprintf(stderr, "gpt2-sample: error: --max-new-tokens, --top-k and --n-head must not be negative\n");
+  if (opt.max_new_tokens < 0 || opt.top_k < 0 || n_head < 0 || threads < 0) {
+    std::fprintf(stderr, "gpt2-sample: error: --max-new-tokens, --top-k, --n-head and --threads must not be negative\n");
+    return 2;
+  }
+  if (!(std::isfinite(opt.temperature) && opt.temperature >= 0.0f)) {
+    std::fprintf(stderr, "gpt2-sample: error: --temperature must be a finite number >= 0 (got %g)\n",
+                 static_cast<double>(opt.temperature));
     return 2;
   }
   if (tokenizer != "auto" && tokenizer != "byte" && tokenizer != "gpt2") {
@@ -182,24 +189,27 @@ int main(int argc, char** argv) {
     ids.push_back(static_cast<int32_t>(Gpt2Tokenizer::kEot));  // a document starts after <|endoftext|>
     for (uint32_t t : bpe->encode(prompt)) ids.push_back(static_cast<int32_t>(t));
   }
-  auto decode = [&](const std::vector<int32_t>& toks) {
-    if (!bpe) return ByteTokenizer::decode(toks);
-    std::string s;
-    for (int32_t t : toks) s += std::string(bpe->token_bytes(static_cast<uint32_t>(t)));
-    return s;
+  // Each token is written as soon as it is chosen (a BPE token may end inside a UTF-8 character; the
+  // next one completes it), so a long generation shows progress and holds no growing text.
+  size_t generated = 0;
+  auto emit = [&](int32_t t) {
+    ++generated;
+    const std::string piece =
+        bpe ? std::string(bpe->token_bytes(static_cast<uint32_t>(t))) : ByteTokenizer::decode(std::vector<int32_t>{t});
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
   };
 
   auto start = std::chrono::steady_clock::now();
   std::string where = "cpu";
-  const std::vector<int32_t> out =
-      on_gpu ? generate_on_gpu(*model, ids, opt, precision, gemm, &where, &start) : generate(*model, ids, opt);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  const std::string text = decode(out);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  if (on_gpu) generate_on_gpu(*model, ids, opt, precision, gemm, &where, &start, emit);
+  else generate(*model, ids, opt, emit);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fputc('\n', stdout);
   std::fprintf(stderr, "gpt2-sample: %zu prompt + %zu new tokens in %.2f s (%.1f tokens/s) on %s, %s, top-k %d, "
-               "temperature %.2f, seed %llu\n", ids.size(), out.size(), s, static_cast<double>(out.size()) / s,
+               "temperature %.2f, seed %llu\n", ids.size(), generated, s, static_cast<double>(generated) / s,
                where.c_str(), model->config().describe().c_str(), opt.top_k, opt.temperature,
                static_cast<unsigned long long>(opt.seed));
   return 0;

@@ -4,6 +4,7 @@
 
 #include "app/train_options.hpp"
 #include "comm/mpi_env.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/stop_signal.hpp"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   // First, before MPI_Init (which can take seconds): a stop signal at any moment of start-up must end in
   // status 75 (requeue), never in the default 128+signal. See train/stop_signal.hpp.
   gpt2::install_stop_handlers();
+  gpt2::install_terminate_handler();
   gpt2::MpiEnv env(&argc, &argv);
   gpt2::ParsedArgs args = gpt2::parse_train_args(argc, argv);
   // The ranks usually reach the same outcome, but not always (a config file readable on one node only),

@@ -1,6 +1,8 @@
 #include "app/train_options.hpp"
 
 #include <boost/program_options.hpp>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -123,7 +125,8 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("train-data", po::value<std::string>(&c.train_data), "token file (HDF5) or glob of shards")
       ("val-data", po::value<std::string>(&c.val_data), "validation token file or glob")
       ("val-every", po::value<int>(&c.val_every)->default_value(0), "steps between validations (0: start and end only)")
-      ("val-batches", po::value<int>(&c.val_batches)->default_value(20), "batches of micro-batch x ranks per validation")
+      ("val-batches", po::value<int>(&c.val_batches)->default_value(20),
+       "micro-batches of --micro-batch windows per validation, split over the ranks (the same on any world size)")
       ("eval-only", po::bool_switch(&c.eval_only), "write the validation loss of the initial model, then exit");
 
   po::options_description ckpt("Checkpoints and distribution");
@@ -188,6 +191,9 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     if (vm.count("config")) {
       const auto files = vm["config"].as<std::vector<std::string>>();
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
+        // A directory opens as a stream that reads nothing: it would silently be an empty config.
+        std::error_code ec;
+        if (std::filesystem::is_directory(*it, ec)) throw po::error("config file '" + *it + "' is a directory");
         std::ifstream is(*it);
         if (!is.good()) throw po::error("cannot read config file '" + *it + "'");
         try {
@@ -251,14 +257,48 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   if (c.gemm != "hand" && c.gemm != "cublaslt") return error("--gemm must be hand or cublaslt (got '" + c.gemm + "')");
   if (c.comm != "nccl" && c.comm != "mpi" && c.comm != "auto")
     return error("--comm must be nccl, mpi or auto (got '" + c.comm + "')");
-  if (!(c.comm_timeout_s > 0)) return error("--comm-timeout-s must be positive");
+  if (!(std::isfinite(c.comm_timeout_s) && c.comm_timeout_s > 0)) return error("--comm-timeout-s must be a finite number > 0");
   if (!parse_schedule_kind(schedule, &c.schedule.kind))
     return error("--schedule must be cosine, constant, linear or wsd (got '" + schedule + "')");
-  if (c.schedule.lr <= 0) return error("--lr must be positive");
-  if (c.schedule.min_lr_frac < 0 || c.schedule.min_lr_frac > 1) return error("--min-lr-frac must be in [0, 1]");
+  // Each float option must be finite and in its range; NaN fails every comparison, so each test is
+  // written as "inside", never as "not outside".
+  struct FloatRange {
+    const char* name;
+    double value, lo, hi;
+    bool lo_open, hi_open;
+  };
+  const double inf = INFINITY;
+  const FloatRange floats[] = {
+      {"lr", c.schedule.lr, 0, inf, true, true},
+      {"min-lr-frac", c.schedule.min_lr_frac, 0, 1, false, false},
+      {"decay-frac", c.schedule.decay_frac, 0, 1, false, false},
+      {"beta1", c.optim.beta1, 0, 1, false, true},
+      {"beta2", c.optim.beta2, 0, 1, false, true},
+      {"eps", c.optim.eps, 0, inf, true, true},
+      {"weight-decay", c.optim.weight_decay, 0, inf, false, true},
+      {"grad-clip", c.optim.grad_clip, 0, inf, false, true},
+      {"sample-temperature", c.sample.temperature, 0, inf, false, true},
+      {"peak-tflops", c.peak_tflops, 0, inf, false, true},
+  };
+  for (const FloatRange& f : floats) {
+    const bool above = f.lo_open ? f.value > f.lo : f.value >= f.lo;
+    const bool below = f.hi_open ? f.value < f.hi : f.value <= f.hi;
+    if (!(std::isfinite(f.value) && above && below)) {
+      std::ostringstream os;
+      os << "--" << f.name << " must be a finite number ";
+      if (std::isinf(f.hi)) os << (f.lo_open ? "> " : ">= ") << f.lo;
+      else os << "in " << (f.lo_open ? "(" : "[") << f.lo << ", " << f.hi << (f.hi_open ? ")" : "]");
+      os << " (got " << f.value << ")";
+      return error(os.str());
+    }
+  }
   if (c.schedule.warmup_steps < 0) return error("--warmup-steps must not be negative");
-  if (c.optim.beta1 < 0 || c.optim.beta1 >= 1 || c.optim.beta2 < 0 || c.optim.beta2 >= 1)
-    return error("--beta1 and --beta2 must be in [0, 1)");
+  const std::pair<const char*, int> counts[] = {{"threads", c.threads},       {"ckpt-every", c.ckpt_every},
+                                                {"ckpt-keep", c.ckpt_keep},   {"val-every", c.val_every},
+                                                {"sample-tokens", c.sample.max_new_tokens},
+                                                {"sample-top-k", c.sample.top_k}};
+  for (const auto& [name, value] : counts)
+    if (value < 0) return error("--" + std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
   if (!(c.bucket_mb > 0 && c.bucket_mb <= 65536)) return error("--bucket-mb must be in (0, 65536]");
   if (c.log_every <= 0) return error("--log-every must be positive");
   if (c.val_batches <= 0) return error("--val-batches must be positive");

@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
+#include <stdexcept>
 
 namespace gpt2 {
 namespace {
@@ -44,5 +47,27 @@ void fatal(const std::string& what, const char* file, int line) {
   if (g_abort_hook != nullptr) g_abort_hook(1);
   std::exit(1);
 }
+
+namespace {
+[[noreturn]] void on_terminate() {
+  const std::exception_ptr e = std::current_exception();
+  if (!e) fatal("std::terminate called without an exception (a noexcept function threw, or a joinable thread was destroyed)");
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc& x) {
+    fatal(msg() << "out of memory (" << x.what() << "): the model, batch or data do not fit in this process's "
+                   "memory; use a smaller model, batch or fewer ranks per node");
+  } catch (const std::length_error& x) {
+    fatal(msg() << "a buffer size exceeds what can be allocated (std::length_error: " << x.what()
+                << "); use a smaller model or batch");
+  } catch (const std::exception& x) {
+    fatal(msg() << "uncaught exception: " << x.what());
+  } catch (...) {
+    fatal("uncaught exception of an unknown type");
+  }
+}
+}  // namespace
+
+void install_terminate_handler() { std::set_terminate(on_terminate); }
 
 }  // namespace gpt2

@@ -30,6 +30,12 @@ void set_fatal_reporter(FatalReporter reporter);
 // and ends the job with status 1.
 [[noreturn]] void fatal(const std::string& what, const char* file = nullptr, int line = 0);
 
+// Makes an exception that escapes main, or any thread, end the job through fatal() ("[gpt2 rank R host H]
+// error: out of memory ...", MPI_Abort on every rank) instead of std::terminate's abort and backtrace on
+// each rank. Call first thing in main(); the terminate handler runs before any unwinding, so MPI is
+// still initialised when it aborts.
+void install_terminate_handler();
+
 // Builds a message from stream insertions: fatal(msg() << "bad value " << x).
 class msg {
  public:

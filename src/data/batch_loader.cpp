@@ -6,9 +6,11 @@
 
 namespace gpt2 {
 
-void RankBatch::micro_batch(int m, int B, int32_t* inputs, int32_t* targets) const {
+void RankBatch::micro_batch(int64_t m, int B, int32_t* inputs, int32_t* targets) const {
+  GPT2_CHECK(m >= 0 && (m + 1) * B <= seqs, "micro-batch " << m << " of " << B << " sequences is outside the "
+                                                             << seqs << " sequences of step " << step);
   for (int b = 0; b < B; ++b) {
-    const int32_t* row = tokens.data() + static_cast<size_t>(m * B + b) * (T + 1);
+    const int32_t* row = tokens.data() + (static_cast<size_t>(m) * B + b) * (static_cast<size_t>(T) + 1);
     std::memcpy(inputs + static_cast<size_t>(b) * T, row, sizeof(int32_t) * T);
     std::memcpy(targets + static_cast<size_t>(b) * T, row + 1, sizeof(int32_t) * T);
   }
@@ -17,10 +19,11 @@ void RankBatch::micro_batch(int m, int B, int32_t* inputs, int32_t* targets) con
 RankBatch read_windows(TokenDataset& ds, const std::vector<uint64_t>& windows, uint64_t step) {
   RankBatch b;
   b.step = step;
-  b.seqs = static_cast<int>(windows.size());
+  b.seqs = static_cast<int64_t>(windows.size());
   b.T = ds.seq_len();
-  b.tokens.resize(windows.size() * static_cast<size_t>(b.T + 1));
-  for (size_t i = 0; i < windows.size(); ++i) ds.read_window(windows[i], b.tokens.data() + i * (b.T + 1));
+  const size_t row = static_cast<size_t>(b.T) + 1;
+  b.tokens.resize(windows.size() * row);
+  for (size_t i = 0; i < windows.size(); ++i) ds.read_window(windows[i], b.tokens.data() + i * row);
   return b;
 }
 
@@ -47,14 +50,9 @@ RankBatch BatchLoader::next() {
   return b;
 }
 
-uint64_t val_batches_available(const TokenDataset& ds, int seqs_per_rank, int world_size) {
-  return ds.num_windows() / (static_cast<uint64_t>(seqs_per_rank) * world_size);
-}
-
-RankBatch read_val_batch(TokenDataset& ds, uint64_t index, int seqs_per_rank, int rank, int world_size) {
-  std::vector<uint64_t> w(seqs_per_rank);
-  const uint64_t first = (index * world_size + rank) * static_cast<uint64_t>(seqs_per_rank);
-  for (int i = 0; i < seqs_per_rank; ++i) w[i] = first + i;
+RankBatch read_val_micro_batch(TokenDataset& ds, uint64_t index, int B) {
+  std::vector<uint64_t> w(static_cast<size_t>(B));
+  for (int i = 0; i < B; ++i) w[i] = index * static_cast<uint64_t>(B) + static_cast<uint64_t>(i);
   return read_windows(ds, w, index);
 }
 

@@ -11,14 +11,15 @@
 namespace gpt2 {
 
 // This rank's sequences of one optimizer step: (seqs, T+1) tokens, row i = window i.
+// Counts and indices are 64-bit: a step's sequences (accumulation x micro-batch) may exceed 2^31.
 struct RankBatch {
   uint64_t step = 0;
-  int seqs = 0;
+  int64_t seqs = 0;
   int T = 0;
   std::vector<int32_t> tokens;
 
   // Micro-batch m of size B: inputs (B,T) = tokens[:, :T], targets (B,T) = tokens[:, 1:].
-  void micro_batch(int m, int B, int32_t* inputs, int32_t* targets) const;
+  void micro_batch(int64_t m, int B, int32_t* inputs, int32_t* targets) const;
 };
 
 RankBatch read_windows(TokenDataset& ds, const std::vector<uint64_t>& windows, uint64_t step);
@@ -42,10 +43,8 @@ class BatchLoader {
   std::future<RankBatch> pending_;
 };
 
-// Validation batch `index`: windows taken in file order (no shuffling), so every evaluation sees the
-// same tokens; rank r reads its slice of seqs_per_rank of each batch.
-RankBatch read_val_batch(TokenDataset& ds, uint64_t index, int seqs_per_rank, int rank, int world_size);
-// How many validation batches of seqs_per_rank * world_size windows the dataset holds.
-uint64_t val_batches_available(const TokenDataset& ds, int seqs_per_rank, int world_size);
+// Validation micro-batch `index`: windows [index * B, (index + 1) * B) in file order (no shuffling), so
+// every evaluation sees the same tokens and a micro-batch holds the same windows on any world size.
+RankBatch read_val_micro_batch(TokenDataset& ds, uint64_t index, int B);
 
 }  // namespace gpt2

@@ -7,7 +7,7 @@
 
 namespace gpt2 {
 
-DistributedSampler::DistributedSampler(uint64_t num_windows, int global_batch_seqs, int rank, int world_size,
+DistributedSampler::DistributedSampler(uint64_t num_windows, int64_t global_batch_seqs, int rank, int world_size,
                                        uint64_t seed)
     : num_windows_(num_windows), global_batch_(global_batch_seqs), rank_(rank), world_size_(world_size), seed_(seed) {
   GPT2_REQUIRE(global_batch_seqs > 0, "global batch must hold at least one sequence");
@@ -30,14 +30,15 @@ const std::vector<uint64_t>& DistributedSampler::permutation(uint64_t epoch) {
 std::vector<uint64_t> DistributedSampler::global_windows(uint64_t step) {
   GPT2_CHECK(steps_per_epoch_ > 0, "dataset shorter than one global batch");
   const uint64_t epoch = step / steps_per_epoch_;
-  const uint64_t first = (step % steps_per_epoch_) * global_batch_;
+  const uint64_t first = (step % steps_per_epoch_) * static_cast<uint64_t>(global_batch_);
   const auto& p = permutation(epoch);
-  return std::vector<uint64_t>(p.begin() + first, p.begin() + first + global_batch_);
+  return std::vector<uint64_t>(p.begin() + static_cast<std::ptrdiff_t>(first),
+                               p.begin() + static_cast<std::ptrdiff_t>(first + static_cast<uint64_t>(global_batch_)));
 }
 
 std::vector<uint64_t> DistributedSampler::rank_windows(uint64_t step) {
   std::vector<uint64_t> all = global_windows(step);
-  const int per_rank = global_batch_ / world_size_;
+  const int64_t per_rank = global_batch_ / world_size_;
   return std::vector<uint64_t>(all.begin() + rank_ * per_rank, all.begin() + (rank_ + 1) * per_rank);
 }
 

@@ -11,10 +11,10 @@ namespace gpt2 {
 
 class DistributedSampler {
  public:
-  DistributedSampler(uint64_t num_windows, int global_batch_seqs, int rank, int world_size, uint64_t seed);
+  DistributedSampler(uint64_t num_windows, int64_t global_batch_seqs, int rank, int world_size, uint64_t seed);
 
   uint64_t steps_per_epoch() const { return steps_per_epoch_; }
-  int sequences_per_rank() const { return global_batch_ / world_size_; }
+  int64_t sequences_per_rank() const { return global_batch_ / world_size_; }
   // Windows of this rank for optimizer step `step` (counted from the start of training), in order.
   std::vector<uint64_t> rank_windows(uint64_t step);
   // All windows of global batch `step` (every rank's slices concatenated), for tests.
@@ -23,7 +23,7 @@ class DistributedSampler {
  private:
   const std::vector<uint64_t>& permutation(uint64_t epoch);
   uint64_t num_windows_;
-  int global_batch_;
+  int64_t global_batch_;  // 64-bit: a global batch of sequences may exceed 2^31
   int rank_, world_size_;
   uint64_t seed_;
   uint64_t steps_per_epoch_;

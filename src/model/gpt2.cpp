@@ -19,6 +19,21 @@ GPT2::GPT2(const GPT2Config& cfg) : cfg_(cfg), table_(cfg), params_(table_.total
 
 void GPT2::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
+double GPT2::activation_bytes(const GPT2Config& cfg, int B, int T) {
+  const double L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, Vp = cfg.padded_vocab_size();
+  const double BT = static_cast<double>(B) * T;
+  const double per_layer = BT * C * 7          // ln1, atty, attproj, residual2, ln2, fcproj, residual3
+                           + BT * 4            // ln1/ln2 mean and rstd
+                           + BT * 3 * C        // qkv
+                           + BT * 4 * C * 2    // fch, fch_gelu
+                           + static_cast<double>(B) * NH * T * T;  // att
+  const double once = BT * C * 4               // encoded, lnf, dresidual, dbtc
+                      + BT * 3                 // lnf mean and rstd, losses
+                      + BT * Vp                // logits
+                      + BT * 3 * C + BT * 4 * C;  // dqkv, dbt4c
+  return (L * per_layer + once) * sizeof(float);
+}
+
 void GPT2::ensure_activations(int B, int T) {
   if (acts_.B == B && acts_.T == T) return;
   const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();

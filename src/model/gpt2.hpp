@@ -57,6 +57,11 @@ class GPT2 {
  public:
   explicit GPT2(const GPT2Config& cfg);
 
+  // Bytes of Activations for a micro-batch (B, T), in double so that impossible sizes (n_embd 2e9,
+  // B = 2^31) are measured instead of overflowing. Mirrors ensure_activations(); a unit test keeps
+  // the two in step.
+  static double activation_bytes(const GPT2Config& cfg, int B, int T);
+
   const GPT2Config& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
   std::vector<float>& params() { return params_; }

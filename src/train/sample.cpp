@@ -8,14 +8,18 @@
 
 namespace gpt2 {
 
-std::vector<int32_t> generate(const NextLogitsFn& next_logits, int vocab_size, int max_seq_len,
-                              const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+void generate(const NextLogitsFn& next_logits, int vocab_size, int max_seq_len, const std::vector<int32_t>& prompt,
+              const SampleOptions& opt, const TokenSinkFn& emit) {
   GPT2_REQUIRE(!prompt.empty(), "sampling needs a non-empty prompt");
+  GPT2_REQUIRE(std::isfinite(opt.temperature) && opt.temperature >= 0.0f,
+               "the sampling temperature must be a finite number >= 0 (got " << opt.temperature << ")");
   GPT2_CHECK(vocab_size >= 1 && max_seq_len >= 1, "vocab_size " << vocab_size << ", max_seq_len " << max_seq_len);
   const int V = vocab_size;
   const int maxT = max_seq_len;
   Rng rng(opt.seed, 0x5A3F1E);
-  std::vector<int32_t> ctx = prompt, out;
+  // Only the newest max_seq_len tokens of the context are ever read (prefill), so older ones are
+  // dropped once it holds twice that: bounded memory, amortised O(1) per token.
+  std::vector<int32_t> ctx = prompt;
   std::vector<std::pair<float, int>> cand(V);
   // Keys and values are cached, so each new token costs one token's forward. When the cache is full
   // (max_seq_len tokens) it is rebuilt from the newest half of the context: positions must restart.
@@ -63,18 +67,31 @@ std::vector<int32_t> generate(const NextLogitsFn& next_logits, int vocab_size, i
       }
     }
     ctx.push_back(next);
-    out.push_back(next);
+    if (ctx.size() >= 2 * static_cast<size_t>(maxT)) ctx.erase(ctx.begin(), ctx.end() - maxT);
+    emit(next);
   }
+}
+
+std::vector<int32_t> generate(const NextLogitsFn& next_logits, int vocab_size, int max_seq_len,
+                              const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+  std::vector<int32_t> out;
+  generate(next_logits, vocab_size, max_seq_len, prompt, opt, [&](int32_t t) { out.push_back(t); });
   return out;
 }
 
-std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+void generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt, const TokenSinkFn& emit) {
   KVCache cache;
   auto next_logits = [&](int32_t token, bool restart) {
     if (restart) cache.len = 0;
     return model.decode_step(token, &cache);
   };
-  return generate(next_logits, model.config().vocab_size, model.config().max_seq_len, prompt, opt);
+  generate(next_logits, model.config().vocab_size, model.config().max_seq_len, prompt, opt, emit);
+}
+
+std::vector<int32_t> generate(GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
+  std::vector<int32_t> out;
+  generate(model, prompt, opt, [&](int32_t t) { out.push_back(t); });
+  return out;
 }
 
 }  // namespace gpt2

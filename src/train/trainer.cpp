@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "model/gpt2.hpp"
 #include "train/checkpoint.hpp"
 #include "train/hf_interop.hpp"
+#include "train/memory.hpp"
 #include "train/metrics.hpp"
 #include "train/runner.hpp"
 #include "train/stop_signal.hpp"
@@ -100,6 +102,21 @@ std::string fmt_count(double n) {
   return buf;
 }
 
+// Prints the per-rank memory estimate (rank 0) and refuses, before anything large is allocated, a
+// configuration whose ranks on this node cannot fit in its available memory.
+void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, const MpiEnv& env) {
+  const MemoryEstimate e = estimate_training_memory(cfg.model, cfg.micro_batch, cfg.seq_len, seqs_per_rank, on_gpu);
+  log_info("memory per rank (estimate%s): %s\n", on_gpu ? ", host side" : "", e.describe().c_str());
+  const double avail = available_host_memory();
+  if (avail <= 0) return;  // unknown: nothing to compare with
+  const int ranks = env.local_size();
+  GPT2_REQUIRE(e.total() * ranks <= avail,
+               "this run needs an estimated " << format_bytes(e.total()) << " of host memory per rank ("
+                   << e.describe() << ") x " << ranks << " rank(s) on this node, but only " << format_bytes(avail)
+                   << " is available (MemAvailable): use a smaller model, --micro-batch or --global-batch-tokens, "
+                      "or fewer ranks per node");
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
@@ -170,7 +187,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                                       << ") does not divide into micro-batches of " << B << " on " << W
                                       << " ranks: make it a multiple of micro-batch x seq-len x ranks = "
                                       << static_cast<int64_t>(B) * T * W << " tokens");
-  const int accum = static_cast<int>(G / (static_cast<int64_t>(B) * W));
+  const int64_t accum = G / (static_cast<int64_t>(B) * W);  // 64-bit: never narrowed (it once read past a buffer)
+  // The kernels index a micro-batch's B*T tokens with int.
+  GPT2_REQUIRE(static_cast<int64_t>(B) * T <= INT32_MAX,
+               "--micro-batch " << B << " x --seq-len " << T << " tokens is more than one micro-batch can index (2^31)");
+  check_memory(cfg, on_gpu, accum * B, env);
 
   // ---- data ------------------------------------------------------------------------------------
   std::unique_ptr<TokenDataset> train, val;
@@ -267,29 +288,35 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
            env.num_nodes(), runner->describe().c_str());
   if (peak_tflops <= 0) log_warn("unknown peak TFLOP/s for this device: MFU is reported as 0 (give --peak-tflops)\n");
   if (built_with_cuda()) log_info("built with CUDA: %s, %s\n", cuda_library_versions().c_str(), nccl_version_string().c_str());
-  log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %d accumulation step(s)\n",
-           static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B, accum);
+  log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %lld accumulation step(s)\n",
+           static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B,
+           static_cast<long long>(accum));
   if (W > 1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);
   if (std::isfinite(kill_grace_s()))
     log_info("preemption: the launcher sends SIGKILL %.1f s after SIGTERM (%s)\n", kill_grace_s(), kill_grace_source());
 
   // ---- validation ------------------------------------------------------------------------------
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
+  // The validation set is the first val_batches micro-batches of B windows in file order, whatever the
+  // world size: micro-batch j goes to rank j % W, and the loss is the sum of per-token losses over the
+  // token count, so 1, 2 or 8 ranks give the same val_loss (each micro-batch is computed alike; only
+  // the order of the final double sum differs).
   auto validate = [&]() -> double {
-    const uint64_t avail = val_batches_available(*val, B, W);
+    const uint64_t avail = val->num_windows() / static_cast<uint64_t>(B);
     GPT2_REQUIRE(avail >= 1, "validation data " << val->pattern() << " holds " << val->num_windows()
-                                                << " windows of " << T + 1 << " tokens, fewer than one batch of "
-                                                << B * W << " sequences");
+                                                << " windows of " << T + 1 << " tokens, fewer than one micro-batch of "
+                                                << B << " sequences");
     const uint64_t nb = std::min<uint64_t>(avail, static_cast<uint64_t>(std::max(1, cfg.val_batches)));
-    double sum = 0.0;
-    for (uint64_t i = 0; i < nb; ++i) {
-      RankBatch vb = read_val_batch(*val, i, B, rank, W);
+    double sum_count[2] = {0.0, 0.0};  // sum of per-token losses, tokens
+    for (uint64_t i = static_cast<uint64_t>(rank); i < nb; i += static_cast<uint64_t>(W)) {
+      RankBatch vb = read_val_micro_batch(*val, i, B);
       vb.micro_batch(0, B, inputs.data(), targets.data());
-      sum += runner->forward_eval(inputs.data(), targets.data(), B, T);
+      const double tokens = static_cast<double>(B) * T;
+      sum_count[0] += static_cast<double>(runner->forward_eval(inputs.data(), targets.data(), B, T)) * tokens;
+      sum_count[1] += tokens;
     }
-    double mean = sum / static_cast<double>(nb);
-    comm.allreduce(&mean, 1, ReduceOp::kAvg, "val loss");
-    return mean;
+    comm.allreduce(sum_count, 2, ReduceOp::kSum, "val loss");
+    return sum_count[0] / sum_count[1];
   };
   auto run_val = [&](int64_t step) {
     const double vl = validate();
@@ -317,7 +344,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   std::unique_ptr<DistributedSampler> sampler;
   std::unique_ptr<BatchLoader> loader;
   if (!cfg.benchmark) {
-    sampler = std::make_unique<DistributedSampler>(train->num_windows(), static_cast<int>(G), rank, W, state.seed);
+    sampler = std::make_unique<DistributedSampler>(train->num_windows(), G, rank, W, state.seed);
     GPT2_REQUIRE(sampler->steps_per_epoch() >= 1,
                  "training data " << train->pattern() << " holds " << train->num_windows() << " windows of " << T + 1
                                   << " tokens, fewer than one global batch of " << G
@@ -383,7 +410,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       batch = loader->next();
     }
     runner->zero_grad();
-    for (int m = 0; m < accum; ++m) {
+    for (int64_t m = 0; m < accum; ++m) {
       batch.micro_batch(m, B, inputs.data(), targets.data());
       runner->forward_train(inputs.data(), targets.data(), B, T, dloss);
       // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.

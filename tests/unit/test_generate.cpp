@@ -75,5 +75,44 @@ TEST(Generate, RunsPastMaxSeqLenAndIsSeeded) {
   EXPECT_EQ(generate(model, prompt, opt)[0], argmax);
 }
 
+// The memory estimate's activation term (GPT2::activation_bytes, used before anything is allocated)
+// matches what a forward really allocates.
+TEST(MemoryEstimate, ActivationBytesMatchAllocation) {
+  GPT2 model(tiny(16));
+  model.init(1);
+  const int B = 3, T = 11;
+  std::vector<int32_t> in(B * T, 1), tg(B * T, 2);
+  model.forward_eval(in.data(), tg.data(), B, T);
+  const Activations& a = model.activations();
+  size_t floats = 0;
+  for (const std::vector<float>* v :
+       {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.attproj, &a.residual2, &a.ln2,
+        &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.fcproj, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
+        &a.logits, &a.losses, &a.dresidual, &a.dbtc, &a.dqkv, &a.dbt4c})
+    floats += v->size();
+  EXPECT_EQ(GPT2::activation_bytes(model.config(), B, T), static_cast<double>(floats * sizeof(float)));
+}
+
+// Streaming generation: each token reaches the sink as soon as it is chosen (before the model is asked
+// for the next logits), far past max_seq_len, with the prompt's context rebuilt from its newest half.
+TEST(Generate, StreamsEachTokenBeforeTheNext) {
+  GPT2 model(tiny(8));
+  model.init(3);
+  KVCache cache;
+  int calls = 0;
+  auto next_logits = [&](int32_t token, bool restart) {
+    ++calls;
+    if (restart) cache.len = 0;
+    return model.decode_step(token, &cache);
+  };
+  SampleOptions o;
+  o.max_new_tokens = 40;
+  std::vector<int> calls_at_emit;
+  generate(next_logits, model.config().vocab_size, 8, {1, 2, 3}, o, [&](int32_t) { calls_at_emit.push_back(calls); });
+  ASSERT_EQ(calls_at_emit.size(), 40u);
+  for (size_t k = 1; k < calls_at_emit.size(); ++k)
+    EXPECT_GT(calls_at_emit[k], calls_at_emit[k - 1]) << "token " << k << " was not emitted before the next forward";
+}
+
 }  // namespace
 }  // namespace gpt2

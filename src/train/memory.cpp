@@ -1,0 +1,58 @@
+#include "train/memory.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "model/gpt2.hpp"
+
+namespace gpt2 {
+
+std::string format_bytes(double bytes) {
+  char buf[48];
+  if (bytes >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.3g TiB", bytes / (1024.0 * 1024 * 1024 * 1024));
+  else if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else if (bytes >= 1024.0 * 1024) std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / (1024.0 * 1024));
+  else std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
+  return buf;
+}
+
+std::string MemoryEstimate::describe() const {
+  return "parameters " + format_bytes(params) + " + gradients " + format_bytes(grads) + " + optimizer " +
+         format_bytes(optimizer) + " + activations " + format_bytes(activations) + " + batches " +
+         format_bytes(batches) + " = " + format_bytes(total());
+}
+
+MemoryEstimate estimate_training_memory(const GPT2Config& m, int micro_batch, int seq_len, int64_t seqs_per_rank,
+                                        bool on_gpu) {
+  // The exact parameter count of ParamTable (padding and 64-float alignment included) would need the
+  // table, whose size_t offsets overflow for absurd widths; the count in double differs by < 1%.
+  const double C = m.n_embd, L = m.n_layer;
+  const double n = static_cast<double>(m.padded_vocab_size()) * C + static_cast<double>(m.max_seq_len) * C +
+                   L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  MemoryEstimate e;
+  e.params = n * sizeof(float);
+  e.grads = n * sizeof(float);
+  e.optimizer = 2.0 * n * sizeof(float);
+  e.activations = on_gpu ? 0.0 : GPT2::activation_bytes(m, micro_batch, seq_len);
+  e.batches = 2.0 * static_cast<double>(seqs_per_rank) * (seq_len + 1.0) * sizeof(int32_t) +
+              2.0 * static_cast<double>(micro_batch) * seq_len * sizeof(int32_t);
+  return e;
+}
+
+double available_host_memory() {
+  std::ifstream is("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (is >> key >> kb) {
+    std::getline(is, unit);
+    if (key == "MemAvailable:") return kb * 1024.0;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+}
+
+}  // namespace gpt2

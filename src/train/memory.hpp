@@ -1,0 +1,38 @@
+// What a training run will hold in memory, estimated from the configuration before anything is
+// allocated, so that a size that cannot fit is refused with the numbers instead of ending in
+// std::bad_alloc (or the kernel's OOM killer) on every rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+
+namespace gpt2 {
+
+// Bytes per rank, in double: the inputs may be absurd (n_embd 2e9) and must not overflow.
+struct MemoryEstimate {
+  double params = 0;       // fp32 flat parameter buffer
+  double grads = 0;        // fp32 gradients, same layout
+  double optimizer = 0;    // AdamW first and second moments
+  double activations = 0;  // one micro-batch's activations kept for backward (host; 0 on a GPU run)
+  double batches = 0;      // this rank's token windows of one step, twice (current + prefetched), + inputs/targets
+  double total() const { return params + grads + optimizer + activations + batches; }
+  // "parameters 0.48 GiB + gradients ... = 2.10 GiB"
+  std::string describe() const;
+};
+
+// seqs_per_rank: sequences this rank reads per optimizer step (micro-batch x accumulation).
+// on_gpu: activations live on the device, so the host holds only the fp32 mirror of the model and
+// optimizer (the CUDA runner checks the device itself).
+MemoryEstimate estimate_training_memory(const GPT2Config& model, int micro_batch, int seq_len, int64_t seqs_per_rank,
+                                        bool on_gpu);
+
+// Physical memory a new allocation can use on this node without swapping (MemAvailable of
+// /proc/meminfo; sysconf's free pages where that is missing), in bytes; <= 0 when unknown.
+double available_host_memory();
+
+// "1.23 GiB"
+std::string format_bytes(double bytes);
+
+}  // namespace gpt2
