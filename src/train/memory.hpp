@@ -24,7 +24,7 @@ struct MemoryEstimate {
 
 // seqs_per_rank: sequences this rank reads per optimizer step (micro-batch x accumulation).
 // on_gpu: activations live on the device, so the host holds only the fp32 mirror of the model and
-// optimizer (the CUDA runner checks the device itself).
+// optimizer (the CUDA runner checks the device itself: check_device_memory in train/runner_cuda.cpp).
 MemoryEstimate estimate_training_memory(const GPT2Config& model, int micro_batch, int seq_len, int64_t seqs_per_rank,
                                         bool on_gpu);
 

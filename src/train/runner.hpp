@@ -53,6 +53,7 @@ struct CudaRunnerOptions {
   std::string comm = "nccl";       // nccl | mpi
   double comm_timeout_s = 600;
   int local_rank = 0, local_size = 1, world_size = 1;
+  int micro_batch = 1, seq_len = 1;  // for the device memory check before anything is allocated
 };
 
 // CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so). host_comm

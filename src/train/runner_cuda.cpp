@@ -11,6 +11,8 @@
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
 #include "model/gpt2_cuda.hpp"
+#include "core/log.hpp"
+#include "train/memory.hpp"
 #include "train/runner.hpp"
 
 namespace gpt2 {
@@ -37,6 +39,31 @@ double known_peak_tflops(const std::string& name, Precision p) {
   return 0.0;
 }
 
+// Prints this rank's device memory estimate and refuses, before GPT2Cuda allocates anything, a run the
+// GPU cannot hold, with the numbers (issue 11). The host estimate's terms at the device's sizes: the
+// weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
+// one micro-batch's activations (the host estimate counts them in fp32).
+void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, int device) {
+  const MemoryEstimate h = estimate_training_memory(cfg, micro_batch, seq_len, micro_batch, /*on_gpu=*/false);
+  const double elem = p == Precision::kBf16 ? 2.0 : 4.0;
+  const double weights = h.params * elem / 4.0, master = p == Precision::kBf16 ? h.params : 0.0;
+  const double grads = h.grads * elem / 4.0, acts = h.activations * elem / 4.0;
+  const double need = weights + master + grads + h.optimizer + acts;
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  log_info("device memory per rank (estimate): weights %s + master %s + gradients %s + optimizer %s + "
+           "activations %s = %s of %s free on cuda:%d\n",
+           format_bytes(weights).c_str(), format_bytes(master).c_str(), format_bytes(grads).c_str(),
+           format_bytes(h.optimizer).c_str(), format_bytes(acts).c_str(), format_bytes(need).c_str(),
+           format_bytes(static_cast<double>(free_b)).c_str(), device);
+  GPT2_REQUIRE(need <= static_cast<double>(free_b),
+               "this run needs an estimated " << format_bytes(need) << " on the GPU per rank, but cuda:" << device
+                                              << " has " << format_bytes(static_cast<double>(free_b)) << " free of "
+                                              << format_bytes(static_cast<double>(total_b))
+                                              << ": lower --micro-batch (gradient accumulation keeps the global "
+                                                 "batch) or use more GPUs");
+}
+
 class CudaRunner final : public ModelRunner {
  public:
   CudaRunner(GPT2& host, AdamW& opt, Communicator& host_comm, const BucketPlan& plan, const CudaRunnerOptions& o)
@@ -48,6 +75,7 @@ class CudaRunner final : public ModelRunner {
     CudaModelOptions mo;
     mo.precision = parse_precision(o.precision);
     mo.gemm = kernels::parse_gemm_backend(o.gemm);
+    check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, device_);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
     if (o.world_size > 1) {

@@ -266,6 +266,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     o.local_rank = env.local_rank();
     o.local_size = env.local_size();
     o.world_size = W;
+    o.micro_batch = B;
+    o.seq_len = T;
     runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {

@@ -2,7 +2,8 @@
 # slurm/train.sbatch on a real SLURM (munge + slurmctld + two slurmd as nodes n1, n2 on localhost):
 #   (a) one node, 2 ranks; (b) two nodes, 1 rank each: both COMPLETED, loss falls by at least 1.0;
 #   (c) preemption: `scancel --signal=USR1 --batch` a running 2-node job; it writes a checkpoint, exits 75,
-#       requeues itself, comes back (restart 1), resumes at the checkpoint's step and finishes.
+#       requeues itself, comes back (restart 1), resumes at the checkpoint's step and finishes;
+#   (d) scancel (SIGTERM, SIGKILL KillWait later): a checkpoint within KillWait; a resubmission resumes it.
 # Usage: test_slurm.sh BIN_DIR WORK_DIR SOURCE_DIR   (root; slurm-wlm and munge installed)
 set -uo pipefail
 
@@ -203,6 +204,38 @@ if sorted(last) != list(range(1, steps + 1)) or s[-1] != steps:
 print(f"test_slurm: preempt: metrics cover steps 1..{steps} ({len(s)} loss lines, checkpoint at {ck})")
 EOF
 echo "test_slurm: preempt: job $jc checkpointed at step $ckstep, requeued (Restarts=$restarts), resumed at step $resstep, COMPLETED"
+
+# (d) scancel: SLURM sends SIGTERM to every task, then SIGKILL KillWait (5 s here) later. train.sbatch
+# passes KillWait to the ranks (GPT2_KILL_GRACE_S); the small checkpoint fits, so the ranks write it at
+# an agreed step before the SIGKILL. The job ends CANCELLED (scancel is no requeue); submitting the same
+# run again resumes from that checkpoint.
+jd=$(submit cancel --nodes=1 --ntasks-per-node=2 -- --max-steps $steps --ckpt-every 0 --log-every 10 \
+       --val-every 500) || fail "sbatch (scancel) failed"
+all_jobs+=("$jd")
+outd=$jobs_dir/cancel-$jd.out
+t0=$(date +%s)
+until grep -qE '^step +[0-9]+/[0-9]+ \| loss' "$outd" 2>/dev/null; do
+  (( $(date +%s) - t0 < 120 )) || fail "cancel: no training progress after 120 s"
+  sleep 0.2
+done
+grep -q "preemption: the launcher sends SIGKILL 5.0 s after SIGTERM" "$outd" ||
+  fail "cancel: the ranks did not learn KillWait from train.sbatch"
+scancel "$jd" || fail "cancel: scancel $jd failed"
+state=$(wait_done "$jd" 120) || fail "cancel: job $jd not finished after 120 s (state $state)"
+[[ $state == CANCELLED ]] || fail "cancel: job $jd ended $state, want CANCELLED"
+ckline=$(grep -m1 -E "^step +[0-9]+ \| checkpoint " "$outd")
+[[ -n $ckline ]] || fail "cancel: no checkpoint written on SIGTERM within KillWait"
+grep -q "received signal 15" "$outd" || fail "cancel: the ranks did not report SIGTERM"
+ckstep=$(sed -E 's/^step +([0-9]+) .*/\1/' <<<"$ckline")
+"$bin_dir/gpt2-data" export-hf "$work/runs/cancel" "$work/cancel_export" >/dev/null ||
+  fail "cancel: the checkpoint written on SIGTERM does not load"
+je=$(submit cancel --nodes=1 --ntasks-per-node=2 -- --max-steps $((ckstep + 20)) --ckpt-every 0 --log-every 10 \
+       --val-every 500) || fail "sbatch (resume after scancel) failed"
+all_jobs+=("$je")
+state=$(wait_done "$je" 240) || fail "cancel: resumed job $je not finished (state $state)"
+[[ $state == COMPLETED ]] || fail "cancel: resumed job $je ended $state, want COMPLETED"
+grep -qE "resumed from .* at step $ckstep " "$jobs_dir/cancel-$je.out" || fail "cancel: job $je did not resume at step $ckstep"
+echo "test_slurm: cancel: SIGTERM with KillWait 5 s -> checkpoint at step $ckstep, CANCELLED; resubmitted, resumed there"
 
 # (d) a small scaling sweep (1 and 2 ranks, weak and strong, one rank per node) submitted through this
 # SLURM by slurm/scaling.sh, then tools/scaling_report: report.md, report.csv and scaling.png.
