@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 
 namespace gpt2::cuda {
 
@@ -101,10 +102,18 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // completed, so waiting on parity 1 returns at once: the "previous" phase counts as complete. That is
 // how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS
 // make_producer_start_state starts the producer at phase 1 for the same reason).
+// A wait that has not completed after ~2^28 tries (seconds: each try_wait itself suspends for a while)
+// is a bug (a phase or byte count that never completes): it traps with a message rather than hanging the
+// job, so the launch fails with an error the host's CUDA_CHECK reports.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
-  uint32_t done = 0;
+  uint32_t done = 0, tries = 0;
   do {
+    if (++tries == (1u << 28)) {
+      printf("mbarrier wait timed out: block %d thread %d, barrier at shared 0x%x, parity %u\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), addr, parity);
+      __trap();
+    }
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
