@@ -24,6 +24,7 @@
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/ptx.cuh"
 
 namespace gpt2::kernels {
 namespace {
@@ -37,51 +38,14 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
   return attention_smem;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy that bypasses the registers; when !full the destination is zero-filled
-// and nothing is read (src must still be a valid address).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool full) {
-  const int src_bytes = full ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool full) {
-  const int src_bytes = full ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives
-// matrix i (lane l: row l/4, columns 2(l%4), 2(l%4)+1; transposed with _trans).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// d += a (16x16, row) * b (16x8, col); bf16 operands, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// PTX wrappers (cp.async, ldmatrix, mma.sync) live in kernels/common/ptx.cuh.
+using cuda::cp_async_16;
+using cuda::cp_async_4;
+using cuda::cp_async_commit;
+using cuda::cp_async_wait;
+using cuda::ldmatrix_x4;
+using cuda::ldmatrix_x4_trans;
+using cuda::mma_bf16_16816;
 
 // Two floats -> one register of two bf16, `lo` in the low half (the lower column of an MMA fragment).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -589,19 +553,19 @@ __device__ __forceinline__ void tc_load_vec(float* dst, const float* src, int ro
 // lanes 0-15 address rows 0-15 at column 0, lanes 16-31 rows 0-15 at column 8.
 template <int kPitch>
 __device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const bf16* tile, int lane) {
-  ldsm_x4(a, tile + (lane & 15) * kPitch + (lane >> 4) * 8);
+  ldmatrix_x4(a, tile + (lane & 15) * kPitch + (lane >> 4) * 8);
 }
 // B operands of two adjacent 8-column tiles for a product X * Y^T, with Y stored row-major as
 // [n][k] (16 rows of n at `tile`, 16 columns of k): {r0, r1} serve n-rows 0-7, {r2, r3} n-rows 8-15.
 template <int kPitch>
 __device__ __forceinline__ void load_b_frags_nk(uint32_t (&r)[4], const bf16* tile, int lane) {
-  ldsm_x4(r, tile + ((lane & 7) + ((lane >> 4) << 3)) * kPitch + ((lane >> 3) & 1) * 8);
+  ldmatrix_x4(r, tile + ((lane & 7) + ((lane >> 4) << 3)) * kPitch + ((lane >> 3) & 1) * 8);
 }
 // B operands of two adjacent 8-column tiles for a product X * Y, with Y stored row-major as [k][n]
 // (16 rows of k at `tile`, 16 columns of n): {r0, r1} serve columns 0-7, {r2, r3} columns 8-15.
 template <int kPitch>
 __device__ __forceinline__ void load_b_frags_kn(uint32_t (&r)[4], const bf16* tile, int lane) {
-  ldsm_x4_trans(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);
+  ldmatrix_x4_trans(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);
 }
 // Accumulators of 8-column tiles 2j and 2j+1 (fp32) -> the bf16 A operand spanning those 16 columns.
 __device__ __forceinline__ void acc_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {

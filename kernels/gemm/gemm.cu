@@ -14,21 +14,43 @@
 //    (wave quantization against the partials' HBM traffic): each split writes fp32 partials to the
 //    context's workspace; a second kernel adds them in split order and applies the epilogue.
 //    Deterministic: the split factor depends on the shape only.
+//  * On compute capability 9.0, opt-in (GPT2_GEMM_SM90=1 or GemmTestHooks::hand_path): the bf16 product
+//    runs on wgmma fed by TMA (gemm_sm90.cu), falling back to mma.sync for operands TMA cannot describe
+//    (choose_hand_path). Not yet verified on a GPU, hence not the default.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/gemm/gemm_common.cuh"
 #include "kernels/gemm/gemm_cuda.hpp"
+#if defined(GPT2_HAVE_GEMM_SM90)
+#include "kernels/gemm/gemm_sm90.cuh"
+#endif
 
 namespace gpt2::kernels {
 
 namespace {
 
 using cuda::ceil_div;
+using cuda::cp_async_16;
+using cuda::cp_async_commit;
+using cuda::cp_async_wait;
 using cuda::from_f32;
+using cuda::ldmatrix_x4;
+using cuda::ldmatrix_x4_trans;
+using cuda::mma_bf16_16816;
 using cuda::to_f32;
+using gemm_detail::apply_epilogue4;
+using gemm_detail::EpilogueParams;
+using gemm_detail::load4;
+using gemm_detail::store4;
+using gemm_detail::store_partial4;
+using gemm_detail::tile_coords;
 
 // ---------------------------------------------------------------------------------------------------
 // Launch configuration (named data; the reasons are in the comments).
@@ -68,10 +90,6 @@ struct SimtTile {
   static constexpr int kLoadsPerThread = kBM * kBK / kThreads;  // 8 (A and B alike)
 };
 
-// Block order: GROUP_M row tiles are swept together along N, so the A rows and B columns that the
-// resident blocks read stay in L2 (the LM head's B, wte, is larger than L2).
-constexpr int kGroupM = 8;
-
 // Split-K cost model. A wave of resident blocks advances every block by one unit of K in the same time;
 // a split divides each block's K by s, multiplies the blocks by s, and costs the HBM round trip of
 // s fp32 partials. The constants describe an H100 (132 SMs, ~3 TB/s) and are not read off the device, so
@@ -93,147 +111,6 @@ inline bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-// ---------------------------------------------------------------------------------------------------
-// PTX wrappers (sm_80+).
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, bypassing L1; src_bytes = 0 writes zeros (out-of-bounds chunks).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-// d += a (16x16, row) * b (16x8, col), fp32 accumulators.
-__device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// ---------------------------------------------------------------------------------------------------
-// 4 consecutive elements of T <-> 4 floats (callers guarantee 4*sizeof(T) alignment).
-
-__device__ __forceinline__ void load4(const float* p, float v[4]) {
-  const float4 x = *reinterpret_cast<const float4*>(p);
-  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-}
-__device__ __forceinline__ void store4(float* p, const float v[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ void load4(const bf16* p, float v[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
-}
-__device__ __forceinline__ void store4(bf16* p, const float v[4]) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
-  uint2 raw;
-  raw.x = *reinterpret_cast<const uint32_t*>(&lo);
-  raw.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(p) = raw;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// The epilogue, shared by every kernel that finishes an output tile.
-
-template <class T>
-struct EpilogueParams {
-  T* c;
-  const T* bias;  // (N) for kBias / kBiasGelu
-  T* aux;         // (M,N): written by kBiasGelu, read by kDGelu
-  int M, N;
-  bool accumulate;  // C += (kNone only)
-  bool vec4;        // N % 4 == 0 and c, bias, aux aligned to 4 elements: whole 4-vectors
-};
-
-template <class T, GemmEpilogue kEp>
-__device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t idx, int col, float v) {
-  if constexpr (kEp == GemmEpilogue::kNone) {
-    if (p.accumulate) v += to_f32(p.c[idx]);
-  } else if constexpr (kEp == GemmEpilogue::kBias) {
-    v += to_f32(p.bias[col]);
-  } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
-    // GELU of the stored pre-activation, so forward and backward (which reads aux) see the same value.
-    const T pre = from_f32<T>(v + to_f32(p.bias[col]));
-    p.aux[idx] = pre;
-    v = cuda::gelu_f32(to_f32(pre));
-  } else {
-    v *= cuda::gelu_grad_f32(to_f32(p.aux[idx]));
-  }
-  return v;
-}
-
-// Elements (row, col..col+3) of C; the caller guarantees row < M and col < N.
-template <class T, GemmEpilogue kEp>
-__device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4]) {
-  const size_t idx = static_cast<size_t>(row) * p.N + col;
-  if (p.vec4) {
-    float x[4];
-    if constexpr (kEp == GemmEpilogue::kNone) {
-      if (p.accumulate) {
-        load4(p.c + idx, x);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] += x[j];
-      }
-    } else if constexpr (kEp == GemmEpilogue::kBias) {
-      load4(p.bias + col, x);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] += x[j];
-    } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
-      load4(p.bias + col, x);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) x[j] = to_f32(from_f32<T>(v[j] + x[j]));  // the stored pre-activation
-      store4(p.aux + idx, x);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = cuda::gelu_f32(x[j]);
-    } else {
-      load4(p.aux + idx, x);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] *= cuda::gelu_grad_f32(x[j]);
-    }
-    store4(p.c + idx, v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (col + j < p.N) p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
-    }
-  }
-}
-
-// Split-K partials: (row, col..col+3) of this split's M x N fp32 slice.
-__device__ __forceinline__ void store_partial4(float* part, int N, bool vec4, int row, int col, const float v[4]) {
-  const size_t idx = static_cast<size_t>(row) * N + col;
-  if (vec4) {
-    store4(part + idx, v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (col + j < N) part[idx + j] = v[j];
-  }
-}
-
 template <class T>
 struct GemmParams {
   const T* a;
@@ -247,12 +124,7 @@ struct GemmParams {
 
 // Block -> (tile_m, tile_n), GROUP_M row tiles at a time (see kGroupM).
 __device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
-  const int pid = blockIdx.x;
-  const int in_group = kGroupM * tiles_n;
-  const int first_m = (pid / in_group) * kGroupM;
-  const int rows = min(tiles_m - first_m, kGroupM);
-  tile_m = first_m + (pid % in_group) % rows;
-  tile_n = (pid % in_group) / rows;
+  tile_coords(static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -302,7 +174,7 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int ld, int ou
     bf16* dst = s + L::offset(row, chunk);
     if constexpr (kAsync) {
       const bool valid = outer < outer_end && k < k_end;
-      cp_async16(dst, valid ? g + goff : g, valid);
+      cp_async_16(dst, valid ? g + goff : g, valid);
     } else {
       alignas(16) bf16 v[8];
 #pragma unroll
@@ -402,7 +274,7 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
 #pragma unroll
       for (int mt = 0; mt < Cfg::kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kNTiles; ++nt) mma_bf16_16816(acc[mt][nt], af[mt], bfr[nt]);
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt) mma_bf16_16816(acc[mt][nt], af[mt], bfr[nt][0], bfr[nt][1]);
     }
   }
   cp_async_wait<0>();
@@ -737,6 +609,32 @@ void launch_f32_simt(const GemmParams<float>& p, int splits, cudaStream_t stream
   CUDA_CHECK_LAUNCH();
 }
 
+// The bf16 kernel for these operands (see GemmHandPath). The wgmma kernel takes every transpose
+// combination directly (the wgmma transpose immediates cover MN-major A and B), so the fallback to
+// mma.sync is for what TMA cannot describe: a base not 16-byte aligned or a leading dimension that is not
+// a multiple of 8 elements (tensor-map strides are multiples of 16 bytes); and for the scalar-loader
+// test hook, which exists to exercise the mma.sync kernel.
+GemmHandPath choose_hand_path(const GemmContext& ctx, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a,
+                              bool trans_b) {
+  if (ctx.backend() != GemmBackend::kHand) return GemmHandPath::kMmaSync;
+  const GemmTestHooks& hooks = ctx.test_hooks();
+  if (hooks.hand_path == GemmHandPath::kMmaSync || hooks.hand_force_scalar_loads) return GemmHandPath::kMmaSync;
+  if (hooks.hand_path == GemmHandPath::kWgmma) {
+    GPT2_CHECK(gemm_hand_wgmma_available(),
+               "the wgmma GEMM path was forced, but it needs a compute capability 9.0 device and a build whose "
+               "CUDA architectures include 90");
+  } else if (!ctx.hand_wgmma_enabled()) {
+    return GemmHandPath::kMmaSync;
+  }
+#if defined(GPT2_HAVE_GEMM_SM90)
+  return gemm_detail::wgmma_takes(a, b, trans_a ? M : K, trans_b ? K : N) ? GemmHandPath::kWgmma
+                                                                          : GemmHandPath::kMmaSync;
+#else
+  (void)a, (void)b, (void)M, (void)N, (void)K, (void)trans_a, (void)trans_b;
+  return GemmHandPath::kMmaSync;  // not reached: gemm_hand_wgmma_available() is false in this build
+#endif
+}
+
 template <class T>
 void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
                bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream) {
@@ -748,34 +646,49 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
 
   const int splits = gemm_hand_splits<T>(ctx, M, N, K);
   int k_per_split = 0, used = 1;
-  split_k_range<T>(K, splits, k_per_split, used);
-
-  GemmParams<T> p;
-  p.a = a, p.b = b, p.M = M, p.N = N, p.K = K;
-  p.lda = trans_a ? M : K;
-  p.ldb = trans_b ? K : N;
-  p.k_per_split = k_per_split;
-  p.partial = used > 1 ? ctx.splitk_workspace() : nullptr;
-  p.ep = epp;
+  bool wgmma = false;
+  if constexpr (std::is_same_v<T, bf16>)
+    wgmma = choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b) == GemmHandPath::kWgmma;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
-  const GemmEpilogue main_ep = used > 1 ? GemmEpilogue::kNone : ep;
+  if (wgmma) {
+#if defined(GPT2_HAVE_GEMM_SM90)
+    if constexpr (std::is_same_v<T, bf16>) {
+      // The same split factor, with ranges in the wgmma kernel's K step.
+      k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
+      used = static_cast<int>(ceil_div(K, k_per_split));
+      gemm_detail::gemm_bf16_wgmma(a, b, M, N, K, trans_a, trans_b, k_per_split, used,
+                                   used > 1 ? ctx.splitk_workspace() : nullptr, epp,
+                                   used > 1 ? GemmEpilogue::kNone : ep, stream);
+    }
+#endif
+  } else {
+    split_k_range<T>(K, splits, k_per_split, used);
+    GemmParams<T> p;
+    p.a = a, p.b = b, p.M = M, p.N = N, p.K = K;
+    p.lda = trans_a ? M : K;
+    p.ldb = trans_b ? K : N;
+    p.k_per_split = k_per_split;
+    p.partial = used > 1 ? ctx.splitk_workspace() : nullptr;
+    p.ep = epp;
+    const GemmEpilogue main_ep = used > 1 ? GemmEpilogue::kNone : ep;
 
-  dispatch_bool(trans_a, [&](auto ta) {
-    dispatch_bool(trans_b, [&](auto tb) {
-      dispatch_epilogue(main_ep, [&](auto e) {
-        if constexpr (std::is_same_v<T, bf16>) {
-          const bool async = !ctx.test_hooks().hand_force_scalar_loads && p.lda % 8 == 0 && p.ldb % 8 == 0 &&
-                             aligned_to(a, 16) && aligned_to(b, 16);
-          dispatch_bool(async, [&](auto as) {
-            launch_bf16_tc<decltype(ta)::value, decltype(tb)::value, decltype(as)::value, decltype(e)::value>(p, used,
-                                                                                                              stream);
-          });
-        } else {
-          launch_f32_simt<decltype(ta)::value, decltype(tb)::value, decltype(e)::value>(p, used, stream);
-        }
+    dispatch_bool(trans_a, [&](auto ta) {
+      dispatch_bool(trans_b, [&](auto tb) {
+        dispatch_epilogue(main_ep, [&](auto e) {
+          if constexpr (std::is_same_v<T, bf16>) {
+            const bool async = !ctx.test_hooks().hand_force_scalar_loads && p.lda % 8 == 0 && p.ldb % 8 == 0 &&
+                               aligned_to(a, 16) && aligned_to(b, 16);
+            dispatch_bool(async, [&](auto as) {
+              launch_bf16_tc<decltype(ta)::value, decltype(tb)::value, decltype(as)::value, decltype(e)::value>(p, used,
+                                                                                                                stream);
+            });
+          } else {
+            launch_f32_simt<decltype(ta)::value, decltype(tb)::value, decltype(e)::value>(p, used, stream);
+          }
+        });
       });
     });
-  });
+  }
 
   if (used > 1) {
     const long n = static_cast<long>(M) * ceil_div(N, 4);
@@ -804,10 +717,21 @@ const char* gemm_backend_name(GemmBackend backend) {
   return backend == GemmBackend::kHand ? "hand" : "cublaslt";
 }
 
+bool gemm_hand_wgmma_available() {
+#if defined(GPT2_HAVE_GEMM_SM90)
+  return gemm_detail::wgmma_device_ready();
+#else
+  return false;
+#endif
+}
+
 GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
   if (backend_ == GemmBackend::kHand) {
     splitk_ws_bytes_ = kSplitKWorkspaceBytes;
     CUDA_CHECK(cudaMalloc(&splitk_ws_, splitk_ws_bytes_));
+    // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md).
+    const char* env = std::getenv("GPT2_GEMM_SM90");
+    hand_wgmma_ = env != nullptr && std::string(env) == "1" && gemm_hand_wgmma_available();
   } else {
     lt_.reset(detail::create_cublaslt_state());
   }
@@ -846,6 +770,11 @@ void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   } else {
     gemm_hand<T>(ctx, c, a, b, bias, aux, M, N, K, trans_a, trans_b, accumulate, ep, stream);
   }
+}
+
+GemmHandPath gemm_hand_path(const GemmContext& ctx, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a,
+                            bool trans_b) {
+  return choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b);
 }
 
 size_t bias_backward_scratch_bytes(int N, int OC) {

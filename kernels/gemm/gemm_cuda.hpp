@@ -34,13 +34,27 @@ enum class GemmEpilogue {
 GemmBackend parse_gemm_backend(const std::string& name);
 const char* gemm_backend_name(GemmBackend backend);
 
+// Which bf16 kernel the hand backend runs.
+//   kAuto:    wgmma where the context enabled it (GemmContext::hand_wgmma_enabled) and TMA takes the
+//             operands, else mma.sync.
+//   kMmaSync: the sm_80 kernel (mma.sync), on any device.
+//   kWgmma:   the sm_90a kernel wherever TMA takes the operands (16-byte aligned A and B, leading
+//             dimensions multiples of 8), mma.sync otherwise; an error on a device or binary without it
+//             (gemm_hand_wgmma_available()).
+enum class GemmHandPath { kAuto, kMmaSync, kWgmma };
+
 // Switches that force the paths ordinary shapes do not take, so each fallback has a test. All off by
 // default; the model never touches them.
 struct GemmTestHooks {
-  bool hand_force_scalar_loads = false;    // hand bf16: the unaligned (no cp.async) tile loader
-  int hand_force_splits = 0;               // hand: this split-K factor (> 0) instead of the shape rule
-  bool lt_force_unfused_epilogue = false;  // cuBLASLt: plain matmul + our elementwise epilogue
+  bool hand_force_scalar_loads = false;          // hand bf16: the unaligned (no cp.async) tile loader
+  int hand_force_splits = 0;                     // hand: this split-K factor (> 0) instead of the shape rule
+  bool lt_force_unfused_epilogue = false;        // cuBLASLt: plain matmul + our elementwise epilogue
+  GemmHandPath hand_path = GemmHandPath::kAuto;  // hand bf16: which kernel (see GemmHandPath)
 };
+
+// The hand backend's wgmma kernel can run here: the binary holds its sm_90a code (CUDA architectures
+// including 90) and the current device has compute capability 9.0.
+bool gemm_hand_wgmma_available();
 
 namespace detail {
 struct CublasLtState;  // handle, workspace and the per-shape plan cache (gemm_cublaslt.cu)
@@ -67,6 +81,11 @@ class GemmContext {
   size_t splitk_workspace_bytes() const { return splitk_ws_bytes_; }
   detail::CublasLtState* cublaslt() const { return lt_.get(); }
 
+  // Hand backend on sm_90: the wgmma kernel is the default bf16 path. Off unless the environment has
+  // GPT2_GEMM_SM90=1 and gemm_hand_wgmma_available(): the kernel has not been verified on a GPU yet
+  // (docs/performance.md), so mma.sync stays the default everywhere.
+  bool hand_wgmma_enabled() const { return hand_wgmma_; }
+
   GemmTestHooks& test_hooks() { return hooks_; }
   const GemmTestHooks& test_hooks() const { return hooks_; }
 
@@ -74,6 +93,7 @@ class GemmContext {
   GemmBackend backend_;
   float* splitk_ws_ = nullptr;
   size_t splitk_ws_bytes_ = 0;
+  bool hand_wgmma_ = false;
   std::unique_ptr<detail::CublasLtState, detail::CublasLtStateDeleter> lt_;
   GemmTestHooks hooks_;
 };
@@ -97,6 +117,11 @@ void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
 // and benchmarks: it depends on (M, N, K, T) and the fixed workspace size only.
 template <class T>
 int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K);
+
+// The bf16 kernel gemm_cuda would run for these operands with ctx's backend and hooks: kMmaSync or
+// kWgmma (never kAuto); kMmaSync for the cuBLASLt backend too (it runs neither). For tests and logs.
+GemmHandPath gemm_hand_path(const GemmContext& ctx, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a,
+                            bool trans_b);
 
 // Bias gradient: dbias[j] += sum_i dout[i,j]
 //   [in] dout (N,OC);  [in,out] dbias (OC) +=;  scratch: bias_backward_scratch_bytes(N, OC) bytes.

@@ -2,7 +2,8 @@
 // shapes, every transpose combination and epilogue, C +=) and against the CPU reference (gemm_cpu.cpp)
 // for every product GPT-2 124M makes, at 256 rows (and 4096 for a weight gradient). Both backends, both
 // storage types. Forced paths: the hand kernel's scalar tile loader and a forced split-K factor,
-// cuBLASLt's unfused epilogues, misaligned pointers. Determinism: two runs give the same bits.
+// cuBLASLt's unfused epilogues, misaligned pointers; the hand bf16 kernel forced to mma.sync and to
+// wgmma (the latter on compute capability 9.0 only). Determinism: two runs give the same bits.
 // Outputs that are overwritten are poisoned with NaN first, and a guard after C catches stray writes.
 #include <gtest/gtest.h>
 
@@ -340,8 +341,10 @@ std::vector<float> naive_of(const std::vector<float>& ref) {
 
 // One linear layer (N rows, IC -> OC) forward and backward, as the model runs it.
 template <class T>
-void check_linear(GemmBackend be, int rows, int IC, int OC, bool gelu_after, uint32_t seed) {
+void check_linear(GemmBackend be, int rows, int IC, int OC, bool gelu_after, uint32_t seed,
+                  const GemmTestHooks& hooks = GemmTestHooks{}) {
   GemmContext ctx(be);
+  ctx.test_hooks() = hooks;
   const std::string tag = std::string(kernels::gemm_backend_name(be)) + " linear " + std::to_string(rows) + "x" +
                           std::to_string(IC) + "->" + std::to_string(OC) + " ";
   const size_t n_in = static_cast<size_t>(rows) * IC, n_out = static_cast<size_t>(rows) * OC;
@@ -464,6 +467,115 @@ TYPED_TEST(GemmTest, Deterministic) {
     EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0) << kernels::gemm_backend_name(be) << " dw";
     EXPECT_EQ(bit_mismatches(fwd[0], fwd[1]), 0) << kernels::gemm_backend_name(be) << " forward";
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The hand bf16 GEMM's two kernels, each forced: mma.sync (sm_80, every GPU) and wgmma + TMA (sm_90a,
+// compute capability 9.0 with a build for architecture 90; skipped elsewhere).
+
+GemmTestHooks path_hooks(kernels::GemmHandPath path, int splits = 0) {
+  GemmTestHooks h;
+  h.hand_path = path;
+  h.hand_force_splits = splits;
+  return h;
+}
+
+// Shapes whose every leading dimension is a multiple of 8 (TMA takes them, so the wgmma path cannot fall
+// back), none a multiple of the 128x128x64 tile; a single 8x8x8 tile (boxes mostly out of bounds); a long
+// K on a small output (split-K); and more output tiles than an H100 has SMs, so persistent blocks take
+// several tiles and the stage/phase counter runs on across tiles.
+const Shape kTmaShapes[] = {{136, 72, 72}, {8, 8, 8}, {200, 136, 104}, {72, 104, 4104}, {1160, 1288, 200}};
+
+TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
+  const std::vector<Variant> v = {{"[mma.sync] ", path_hooks(kernels::GemmHandPath::kMmaSync)}};
+  GemmContext& ctx = shared_context(GemmBackend::kHand);
+  ctx.test_hooks() = v[0].hooks;
+  Dev<bf16> a(std::vector<float>(64 * 64, 1.0f), 0);
+  EXPECT_EQ(kernels::gemm_hand_path(ctx, a.data(), a.data(), 64, 64, 64, false, false),
+            kernels::GemmHandPath::kMmaSync);
+  ctx.test_hooks() = GemmTestHooks{};
+  uint32_t seed = 1100;
+  for (const Shape& s : {Shape{136, 72, 72}, Shape{200, 136, 104}})
+    for (int t = 0; t < 4; ++t)
+      check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false}, seed++, v);
+}
+
+class GemmWgmma : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kernels::gemm_hand_wgmma_available())
+      GTEST_SKIP() << "the wgmma GEMM needs a compute capability 9.0 GPU and a build for architecture 90";
+  }
+};
+
+// Every transpose combination (K-major and MN-major operands in both positions), epilogue and C +=.
+TEST_F(GemmWgmma, AllTransposesAndEpiloguesAgainstDoubleLoop) {
+  const std::vector<Variant> v = {{"[wgmma] ", path_hooks(kernels::GemmHandPath::kWgmma)}};
+  uint32_t seed = 1200;
+  for (const Shape& s : kTmaShapes) {
+    if (static_cast<double>(s.M) * s.N * s.K > 1e8) continue;  // the largest: in Gpt2LinearLayersAndPersistentTiles
+    for (int t = 0; t < 4; ++t) {
+      for (GemmEpilogue ep : kEpilogues)
+        check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+      check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+    }
+  }
+}
+
+// The forced path really is wgmma for TMA-friendly operands, and mma.sync (the fallback) for a base one
+// element off 16-byte alignment or a leading dimension that is not a multiple of 8.
+TEST_F(GemmWgmma, PathSelectionAndFallback) {
+  GemmContext ctx(GemmBackend::kHand);
+  ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma);
+  Dev<bf16> x(std::vector<float>(4096, 1.0f), 0), y(std::vector<float>(4096, 1.0f), 1);
+  using kernels::GemmHandPath;
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+    EXPECT_EQ(kernels::gemm_hand_path(ctx, x.data(), x.data(), 64, 64, 64, ta, tb), GemmHandPath::kWgmma) << t;
+    EXPECT_EQ(kernels::gemm_hand_path(ctx, y.data(), x.data(), 64, 64, 64, ta, tb), GemmHandPath::kMmaSync) << t;
+    EXPECT_EQ(kernels::gemm_hand_path(ctx, x.data(), x.data(), 63, 63, 63, ta, tb), GemmHandPath::kMmaSync) << t;
+  }
+  // Misaligned operands under the forced wgmma path: computed right by the fallback.
+  const std::vector<Variant> v = {{"[wgmma->fallback] ", path_hooks(GemmHandPath::kWgmma)}};
+  check_case<bf16>({136, 264, 72, false, false, GemmEpilogue::kBias, false}, 1300, v, 1);
+  check_case<bf16>({136, 264, 72, true, true, GemmEpilogue::kNone, true}, 1301, v, 1);
+}
+
+// A forced split (3: the last split short, in 64-wide K steps) through the split-K reduction's epilogues.
+TEST_F(GemmWgmma, ForcedSplitK) {
+  const std::vector<Variant> v = {{"[wgmma split 3] ", path_hooks(kernels::GemmHandPath::kWgmma, 3)}};
+  uint32_t seed = 1400;
+  for (int t = 0; t < 4; ++t) {
+    for (GemmEpilogue ep : kEpilogues)
+      check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+    check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+  }
+}
+
+// GPT-2 124M's linear layers forward and backward (dinp, dinp*gelu', dw += with split-K at 4096 rows)
+// against the CPU reference, and more tiles than SMs (persistent blocks loop over tiles).
+TEST_F(GemmWgmma, Gpt2LinearLayersAndPersistentTiles) {
+  const GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma);
+  check_linear<bf16>(GemmBackend::kHand, 256, kC, 3 * kC, false, 1500, h);
+  check_linear<bf16>(GemmBackend::kHand, 256, kC, 4 * kC, true, 1510, h);
+  check_linear<bf16>(GemmBackend::kHand, 4096, kC, kC, false, 1520, h);
+  const std::vector<Variant> v = {{"[wgmma] ", h}};
+  check_case<bf16>({1160, 1288, 200, false, false, GemmEpilogue::kBiasGelu, false}, 1530, v);
+  check_case<bf16>({1160, 1288, 200, true, false, GemmEpilogue::kNone, true}, 1531, v);
+}
+
+// Same inputs, same bits on the wgmma path too (split-K weight gradient and a forward product).
+TEST_F(GemmWgmma, Deterministic) {
+  const int rows = 4096;
+  const auto inp = rnd_t<bf16>(static_cast<size_t>(rows) * kC, 1600),
+             dout = rnd_t<bf16>(static_cast<size_t>(rows) * kC, 1601),
+             dw0 = rnd_t<bf16>(static_cast<size_t>(kC) * kC, 1602);
+  GemmContext ctx(GemmBackend::kHand);
+  ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma);
+  std::vector<float> runs[2];
+  for (auto& r : runs)
+    r = gpu_gemm<bf16>(ctx, dw0, inp, dout, nullptr, nullptr, kC, kC, rows, true, false, true, GemmEpilogue::kNone);
+  EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0);
 }
 
 // ---------------------------------------------------------------------------------------------------

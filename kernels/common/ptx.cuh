@@ -1,0 +1,241 @@
+// The one home of the project's inline PTX (STYLE.md: one home for each primitive). .cu files only.
+//
+//  * sm_80+: cp.async (16 and 4 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 bf16.
+//  * sm_90 (plain): mbarrier with transaction counts, TMA (cp.async.bulk.tensor) into shared memory,
+//    the async-proxy fence.
+//  * sm_90a only: wgmma (fence, mma_async, commit, wait) and its shared-memory matrix descriptor.
+//    These exist only in an sm_90a compilation pass (__CUDA_ARCH_FEAT_SM90_ALL); callers guard their use
+//    the same way, so a file that includes this header still compiles for sm_80 and plain sm_90.
+//
+// Sources for the layout facts used here (read, not copied): the PTX ISA ("Asynchronous Warpgroup Level
+// Matrix Multiply-Accumulate Operation", "Matrix Descriptor Format", "mbarrier", "cp.async.bulk.tensor");
+// CUTLASS cute/arch/mma_sm90_desc.hpp (GmmaDescriptor bit fields), cute/atom/mma_traits_sm90_gmma.hpp
+// (make_gmma_desc: which stride is LBO and which SBO per major mode; CLayout_64xN, the accumulator
+// fragment), cute/arch/copy_sm90_tma.hpp and cutlass/arch/barrier.h (instruction spellings), at
+// NVIDIA/cutlass 7107b05535f8977f5ecb9d01ee203205b1fd9bc4.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+namespace gpt2::cuda {
+
+// Generic -> shared-window address, as the shared-memory PTX instructions take it.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// sm_80+: cp.async, ldmatrix, mma.sync
+
+// 16 bytes global -> shared, bypassing L1 and the registers. !full writes 16 zero bytes and reads
+// nothing (src must still be a valid address).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool full) {
+  const int src_bytes = full ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+// 4 bytes global -> shared (through L1: .cg takes 16-byte copies only); !full writes zeros.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool full) {
+  const int src_bytes = full ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives matrix
+// i (lane l: row l/4, columns 2(l%4), 2(l%4)+1; transposed with _trans).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// d += a (16x16, row) * b (16x8, col); bf16 operands, fp32 accumulators. Fragments: a0..a3 = (rows
+// g, g+8) x (cols 2t.., 2t+8..), b0/b1 = k 2t.. / 2t+8.. of column g, d0,d1 at (g, 2t..), d2,d3 at
+// (g+8, 2t..), with g = lane/4, t = lane%4.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// sm_90: mbarrier, TMA, proxy fence
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+
+// A shared-memory barrier completes a phase when `count` arrivals have happened and the transaction
+// count (bytes announced by expect_tx, retired by TMA completions) is back to zero.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialisations visible to the async proxy (TMA) and to other threads; a block-wide barrier
+// must follow before anyone uses the barriers.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` more to come from TMA in the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Waits for the completion of the phase with parity `parity` (0 or 1). A barrier starts in phase 0, not
+// completed, so waiting on parity 1 returns at once: the "previous" phase counts as complete. That is
+// how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS
+// make_producer_start_state starts the producer at phase 1 for the same reason).
+// A wait that has not completed after ~2^28 tries (seconds: each try_wait itself suspends for a while)
+// is a bug (a phase or byte count that never completes): it traps with a message rather than hanging the
+// job, so the launch fails with an error the host's CUDA_CHECK reports.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  uint32_t done = 0, tries = 0;
+  do {
+    if (++tries == (1u << 28)) {
+      printf("mbarrier wait timed out: block %d thread %d, barrier at shared 0x%x, parity %u\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), addr, parity);
+      __trap();
+    }
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// 2-D tile global -> shared through the tensor map (a __grid_constant__ kernel parameter, passed by its
+// generic address). c0 is the innermost (contiguous) coordinate, in elements. Completion retires the
+// box's bytes on `bar`; out-of-bounds elements of the box are written as zeros and still count.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tensor_map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Fetches the tensor map into the descriptor cache ahead of the first copy.
+__device__ __forceinline__ void tma_prefetch_descriptor(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensor_map)) : "memory");
+}
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (TMA, wgmma)
+// on the same memory (HOPPER.md: ordinary stores read next by the tensor cores or the copy engine).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+// __syncthreads): lets one warpgroup synchronise without the others.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+#endif  // sm_90
+
+// ---------------------------------------------------------------------------------------------------
+// sm_90a: wgmma
+
+// The 64-bit shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"; CUTLASS GmmaDescriptor):
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading dimension byte offset (LBO) >> 4
+//   bits 32-45  stride dimension byte offset (SBO) >> 4
+//   bits 49-51  base offset (0: every 1024-byte swizzle atom starts 1024-aligned)
+//   bits 62-63  layout: 0 none (interleave), 1 128-byte swizzle, 2 64-byte, 3 32-byte
+// With the 128-byte swizzle and 16-bit elements (make_gmma_desc in CUTLASS):
+//   K-major:  rows of 64 K values (128 bytes), 8 rows per 1024-byte atom; SBO = the stride between
+//             8-row groups along M/N; LBO is unused (set to 1).
+//   MN-major: rows of 64 M/N values (128 bytes) indexed by K, 8 K-rows per atom; SBO = the stride between
+//             8-row groups along K; LBO = the stride between 64-wide blocks along M/N.
+// A K step inside a 128-byte row moves the start address by its byte offset (32 bytes per k16): the
+// hardware applies the swizzle to the computed address, which is why atoms must be 1024-aligned.
+enum class WgmmaSwizzle : uint64_t { kNone = 0, k128B = 1, k64B = 2, k32B = 3 };
+
+__host__ __device__ constexpr uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                  WgmmaSwizzle swizzle) {
+  return (static_cast<uint64_t>((smem_addr >> 4) & 0x3FFF)) | (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (static_cast<uint64_t>(swizzle) << 62);
+}
+
+// The accumulator fragment of wgmma .m64nNk16 with fp32 D (PTX ISA "Register Fragments: Matrix D";
+// CUTLASS CLayout_64xN = ((4,8,4),(2,2,N/8)):((128,1,16),(64,8,512)) over a column-major 64xN tile):
+// register i of lane `lane` in warp `warp` (0..3 within the warpgroup) holds
+//   row = 16*warp + lane/4 + 8*((i/2)%2),   col = 8*(i/4) + 2*(lane%4) + i%2.
+// So registers 4j..4j+3 are one m16n8 tile laid out like mma.sync's accumulator.
+__host__ __device__ constexpr int wgmma_acc_row(int warp, int lane, int i) {
+  return 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
+}
+__host__ __device__ constexpr int wgmma_acc_col(int lane, int i) {
+  return 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Before the first wgmma, and whenever other instructions touched the accumulator registers since.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most kPending of this warpgroup's committed wgmma groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator register across the asynchronous window
+// (CUTLASS warpgroup_fence_operand).
+__device__ __forceinline__ void wgmma_fence_operand(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+
+// d (64x128, fp32) = [d +] A (64x16) B (16x128), both bf16 from shared memory through descriptors.
+// kTransA / kTransB: the operand is MN-major in shared memory (1) rather than K-major (0); the transpose
+// immediates exist for 16-bit types only. scale_d = 0 ignores d's old value (the first K step).
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, %67, %68;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace gpt2::cuda

@@ -1,0 +1,133 @@
+// What every hand GEMM kernel shares (kernels/gemm/gemm.cu: mma.sync and SIMT; gemm_sm90.cu: wgmma):
+// the output-tile order and the epilogue that finishes 4 consecutive outputs from fp32 accumulators.
+// Internal to kernels/gemm/ (.cu files only).
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/gemm/gemm_cuda.hpp"
+
+namespace gpt2::kernels::gemm_detail {
+
+using cuda::from_f32;
+using cuda::to_f32;
+
+// Tile order: GROUP_M row tiles are swept together along N, so the A rows and B columns that the
+// resident blocks read stay in L2 (the LM head's B, wte, is larger than L2).
+constexpr int kGroupM = 8;
+
+// Linear tile index -> (tile_m, tile_n) in that order.
+__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+  const int in_group = kGroupM * tiles_n;
+  const int first_m = (pid / in_group) * kGroupM;
+  const int rows = min(tiles_m - first_m, kGroupM);
+  tile_m = first_m + (pid % in_group) % rows;
+  tile_n = (pid % in_group) / rows;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 4 consecutive elements of T <-> 4 floats (callers guarantee 4*sizeof(T) alignment).
+
+__device__ __forceinline__ void load4(const float* p, float v[4]) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+__device__ __forceinline__ void store4(float* p, const float v[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void load4(const bf16* p, float v[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+}
+__device__ __forceinline__ void store4(bf16* p, const float v[4]) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
+  uint2 raw;
+  raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The epilogue, shared by every kernel that finishes an output tile.
+
+template <class T>
+struct EpilogueParams {
+  T* c;
+  const T* bias;  // (N) for kBias / kBiasGelu
+  T* aux;         // (M,N): written by kBiasGelu, read by kDGelu
+  int M, N;
+  bool accumulate;  // C += (kNone only)
+  bool vec4;        // N % 4 == 0 and c, bias, aux aligned to 4 elements: whole 4-vectors
+};
+
+template <class T, GemmEpilogue kEp>
+__device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t idx, int col, float v) {
+  if constexpr (kEp == GemmEpilogue::kNone) {
+    if (p.accumulate) v += to_f32(p.c[idx]);
+  } else if constexpr (kEp == GemmEpilogue::kBias) {
+    v += to_f32(p.bias[col]);
+  } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
+    // GELU of the stored pre-activation, so forward and backward (which reads aux) see the same value.
+    const T pre = from_f32<T>(v + to_f32(p.bias[col]));
+    p.aux[idx] = pre;
+    v = cuda::gelu_f32(to_f32(pre));
+  } else {
+    v *= cuda::gelu_grad_f32(to_f32(p.aux[idx]));
+  }
+  return v;
+}
+
+// Elements (row, col..col+3) of C; the caller guarantees row < M and col < N.
+template <class T, GemmEpilogue kEp>
+__device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4]) {
+  const size_t idx = static_cast<size_t>(row) * p.N + col;
+  if (p.vec4) {
+    float x[4];
+    if constexpr (kEp == GemmEpilogue::kNone) {
+      if (p.accumulate) {
+        load4(p.c + idx, x);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] += x[j];
+      }
+    } else if constexpr (kEp == GemmEpilogue::kBias) {
+      load4(p.bias + col, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] += x[j];
+    } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
+      load4(p.bias + col, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = to_f32(from_f32<T>(v[j] + x[j]));  // the stored pre-activation
+      store4(p.aux + idx, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = cuda::gelu_f32(x[j]);
+    } else {
+      load4(p.aux + idx, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] *= cuda::gelu_grad_f32(x[j]);
+    }
+    store4(p.c + idx, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (col + j < p.N) p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
+    }
+  }
+}
+
+// Split-K partials: (row, col..col+3) of this split's M x N fp32 slice.
+__device__ __forceinline__ void store_partial4(float* part, int N, bool vec4, int row, int col, const float v[4]) {
+  const size_t idx = static_cast<size_t>(row) * N + col;
+  if (vec4) {
+    store4(part + idx, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (col + j < N) part[idx + j] = v[j];
+  }
+}
+
+}  // namespace gpt2::kernels::gemm_detail

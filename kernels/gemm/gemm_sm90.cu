@@ -1,0 +1,379 @@
+// The hand GEMM on Hopper's own path (bf16, compute capability 9.0, sm_90a code):
+//
+//   TMA (cp.async.bulk.tensor, 128-byte swizzle) --full[s]--> 2 consumer warpgroups: wgmma m64n128k16
+//        ^                                                          |
+//        +--------------------------- empty[s] ---------------------+
+//
+//  * One block per SM (persistent): work units are (split, output tile) pairs, taken in the tile order of
+//    the mma.sync kernel (gemm_common.cuh), blockIdx.x, blockIdx.x + gridDim.x, ...
+//  * Warpgroup 0 is the producer: one thread waits for an empty stage, announces its bytes on the
+//    stage's full barrier and issues the TMA copies. Warpgroups 1 and 2 are consumers: each owns 64
+//    rows of the 128x128 tile, waits for a full stage, runs 4 wgmma (k16 each) from shared memory, and
+//    frees the stage once those wgmma have completed (one group kept in flight).
+//  * The epilogue stages each consumer's fp32 64x128 accumulators through its own shared-memory tile and
+//    finishes them with the hand backend's apply_epilogue4 (bias, bias+GELU, GELU gradient, C +=), or
+//    writes split-K partials: the same arithmetic and rounding as the mma.sync kernel's epilogue.
+//
+// NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
+// GPT2_GEMM_SM90=1 or the test hook (gemm_cuda.hpp GemmHandPath).
+//
+// Layout facts, and where they come from (see kernels/common/ptx.cuh for the wrappers' own sources):
+//  * TMA box: 64 x 64 bf16 with CU_TENSOR_MAP_SWIZZLE_128B: the inner extent is 128 bytes, the most that
+//    128-byte swizzle allows (cuda.h, cuTensorMapEncodeTiled), and each box is 8 rows x 128 bytes x 8 =
+//    8 KB, eight 1024-byte swizzle atoms. Each operand tile of a stage is two such boxes, 8 KB apart.
+//  * The same 128-byte swizzle (16-byte chunk index XOR row % 8 within a 1024-byte atom, CUTLASS
+//    Swizzle<3,4,3>) is what wgmma's layout type 1 expects, so the descriptors point at the TMA output
+//    directly. Stage buffers are 1024-byte aligned (descriptor base offset 0).
+//  * Descriptors (make_gmma_desc in CUTLASS cute/atom/mma_traits_sm90_gmma.hpp):
+//      K-major operand (A not transposed, B transposed): rows = M or N, 128 bytes of K each; SBO = 1024
+//        (8 rows), LBO unused; the k16 step kk moves the start address by 32*kk bytes.
+//      MN-major operand (A transposed, B not transposed): rows = K, 128 bytes = 64 of M or N each;
+//        SBO = 1024 (8 K-rows), LBO = 8192 (the next box: the next 64 of M or N); the k16 step kk moves
+//        the start by 16 rows = 2048*kk bytes; the wgmma transpose immediate is 1 (16-bit types only).
+//  * Accumulators: wgmma_acc_row/col in ptx.cuh (PTX ISA wgmma D fragment; CUTLASS CLayout_64xN).
+//  * Barrier phases: a k-step counter `it` runs over every unit of the block, identically in the
+//    producer and the consumers; stage = it % kStages, and the use count it / kStages gives the parity.
+//    Consumers wait full[stage] for parity (it/kStages)&1; the producer waits empty[stage] for the
+//    opposite parity, which a fresh barrier passes at once (CUTLASS make_producer_start_state).
+//    full: 1 arrival (the producer's arrive.expect_tx) + the stage's bytes. empty: one arrival from lane
+//    0 of each consumer warp after that warp's wgmma.wait_group (8), so no warp can still be reading.
+#include <cuda.h>  // CUtensorMap and its enums only: the driver entry point comes through cudart
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/gemm/gemm_sm90.cuh"
+
+namespace gpt2::kernels::gemm_detail {
+
+namespace {
+
+using cuda::ceil_div;
+
+// Launch configuration (named data; the reasons in the comments).
+struct WgmmaTile {
+  // 128x128 per unit, K in steps of 64: two consumer warpgroups of m64n128 (64 fp32 accumulators per
+  // thread), so registers stay far from the 168 that 384 threads at one block per SM allow.
+  static constexpr int kBM = 128, kBN = 128, kBK = kWgmmaBK;
+  static constexpr int kConsumers = 2;
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
+  static constexpr int kWgRows = kBM / kConsumers;  // 64: one wgmma M
+  static constexpr int kWgmmaK = 16;
+  // TMA box: 64 x 64 bf16; 64 * 2 bytes = 128, the inner extent of the 128-byte swizzle.
+  static constexpr int kBox = 64;
+  static constexpr int kBoxBytes = kBox * kBox * 2;
+  static constexpr int kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;  // 32 KB, the full barrier's transaction count
+  // 4 stages x 32 KB: three stages in flight while one is consumed.
+  static constexpr int kStages = 4;
+  // Epilogue staging per consumer: 64 rows x 128 fp32, rows padded by 8 floats so the fragment stores
+  // (float2 per lane, 4 rows x 4 lanes per half-warp) hit 32 distinct banks.
+  static constexpr int kCStride = kBN + 8;
+  static constexpr int kStagingBytes = kWgRows * kCStride * 4;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kAlign = 1024;  // swizzle atoms must start 1024-aligned (descriptor base offset 0)
+  static constexpr size_t kSmemBytes = kAlign + kStages * kStageBytes + kConsumers * kStagingBytes + kBarrierBytes;
+  static_assert(kBM == 2 * kBox && kBN == 2 * kBox && kBK == kBox, "two boxes per operand tile");
+  static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0 && kBoxBytes % kAlign == 0, "1024-aligned boxes");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
+};
+
+struct WgmmaParams {
+  int M, N, K;
+  int k_per_split;  // a multiple of kBK
+  int splits;
+  float* partial;  // [splits][M][N] fp32 when splitting; nullptr otherwise
+  EpilogueParams<bf16> ep;
+};
+
+// Unit -> output tile origin and K range (identical in producer and consumers).
+struct Unit {
+  int m0, n0, k_begin, k_tiles, split;
+};
+__device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int tiles_m, int tiles_n) {
+  using Cfg = WgmmaTile;
+  const int tiles = tiles_m * tiles_n;
+  Unit u;
+  u.split = unit / tiles;
+  int tile_m, tile_n;
+  tile_coords(unit % tiles, tiles_m, tiles_n, tile_m, tile_n);
+  u.m0 = tile_m * Cfg::kBM;
+  u.n0 = tile_n * Cfg::kBN;
+  u.k_begin = u.split * p.k_per_split;
+  const int k_end = min(p.K, u.k_begin + p.k_per_split);
+  u.k_tiles = static_cast<int>(ceil_div(k_end - u.k_begin, Cfg::kBK));
+  return u;
+}
+
+template <bool kTransA, bool kTransB, GemmEpilogue kEp>
+__global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
+    gemm_bf16_wgmma_tma_persistent(const __grid_constant__ CUtensorMap tmap_a,
+                                   const __grid_constant__ CUtensorMap tmap_b, const WgmmaParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = WgmmaTile;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
+  auto stage_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
+  auto stage_b = [&](int s) { return smem + s * Cfg::kStageBytes + Cfg::kABytes; };
+  float* staging = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kStageBytes);
+  uint64_t* full =
+      reinterpret_cast<uint64_t*>(smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kConsumers * Cfg::kStagingBytes);
+  uint64_t* empty = full + Cfg::kStages;
+
+  const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
+  const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      cuda::mbarrier_init(&full[s], 1);
+      cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);
+    }
+    cuda::fence_mbarrier_init();
+  }
+  __syncthreads();  // the last block-wide barrier: from here on the roles run independently
+
+  const int tiles_m = static_cast<int>(ceil_div(p.M, Cfg::kBM));
+  const int tiles_n = static_cast<int>(ceil_div(p.N, Cfg::kBN));
+  const int units = tiles_m * tiles_n * p.splits;
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every copy ----
+    if (tid_wg != 0) return;
+    cuda::tma_prefetch_descriptor(&tmap_a);
+    cuda::tma_prefetch_descriptor(&tmap_b);
+    uint32_t it = 0;
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const Unit u = decode_unit(p, unit, tiles_m, tiles_n);
+      for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
+        const int s = static_cast<int>(it % Cfg::kStages);
+        cuda::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
+        cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+        const int k0 = u.k_begin + kt * Cfg::kBK;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          // Coordinates are {inner, outer}: K-major operands have K inner, MN-major ones M or N.
+          if constexpr (!kTransA)
+            cuda::tma_load_2d(stage_a(s) + j * Cfg::kBoxBytes, &tmap_a, &full[s], k0, u.m0 + j * Cfg::kBox);
+          else
+            cuda::tma_load_2d(stage_a(s) + j * Cfg::kBoxBytes, &tmap_a, &full[s], u.m0 + j * Cfg::kBox, k0);
+          if constexpr (kTransB)
+            cuda::tma_load_2d(stage_b(s) + j * Cfg::kBoxBytes, &tmap_b, &full[s], k0, u.n0 + j * Cfg::kBox);
+          else
+            cuda::tma_load_2d(stage_b(s) + j * Cfg::kBoxBytes, &tmap_b, &full[s], u.n0 + j * Cfg::kBox, k0);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  const int c = wg - 1;  // 0 or 1: rows [64c, 64c+64) of the tile
+  const int warp = tid_wg / 32, lane = tid_wg % 32;
+  float* stg = staging + c * (Cfg::kStagingBytes / 4);
+  // Descriptor pieces that do not depend on the stage (ptx.cuh wgmma_desc; facts in the file comment).
+  constexpr uint32_t kSbo = 1024;
+  constexpr uint32_t kLboA = kTransA ? Cfg::kBoxBytes : 16;  // K-major: unused (encodes as 1)
+  constexpr uint32_t kLboB = kTransB ? 16 : Cfg::kBoxBytes;
+  constexpr uint32_t kKStepA = kTransA ? Cfg::kWgmmaK * 128 : Cfg::kWgmmaK * 2;  // bytes per k16
+  constexpr uint32_t kKStepB = kTransB ? Cfg::kWgmmaK * 2 : Cfg::kWgmmaK * 128;
+  // This warpgroup's 64 rows of A: the next 64 rows of a K-major tile (64 x 128 bytes), or box c of an
+  // MN-major one; both are 8 KB in.
+  const uint32_t a_rows_offset = static_cast<uint32_t>(c * Cfg::kBoxBytes);
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;  // never read (scale-d 0 on each unit's first k16), but defined
+  uint32_t it = 0;
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const Unit u = decode_unit(p, unit, tiles_m, tiles_n);
+    for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
+      const int s = static_cast<int>(it % Cfg::kStages);
+      cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
+      const uint32_t a_base = cuda::smem_u32(stage_a(s)) + a_rows_offset;
+      const uint32_t b_base = cuda::smem_u32(stage_b(s));
+      cuda::wgmma_fence();  // the accumulators were last touched by ordinary instructions (the epilogue)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kBK / Cfg::kWgmmaK; ++kk) {
+        const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k128B);
+        const uint64_t db = cuda::wgmma_desc(b_base + kk * kKStepB, kLboB, kSbo, cuda::WgmmaSwizzle::k128B);
+        cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+      }
+      cuda::wgmma_commit_group();
+#pragma unroll
+      for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);
+      // The previous k-step's group is complete: its stage can be refilled.
+      cuda::wgmma_wait_group<1>();
+      if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+    }
+    cuda::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);
+    if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+
+    // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced).
+    cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);  // this warpgroup's last tile is read out
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int r = cuda::wgmma_acc_row(warp, lane, 4 * j), col = cuda::wgmma_acc_col(lane, 4 * j);
+      *reinterpret_cast<float2*>(stg + r * Cfg::kCStride + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
+    constexpr int kVecPerRow = Cfg::kBN / 4;
+    float* part = p.partial ? p.partial + static_cast<size_t>(u.split) * p.M * p.N : nullptr;
+#pragma unroll 4
+    for (int i = tid_wg; i < Cfg::kWgRows * kVecPerRow; i += Cfg::kWarpgroupThreads) {
+      const int r = i / kVecPerRow, c4 = i % kVecPerRow;
+      const int row = u.m0 + c * Cfg::kWgRows + r, col = u.n0 + c4 * 4;
+      if (row >= p.M || col >= p.N) continue;
+      float v[4];
+      load4(stg + r * Cfg::kCStride + c4 * 4, v);
+      if (part)
+        store_partial4(part, p.N, p.ep.vec4, row, col, v);
+      else
+        apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
+    }
+  }
+#else
+  // Compiled for another architecture: this kernel is launched only where wgmma_device_ready() found
+  // its sm_90a code, so this body never runs.
+  (void)tmap_a, (void)tmap_b, (void)p;
+  __trap();
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Host side.
+
+// cuTensorMapEncodeTiled from the driver through cudart, so nothing links libcuda (cudart is static).
+// cudaGetDriverEntryPointByVersion: the unversioned cudaGetDriverEntryPoint is deprecated in CUDA 13.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    GPT2_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
+               "the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver); run without GPT2_GEMM_SM90");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A row-major (outer, inner) bf16 matrix with leading dimension ld, read in 64 x 64 boxes with the
+// 128-byte swizzle. Out-of-bounds box elements read as zero (OOB_FILL_NONE), which pads M, N and K tails.
+CUtensorMap make_tensor_map(const bf16* base, int inner, int outer, int ld) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(bf16)};  // bytes, dimension 1
+  const cuuint32_t box[2] = {WgmmaTile::kBox, WgmmaTile::kBox};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box,
+                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  GPT2_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(r) << ") for a " << outer
+                                                                           << " x " << inner << " bf16 matrix with ld "
+                                                                           << ld);
+  return map;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  return n;
+}
+
+template <bool kTransA, bool kTransB, GemmEpilogue kEp>
+void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, cudaStream_t stream) {
+  auto kernel = gemm_bf16_wgmma_tma_persistent<kTransA, kTransB, kEp>;
+  static const bool configured = [&] {  // once per instantiation: > 48 KB of dynamic shared memory
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(WgmmaTile::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const long units = ceil_div(p.M, WgmmaTile::kBM) * ceil_div(p.N, WgmmaTile::kBN) * p.splits;
+  const unsigned grid = static_cast<unsigned>(units < sm_count() ? units : sm_count());
+  kernel<<<grid, WgmmaTile::kThreads, WgmmaTile::kSmemBytes, stream>>>(ta, tb, p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class F>
+void dispatch_bool(bool v, F&& f) {
+  if (v)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
+}  // namespace
+
+bool wgmma_device_ready() {
+  static const bool ready = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();  // no device: not an error here, just not ready
+      return false;
+    }
+    if (major != 9 || minor != 0) return false;  // sm_90a code runs on 9.0 only
+    cudaFuncAttributes attr;
+    const cudaError_t e =
+        cudaFuncGetAttributes(&attr, gemm_bf16_wgmma_tma_persistent<false, false, GemmEpilogue::kNone>);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return true;
+  }();
+  return ready;
+}
+
+bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
+}
+
+void gemm_bf16_wgmma(const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
+                     int splits, float* partial, const EpilogueParams<bf16>& ep, GemmEpilogue epilogue,
+                     cudaStream_t stream) {
+  GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
+  const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  GPT2_CHECK(wgmma_takes(a, b, lda, ldb), "the wgmma GEMM was given operands TMA cannot describe");
+  // A is (M,K) [K-major] or, transposed, (K,M) [MN-major]; B is (K,N) [MN-major] or, transposed, (N,K).
+  const CUtensorMap ta = trans_a ? make_tensor_map(a, M, K, lda) : make_tensor_map(a, K, M, lda);
+  const CUtensorMap tb = trans_b ? make_tensor_map(b, K, N, ldb) : make_tensor_map(b, N, K, ldb);
+  WgmmaParams p;
+  p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
+  dispatch_bool(trans_a, [&](auto tra) {
+    dispatch_bool(trans_b, [&](auto trb) {
+      switch (epilogue) {
+        case GemmEpilogue::kNone:
+          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kNone>(ta, tb, p, stream);
+          break;
+        case GemmEpilogue::kBias:
+          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kBias>(ta, tb, p, stream);
+          break;
+        case GemmEpilogue::kBiasGelu:
+          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kBiasGelu>(ta, tb, p, stream);
+          break;
+        case GemmEpilogue::kDGelu:
+          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kDGelu>(ta, tb, p, stream);
+          break;
+      }
+    });
+  });
+}
+
+}  // namespace gpt2::kernels::gemm_detail

@@ -1,0 +1,33 @@
+// The Hopper path of the hand GEMM (gemm_sm90.cu): TMA -> mbarrier pipeline -> wgmma, persistent tiles.
+// Internal to kernels/gemm/; gemm.cu dispatches to it. gemm_sm90.cu is compiled only when the CUDA
+// architectures include 90, and then for sm_90a alone (CMakeLists.txt), which defines GPT2_HAVE_GEMM_SM90
+// for gemm.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/gemm/gemm_common.cuh"
+#include "kernels/gemm/gemm_cuda.hpp"
+
+namespace gpt2::kernels::gemm_detail {
+
+// K step of the wgmma kernel: split-K ranges for it are multiples of this (a TMA box does not stop at a
+// split boundary, only at K).
+constexpr int kWgmmaBK = 64;
+
+// This process's device is compute capability 9.0 and the binary holds the kernel's sm_90a code (a
+// kernel-attribute query on it succeeds). Read once per process.
+bool wgmma_device_ready();
+
+// Whether TMA can describe these operands (16-byte aligned bases, leading dimensions that are multiples
+// of 8 elements: tensor-map strides are multiples of 16 bytes). Otherwise the caller uses mma.sync.
+bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
+
+// C tile work for one launch: [splits][tiles] units over a persistent grid. With partial != nullptr each
+// split writes its fp32 partials (partial + split*M*N) and `ep` is not applied; otherwise C = ep(acc).
+// k_per_split: a multiple of kWgmmaBK. lda = trans_a ? M : K, ldb = trans_b ? K : N.
+void gemm_bf16_wgmma(const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
+                     int splits, float* partial, const EpilogueParams<bf16>& ep, GemmEpilogue epilogue,
+                     cudaStream_t stream);
+
+}  // namespace gpt2::kernels::gemm_detail
