@@ -17,6 +17,12 @@ void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* in
 void residual_layernorm_forward_cpu(float* residual, float* out, float* mean, float* rstd, const float* a,
                                     const float* b, const float* weight, const float* bias, int N, int C);
 
+// The forward's output from saved statistics (activation recompute): the same per-element expression
+// as layernorm_forward_cpu, so with the mean/rstd it saved, out is bit-identical to what it wrote.
+//   [in] inp (N,C), mean (N), rstd (N), weight (C), bias (C);  [out] out (N,C)
+void layernorm_apply_cpu(float* out, const float* inp, const float* mean, const float* rstd, const float* weight,
+                         const float* bias, int N, int C);
+
 // Backward of layernorm_forward_cpu.
 //   [in]  dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
 //   [in,out] dinp (N,C), dweight (C), dbias (C)  -- all accumulated with +=

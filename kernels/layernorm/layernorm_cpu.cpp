@@ -6,6 +6,13 @@
 namespace gpt2::kernels {
 namespace {
 
+// The one place the normalised output is computed: forward and recompute (layernorm_apply_cpu) share
+// it, so a recomputed layernorm output is bit-identical to the one the forward dropped.
+inline void normalize_row(float* o, const float* x, float m, float s, const float* w, const float* b, int C) {
+#pragma omp simd
+  for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+}
+
 inline void layernorm_row(float* o, float* mean_out, float* rstd_out, const float* x, const float* w,
                           const float* b, int C) {
   float sum = 0.0f;
@@ -16,8 +23,7 @@ inline void layernorm_row(float* o, float* mean_out, float* rstd_out, const floa
 #pragma omp simd reduction(+ : var)
   for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
   const float s = 1.0f / std::sqrt(var / C + kLayerNormEps);
-#pragma omp simd
-  for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+  normalize_row(o, x, m, s, w, b, C);
   *mean_out = m;
   *rstd_out = s;
 }
@@ -30,6 +36,15 @@ void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* in
   for (int i = 0; i < N; ++i) {
     const size_t off = static_cast<size_t>(i) * C;
     layernorm_row(out + off, mean + i, rstd + i, inp + off, weight, bias, C);
+  }
+}
+
+void layernorm_apply_cpu(float* out, const float* inp, const float* mean, const float* rstd, const float* weight,
+                         const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const size_t off = static_cast<size_t>(i) * C;
+    normalize_row(out + off, inp + off, mean[i], rstd[i], weight, bias, C);
   }
 }
 

@@ -60,7 +60,7 @@ const char* kUsage =
 ParsedArgs parse_train_args(int argc, char** argv) {
   ParsedArgs out;
   TrainConfig& c = out.config;
-  std::string model_preset, schedule = "cosine";
+  std::string model_preset, schedule = "cosine", recompute = "none";
   int n_layer = 0, n_head = 0, n_embd = 0;
   std::vector<std::string> config_files;
 
@@ -76,6 +76,10 @@ ParsedArgs parse_train_args(int argc, char** argv) {
        "Adam state are fp32 either way); auto = bf16 on cuda, fp32 on cpu (the CPU backend is fp32 only)")
       ("gemm", po::value<std::string>(&c.gemm)->default_value("cublaslt"),
        "hand | cublaslt: the CUDA GEMM backend (hand-written tensor-core kernels, or cuBLASLt)")
+      ("recompute", po::value<std::string>(&recompute)->default_value("none"),
+       "none | selective | full: activations dropped in forward and recomputed in backward, trading compute "
+       "for memory with bit-identical gradients. selective: the layernorm and GELU outputs; full: everything "
+       "but each block's input (backward reruns each block's forward). CPU backend only for now")
       ("threads", po::value<int>(&c.threads)->default_value(0),
        "OpenMP threads per rank (0: the rank's cores, shared fairly between ranks on a node)")
       ("seed", po::value<uint64_t>(&c.seed)->default_value(1337), "seed for initialisation and data order")
@@ -254,6 +258,10 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     return error("--device must be cpu, cuda or auto (got '" + c.device + "')");
   if (c.precision != "bf16" && c.precision != "fp32" && c.precision != "auto")
     return error("--precision must be bf16, fp32 or auto (got '" + c.precision + "')");
+  if (recompute == "none") c.recompute = Recompute::kNone;
+  else if (recompute == "selective") c.recompute = Recompute::kSelective;
+  else if (recompute == "full") c.recompute = Recompute::kFull;
+  else return error("--recompute must be none, selective or full (got '" + recompute + "')");
   if (c.gemm != "hand" && c.gemm != "cublaslt") return error("--gemm must be hand or cublaslt (got '" + c.gemm + "')");
   if (c.comm != "nccl" && c.comm != "mpi" && c.comm != "auto")
     return error("--comm must be nccl, mpi or auto (got '" + c.comm + "')");

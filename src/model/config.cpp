@@ -74,4 +74,13 @@ bool apply_model_preset(const std::string& name, GPT2Config* cfg) {
 
 std::string model_preset_names() { return "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d<N> (L=N, H=N, C=64N)"; }
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
 }  // namespace gpt2

@@ -30,6 +30,16 @@ struct GPT2Config {
 // Fills the dimensions of `name`: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, or d<N>
 // (L = N, NH = N, C = 64 N). Leaves vocab_size and max_seq_len alone. Returns false if unknown.
 bool apply_model_preset(const std::string& name, GPT2Config* cfg);
+
+// Which activations a training forward keeps for backward (--recompute). Whatever is dropped is
+// recomputed in backward by the same kernels from what is kept, so gradients do not change by a bit.
+//   kNone:      everything.
+//   kSelective: not the layernorm outputs (ln1, ln2: re-applied from their input and the saved
+//               mean/rstd) nor the GELU output (from the kept pre-activation).
+//   kFull:      per block only its input (the residual stream entering it) and ln_1's mean/rstd;
+//               backward reruns each block's forward, in reverse, into one block's worth of buffers.
+enum class Recompute { kNone, kSelective, kFull };
+const char* recompute_name(Recompute r);
 // The list above, for --help and error messages.
 std::string model_preset_names();
 

@@ -19,43 +19,78 @@ GPT2::GPT2(const GPT2Config& cfg) : cfg_(cfg), table_(cfg), params_(table_.total
 
 void GPT2::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
-double GPT2::activation_bytes(const GPT2Config& cfg, int B, int T) {
+namespace {
+
+// How many layers' worth of each kind of activation a forward keeps (Activations' [sel]/[full] marks).
+struct KeptLayers {
+  size_t ln;     // ln1, ln2 outputs
+  size_t gelu;   // fch_gelu
+  size_t inner;  // qkv, att, atty, attproj, residual2, ln2 mean/rstd, fch, fcproj
+};
+
+KeptLayers kept_layers(int L, Recompute r) {
+  const size_t all = static_cast<size_t>(L);
+  return {r == Recompute::kNone ? all : 1, r == Recompute::kNone ? all : 1, r == Recompute::kFull ? 1 : all};
+}
+
+// Layer l's slice of an activation holding `per` floats per layer, or the one-layer slot (refilled
+// in backward) when the buffer holds a single layer.
+float* slot(std::vector<float>& v, int l, size_t per) { return v.data() + (v.size() == per ? 0 : l * per); }
+
+}  // namespace
+
+double GPT2::activation_bytes(const GPT2Config& cfg, int B, int T, Recompute recompute) {
+  const KeptLayers k = kept_layers(cfg.n_layer, recompute);
   const double L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, Vp = cfg.padded_vocab_size();
   const double BT = static_cast<double>(B) * T;
-  const double per_layer = BT * C * 7          // ln1, atty, attproj, residual2, ln2, fcproj, residual3
-                           + BT * 4            // ln1/ln2 mean and rstd
-                           + BT * 3 * C        // qkv
-                           + BT * 4 * C * 2    // fch, fch_gelu
-                           + static_cast<double>(B) * NH * T * T;  // att
+  const double ln = k.ln, gelu = k.gelu, inner = k.inner;
+  const double layers = ln * BT * C * 2                     // ln1, ln2
+                        + gelu * BT * 4 * C                 // fch_gelu
+                        + inner * (BT * C * 4               // atty, attproj, residual2, fcproj
+                                   + BT * 2                 // ln2 mean and rstd
+                                   + BT * 3 * C             // qkv
+                                   + BT * 4 * C             // fch
+                                   + static_cast<double>(B) * NH * T * T)  // att
+                        + L * (BT * C + BT * 2);            // residual3, ln1 mean and rstd
   const double once = BT * C * 4               // encoded, lnf, dresidual, dbtc
                       + BT * 3                 // lnf mean and rstd, losses
                       + BT * Vp                // logits
                       + BT * 3 * C + BT * 4 * C;  // dqkv, dbt4c
-  return (L * per_layer + once) * sizeof(float);
+  return (layers + once) * sizeof(float);
+}
+
+void GPT2::set_recompute(Recompute r) {
+  if (r == recompute_) return;
+  recompute_ = r;
+  acts_ = Activations{};  // reallocated at the next forward with the new layout
+  have_dlogits_ = false;
 }
 
 void GPT2::ensure_activations(int B, int T) {
-  if (acts_.B == B && acts_.T == T) return;
+  if (acts_.B == B && acts_.T == T && acts_.recompute == recompute_) return;
   const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
   const size_t BT = static_cast<size_t>(B) * T;
+  const KeptLayers k = kept_layers(cfg_.n_layer, recompute_);
   Activations& a = acts_;
+  a = Activations{};  // free the old layout before the new one is allocated
   a.B = B;
   a.T = T;
+  a.recompute = recompute_;
   a.encoded.assign(BT * C, 0.0f);
-  a.ln1.assign(L * BT * C, 0.0f);
+  a.ln1.assign(k.ln * BT * C, 0.0f);
   a.ln1_mean.assign(L * BT, 0.0f);
   a.ln1_rstd.assign(L * BT, 0.0f);
-  a.qkv.assign(L * BT * 3 * C, 0.0f);
-  a.att.assign(L * B * NH * T * T, 0.0f);
-  a.atty.assign(L * BT * C, 0.0f);
-  a.attproj.assign(L * BT * C, 0.0f);
-  a.residual2.assign(L * BT * C, 0.0f);
-  a.ln2.assign(L * BT * C, 0.0f);
-  a.ln2_mean.assign(L * BT, 0.0f);
-  a.ln2_rstd.assign(L * BT, 0.0f);
-  a.fch.assign(L * BT * 4 * C, 0.0f);
-  a.fch_gelu.assign(L * BT * 4 * C, 0.0f);
-  a.fcproj.assign(L * BT * C, 0.0f);
+  a.qkv.assign(k.inner * BT * 3 * C, 0.0f);
+  a.att.assign(k.inner * B * NH * T * T, 0.0f);
+  a.atty.assign(k.inner * BT * C, 0.0f);
+  a.attproj.assign(k.inner * BT * C, 0.0f);
+  a.residual2.assign(k.inner * BT * C, 0.0f);
+  a.ln2.assign(k.ln * BT * C, 0.0f);
+  a.ln2_mean.assign(k.inner * BT, 0.0f);
+  a.ln2_rstd.assign(k.inner * BT, 0.0f);
+  a.fch.assign(k.inner * BT * 4 * C, 0.0f);
+  a.fch_gelu.assign(k.gelu * BT * 4 * C, 0.0f);
+  a.fcproj.assign(k.inner * BT * C, 0.0f);
   a.residual3.assign(L * BT * C, 0.0f);
   a.lnf.assign(BT * C, 0.0f);
   a.lnf_mean.assign(BT, 0.0f);
@@ -72,7 +107,7 @@ void GPT2::forward(const int32_t* inputs, int B, int T) {
   GPT2_REQUIRE(T >= 1 && T <= cfg_.max_seq_len,
                "sequence length " << T << " exceeds the model's max_seq_len " << cfg_.max_seq_len);
   GPT2_REQUIRE(B >= 1, "batch size must be positive");
-  const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
+  const int L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
   const int N = B * T;
   for (int i = 0; i < N; ++i)
     GPT2_REQUIRE(inputs[i] >= 0 && inputs[i] < V, "token id " << inputs[i] << " out of range [0, " << V << ")");
@@ -82,47 +117,56 @@ void GPT2::forward(const int32_t* inputs, int B, int T) {
 
   const ModelTensors p = table_.tensors(params_.data());
   Activations& a = acts_;
-  const size_t BTC = static_cast<size_t>(N) * C;
 
   encoder_forward_cpu(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);  // (B,T) -> (B,T,C)
   const BlockTensors& b0 = p.blocks[0];
   layernorm_forward_cpu(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(), b0.ln1w, b0.ln1b, N, C);
-
-  for (int l = 0; l < L; ++l) {
-    const BlockTensors& w = p.blocks[l];
-    const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BTC;
-    float* ln1 = a.ln1.data() + l * BTC;
-    float* qkv = a.qkv.data() + l * 3 * BTC;
-    float* att = a.att.data() + static_cast<size_t>(l) * B * NH * T * T;
-    float* atty = a.atty.data() + l * BTC;
-    float* attproj = a.attproj.data() + l * BTC;
-    float* residual2 = a.residual2.data() + l * BTC;
-    float* ln2 = a.ln2.data() + l * BTC;
-    float* fch = a.fch.data() + l * 4 * BTC;
-    float* fch_gelu = a.fch_gelu.data() + l * 4 * BTC;
-    float* fcproj = a.fcproj.data() + l * BTC;
-    float* residual3 = a.residual3.data() + l * BTC;
-
-    linear_forward_cpu(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);          // (B,T,C) -> (B,T,3C)
-    attention_forward_cpu(atty, att, qkv, B, T, C, NH);                 // (B,T,3C) -> (B,T,C)
-    linear_forward_cpu(attproj, atty, w.attprojw, w.attprojb, N, C, C);  // (B,T,C) -> (B,T,C)
-    residual_layernorm_forward_cpu(residual2, ln2, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, residual,
-                                   attproj, w.ln2w, w.ln2b, N, C);
-    linear_forward_cpu(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);            // (B,T,C) -> (B,T,4C)
-    gelu_forward_cpu(fch_gelu, fch, 4 * static_cast<long>(BTC));
-    linear_forward_cpu(fcproj, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // (B,T,4C) -> (B,T,C)
-    // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
-    if (l + 1 < L) {
-      const BlockTensors& wn = p.blocks[l + 1];
-      residual_layernorm_forward_cpu(residual3, a.ln1.data() + (l + 1) * BTC, a.ln1_mean.data() + (l + 1) * N,
-                                     a.ln1_rstd.data() + (l + 1) * N, residual2, fcproj, wn.ln1w, wn.ln1b, N, C);
-    } else {
-      residual_layernorm_forward_cpu(residual3, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual2, fcproj,
-                                     p.lnfw, p.lnfb, N, C);
-    }
-  }
+  for (int l = 0; l < L; ++l) forward_block(l, /*rerun=*/false);
   lm_head_forward_cpu(a.logits.data(), a.lnf.data(), p.wte, N, C, Vp);  // (B,T,C) -> (B,T,Vp)
-  (void)V;
+}
+
+void GPT2::forward_block(int l, bool rerun) {
+  const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head;
+  const int B = acts_.B, T = acts_.T, N = B * T;
+  const size_t BTC = static_cast<size_t>(N) * C;
+  const ModelTensors p = table_.tensors(params_.data());
+  const BlockTensors& w = p.blocks[l];
+  Activations& a = acts_;
+  const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BTC;
+  float* ln1 = slot(a.ln1, l, BTC);
+  float* qkv = slot(a.qkv, l, 3 * BTC);
+  float* att = slot(a.att, l, static_cast<size_t>(B) * NH * T * T);
+  float* atty = slot(a.atty, l, BTC);
+  float* attproj = slot(a.attproj, l, BTC);
+  float* residual2 = slot(a.residual2, l, BTC);
+  float* ln2 = slot(a.ln2, l, BTC);
+  float* ln2_mean = slot(a.ln2_mean, l, N);
+  float* ln2_rstd = slot(a.ln2_rstd, l, N);
+  float* fch = slot(a.fch, l, 4 * BTC);
+  float* fch_gelu = slot(a.fch_gelu, l, 4 * BTC);
+  float* fcproj = slot(a.fcproj, l, BTC);
+  float* residual3 = a.residual3.data() + l * BTC;
+
+  // ln_1 of block l was written by the previous block's fused residual add (or by forward()).
+  if (rerun)
+    layernorm_apply_cpu(ln1, residual, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, w.ln1w, w.ln1b, N, C);
+  linear_forward_cpu(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);          // (B,T,C) -> (B,T,3C)
+  attention_forward_cpu(atty, att, qkv, B, T, C, NH);                 // (B,T,3C) -> (B,T,C)
+  linear_forward_cpu(attproj, atty, w.attprojw, w.attprojb, N, C, C);  // (B,T,C) -> (B,T,C)
+  residual_layernorm_forward_cpu(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, w.ln2w, w.ln2b, N, C);
+  linear_forward_cpu(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);            // (B,T,C) -> (B,T,4C)
+  gelu_forward_cpu(fch_gelu, fch, 4 * static_cast<long>(BTC));
+  if (rerun) return;  // residual3 (block l's output) and what follows from it are kept
+  linear_forward_cpu(fcproj, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // (B,T,4C) -> (B,T,C)
+  // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
+  if (l + 1 < L) {
+    const BlockTensors& wn = p.blocks[l + 1];
+    residual_layernorm_forward_cpu(residual3, slot(a.ln1, l + 1, BTC), a.ln1_mean.data() + (l + 1) * N,
+                                   a.ln1_rstd.data() + (l + 1) * N, residual2, fcproj, wn.ln1w, wn.ln1b, N, C);
+  } else {
+    residual_layernorm_forward_cpu(residual3, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual2, fcproj,
+                                   p.lnfw, p.lnfb, N, C);
+  }
 }
 
 static void check_targets(const int32_t* targets, int N, int V) {
@@ -235,19 +279,32 @@ void GPT2::backward(const GradReadyFn& on_ready) {
     const BlockTensors& w = p.blocks[l];
     const BlockTensors& dw = g.blocks[l];
     const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BTC;
+    float* ln1 = slot(a.ln1, l, BTC);
+    float* ln2 = slot(a.ln2, l, BTC);
+    float* fch_gelu = slot(a.fch_gelu, l, 4 * BTC);
+    const float* fch = slot(a.fch, l, 4 * BTC);
+    const float* ln2_mean = slot(a.ln2_mean, l, N);
+    const float* ln2_rstd = slot(a.ln2_rstd, l, N);
+    // Refill what the forward dropped, with the forward's kernels, so the gradients do not change.
+    if (a.recompute == Recompute::kFull) {
+      forward_block(l, /*rerun=*/true);  // qkv .. fch_gelu of block l from its input, ln1 and ln2 included
+    } else if (a.recompute == Recompute::kSelective) {
+      layernorm_apply_cpu(ln2, a.residual2.data() + l * BTC, ln2_mean, ln2_rstd, w.ln2w, w.ln2b, N, C);
+      layernorm_apply_cpu(ln1, residual, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, w.ln1w, w.ln1b, N, C);
+      gelu_forward_cpu(fch_gelu, fch, 4 * static_cast<long>(BTC));
+    }
     // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
-    linear_backward_cpu(a.dbt4c.data(), dw.fcprojw, dw.fcprojb, a.dresidual.data(), a.fch_gelu.data() + l * 4 * BTC,
-                        w.fcprojw, N, 4 * C, C);
-    gelu_backward_cpu(a.dbt4c.data(), a.fch.data() + l * 4 * BTC, a.dbt4c.data(), 4 * static_cast<long>(BTC));
-    linear_backward_cpu(a.dbtc.data(), dw.fcw, dw.fcb, a.dbt4c.data(), a.ln2.data() + l * BTC, w.fcw, N, C, 4 * C);
-    layernorm_backward_cpu(a.dresidual.data(), dw.ln2w, dw.ln2b, a.dbtc.data(), a.residual2.data() + l * BTC, w.ln2w,
-                           a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, N, C);
+    linear_backward_cpu(a.dbt4c.data(), dw.fcprojw, dw.fcprojb, a.dresidual.data(), fch_gelu, w.fcprojw, N, 4 * C, C);
+    gelu_backward_cpu(a.dbt4c.data(), fch, a.dbt4c.data(), 4 * static_cast<long>(BTC));
+    linear_backward_cpu(a.dbtc.data(), dw.fcw, dw.fcb, a.dbt4c.data(), ln2, w.fcw, N, C, 4 * C);
+    layernorm_backward_cpu(a.dresidual.data(), dw.ln2w, dw.ln2b, a.dbtc.data(), slot(a.residual2, l, BTC), w.ln2w,
+                           ln2_mean, ln2_rstd, N, C);
     // dresidual now holds d(residual2[l])
-    linear_backward_cpu(a.dbtc.data(), dw.attprojw, dw.attprojb, a.dresidual.data(), a.atty.data() + l * BTC,
+    linear_backward_cpu(a.dbtc.data(), dw.attprojw, dw.attprojb, a.dresidual.data(), slot(a.atty, l, BTC),
                         w.attprojw, N, C, C);
-    attention_backward_cpu(a.dqkv.data(), a.dbtc.data(), a.qkv.data() + l * 3 * BTC,
-                           a.att.data() + static_cast<size_t>(l) * B * NH * T * T, B, T, C, NH);
-    linear_backward_cpu(a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), a.ln1.data() + l * BTC, w.qkvw, N, C, 3 * C);
+    attention_backward_cpu(a.dqkv.data(), a.dbtc.data(), slot(a.qkv, l, 3 * BTC),
+                           slot(a.att, l, static_cast<size_t>(B) * NH * T * T), B, T, C, NH);
+    linear_backward_cpu(a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), ln1, w.qkvw, N, C, 3 * C);
     layernorm_backward_cpu(a.dresidual.data(), dw.ln1w, dw.ln1b, a.dbtc.data(), residual, w.ln1w,
                            a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, N, C);
     // dresidual now holds d(residual entering block l)

@@ -11,25 +11,29 @@
 
 namespace gpt2 {
 
-// Activations of one micro-batch (B, T), kept for backward. Shapes per field.
+// Activations of one micro-batch (B, T), kept for backward. Shapes per field as kept with
+// --recompute none; a field marked [sel] holds one layer (1,B,T,..) with selective or full recompute,
+// one marked [full] holds one layer with full recompute: that slot is scratch, refilled in backward
+// (see Recompute in model/config.hpp). Unmarked per-layer fields are always kept for every layer.
 struct Activations {
   int B = 0, T = 0;
+  Recompute recompute = Recompute::kNone;
   std::vector<float> encoded;   // (B,T,C)   wte[x] + wpe: the residual stream entering block 0
-  std::vector<float> ln1;       // (L,B,T,C)
+  std::vector<float> ln1;       // (L,B,T,C)   [sel]
   std::vector<float> ln1_mean;  // (L,B,T)
   std::vector<float> ln1_rstd;  // (L,B,T)
-  std::vector<float> qkv;       // (L,B,T,3C)
-  std::vector<float> att;       // (L,B,NH,T,T) softmax probabilities (causal; upper triangle 0)
-  std::vector<float> atty;      // (L,B,T,C)   attention output before its projection
-  std::vector<float> attproj;   // (L,B,T,C)
-  std::vector<float> residual2; // (L,B,T,C)   residual + attention branch
-  std::vector<float> ln2;       // (L,B,T,C)
-  std::vector<float> ln2_mean;  // (L,B,T)
-  std::vector<float> ln2_rstd;  // (L,B,T)
-  std::vector<float> fch;       // (L,B,T,4C)  MLP pre-activation
-  std::vector<float> fch_gelu;  // (L,B,T,4C)
-  std::vector<float> fcproj;    // (L,B,T,C)
-  std::vector<float> residual3; // (L,B,T,C)   block output
+  std::vector<float> qkv;       // (L,B,T,3C)  [full]
+  std::vector<float> att;       // (L,B,NH,T,T) [full] softmax probabilities (causal; upper triangle 0)
+  std::vector<float> atty;      // (L,B,T,C)   [full] attention output before its projection
+  std::vector<float> attproj;   // (L,B,T,C)   [full]
+  std::vector<float> residual2; // (L,B,T,C)   [full] residual + attention branch
+  std::vector<float> ln2;       // (L,B,T,C)   [sel]
+  std::vector<float> ln2_mean;  // (L,B,T)     [full]
+  std::vector<float> ln2_rstd;  // (L,B,T)     [full]
+  std::vector<float> fch;       // (L,B,T,4C)  [full] MLP pre-activation
+  std::vector<float> fch_gelu;  // (L,B,T,4C)  [sel]
+  std::vector<float> fcproj;    // (L,B,T,C)   [full]
+  std::vector<float> residual3; // (L,B,T,C)   block output = the next block's input (the last: ln_f's)
   std::vector<float> lnf;       // (B,T,C)
   std::vector<float> lnf_mean;  // (B,T)
   std::vector<float> lnf_rstd;  // (B,T)
@@ -60,7 +64,11 @@ class GPT2 {
   // Bytes of Activations for a micro-batch (B, T), in double so that impossible sizes (n_embd 2e9,
   // B = 2^31) are measured instead of overflowing. Mirrors ensure_activations(); a unit test keeps
   // the two in step.
-  static double activation_bytes(const GPT2Config& cfg, int B, int T);
+  static double activation_bytes(const GPT2Config& cfg, int B, int T, Recompute recompute = Recompute::kNone);
+
+  // What the next forward keeps for backward (default kNone); gradients are the same bits either way.
+  void set_recompute(Recompute r);
+  Recompute recompute() const { return recompute_; }
 
   const GPT2Config& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
@@ -94,12 +102,17 @@ class GPT2 {
  private:
   void forward(const int32_t* inputs, int B, int T);
   void ensure_activations(int B, int T);
+  // Block l's forward from its input. rerun: backward is recomputing it (full recompute): ln_1 is
+  // re-applied from the saved statistics and it stops after the GELU, the last activation backward
+  // reads; otherwise it goes on to the residual add fused with the next layernorm.
+  void forward_block(int l, bool rerun);
 
   GPT2Config cfg_;
   ParamTable table_;
   std::vector<float> params_;
   std::vector<float> grads_;
   Activations acts_;
+  Recompute recompute_ = Recompute::kNone;
   std::vector<int32_t> inputs_;  // (B,T) of the last forward, for the encoder backward
   // decode_step scratch, one token: x/ln/atty/proj/residual (C), qkv (3C), fch/fch_gelu (4C), logits (Vp)
   std::vector<float> dec_x_, dec_ln_, dec_qkv_, dec_atty_, dec_proj_, dec_res_, dec_fch_, dec_fchg_, dec_logits_;

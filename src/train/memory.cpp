@@ -25,18 +25,48 @@ std::string MemoryEstimate::describe() const {
          format_bytes(batches) + " = " + format_bytes(total());
 }
 
-MemoryEstimate estimate_training_memory(const GPT2Config& m, int micro_batch, int seq_len, int64_t seqs_per_rank,
-                                        bool on_gpu) {
-  // The exact parameter count of ParamTable (padding and 64-float alignment included) would need the
-  // table, whose size_t offsets overflow for absurd widths; the count in double differs by < 1%.
+namespace {
+
+// The exact parameter count of ParamTable (padding and 64-float alignment included) would need the
+// table, whose size_t offsets overflow for absurd widths; the count in double differs by < 1%.
+double approx_param_count(const GPT2Config& m) {
   const double C = m.n_embd, L = m.n_layer;
-  const double n = static_cast<double>(m.padded_vocab_size()) * C + static_cast<double>(m.max_seq_len) * C +
-                   L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  return static_cast<double>(m.padded_vocab_size()) * C + static_cast<double>(m.max_seq_len) * C +
+         L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int seq_len, bool bf16,
+                                      Recompute recompute) {
+  const double n = approx_param_count(m), elem = bf16 ? 2.0 : 4.0;
+  const double L = m.n_layer, C = m.n_embd, NH = m.n_head, Vp = m.padded_vocab_size();
+  const double BT = static_cast<double>(micro_batch) * seq_len, f32 = sizeof(float);
+  // Layers of each kind kept, as in the CPU model (GPT2::activation_bytes).
+  const double ln = recompute == Recompute::kNone ? L : 1, gelu = ln, inner = recompute == Recompute::kFull ? 1 : L;
+  MemoryEstimate e;
+  e.params = n * elem + (bf16 ? n * f32 : 0.0);
+  e.grads = n * elem;
+  e.optimizer = 2.0 * n * f32;
+  e.activations = ln * BT * C * 2 * elem                                     // ln1, ln2
+                  + gelu * BT * 4 * C * elem                                 // fch_gelu
+                  + inner * (BT * (3 * C + C + C + 4 * C) * elem             // qkv, atty, residual2, fch
+                             + BT * NH * f32 + BT * 2 * f32)                 // lse, ln2 mean/rstd
+                  + L * (BT * C * elem + BT * 2 * f32)                       // residual3, ln1 mean/rstd
+                  + BT * (C * 2 + Vp + C * 2 + 3 * C + 4 * C) * elem         // encoded, lnf, logits, btc,
+                                                                             // dresidual, dqkv, dbt4c
+                  + BT * 3 * f32;                                            // lnf mean/rstd, losses
+  return e;
+}
+
+MemoryEstimate estimate_training_memory(const GPT2Config& m, int micro_batch, int seq_len, int64_t seqs_per_rank,
+                                        bool on_gpu, Recompute recompute) {
+  const double n = approx_param_count(m);
   MemoryEstimate e;
   e.params = n * sizeof(float);
   e.grads = n * sizeof(float);
   e.optimizer = 2.0 * n * sizeof(float);
-  e.activations = on_gpu ? 0.0 : GPT2::activation_bytes(m, micro_batch, seq_len);
+  e.activations = on_gpu ? 0.0 : GPT2::activation_bytes(m, micro_batch, seq_len, recompute);
   e.batches = 2.0 * static_cast<double>(seqs_per_rank) * (seq_len + 1.0) * sizeof(int32_t) +
               2.0 * static_cast<double>(micro_batch) * seq_len * sizeof(int32_t);
   return e;

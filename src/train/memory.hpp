@@ -15,7 +15,8 @@ struct MemoryEstimate {
   double params = 0;       // fp32 flat parameter buffer
   double grads = 0;        // fp32 gradients, same layout
   double optimizer = 0;    // AdamW first and second moments
-  double activations = 0;  // one micro-batch's activations kept for backward (host; 0 on a GPU run)
+  double activations = 0;  // one micro-batch's activations kept for backward under the --recompute
+                           // mode (host; 0 on a GPU run, see estimate_device_memory)
   double batches = 0;      // this rank's token windows of one step, twice (current + prefetched), + inputs/targets
   double total() const { return params + grads + optimizer + activations + batches; }
   // "parameters 0.48 GiB + gradients ... = 2.10 GiB"
@@ -26,7 +27,15 @@ struct MemoryEstimate {
 // on_gpu: activations live on the device, so the host holds only the fp32 mirror of the model and
 // optimizer (the CUDA runner checks the device itself: check_device_memory in train/runner_cuda.cpp).
 MemoryEstimate estimate_training_memory(const GPT2Config& model, int micro_batch, int seq_len, int64_t seqs_per_rank,
-                                        bool on_gpu);
+                                        bool on_gpu, Recompute recompute = Recompute::kNone);
+
+// GPU memory of one rank of a CUDA run: params = the device copy of the weights (2 bytes each in
+// bf16, 4 in fp32) + the fp32 master weights (bf16 only), grads in the storage precision, optimizer =
+// fp32 Adam moments, activations = the device activations in the storage precision with fp32
+// layernorm statistics and losses, as kept under `recompute` (the fields of the CUDA model's
+// DeviceActivations); batches 0. Workspaces and the CUDA context are not counted.
+MemoryEstimate estimate_device_memory(const GPT2Config& model, int micro_batch, int seq_len, bool bf16,
+                                      Recompute recompute);
 
 // Physical memory a new allocation can use on this node without swapping (MemAvailable of
 // /proc/meminfo; sysconf's free pages where that is missing), in bytes; <= 0 when unknown.

@@ -104,9 +104,16 @@ std::string fmt_count(double n) {
 
 // Prints the per-rank memory estimate (rank 0) and refuses, before anything large is allocated, a
 // configuration whose ranks on this node cannot fit in its available memory.
-void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, const MpiEnv& env) {
-  const MemoryEstimate e = estimate_training_memory(cfg.model, cfg.micro_batch, cfg.seq_len, seqs_per_rank, on_gpu);
-  log_info("memory per rank (estimate%s): %s\n", on_gpu ? ", host side" : "", e.describe().c_str());
+void check_memory(const TrainConfig& cfg, bool on_gpu, bool bf16, int64_t seqs_per_rank, const MpiEnv& env) {
+  const MemoryEstimate e =
+      estimate_training_memory(cfg.model, cfg.micro_batch, cfg.seq_len, seqs_per_rank, on_gpu, cfg.recompute);
+  log_info("memory per rank (estimate%s, --recompute %s): %s\n", on_gpu ? ", host side" : "",
+           recompute_name(cfg.recompute), e.describe().c_str());
+  if (on_gpu) {
+    const MemoryEstimate d = estimate_device_memory(cfg.model, cfg.micro_batch, cfg.seq_len, bf16, cfg.recompute);
+    log_info("GPU memory per rank (estimate, %s activations, without workspaces): %s\n", bf16 ? "bf16" : "fp32",
+             d.describe().c_str());
+  }
   const double avail = available_host_memory();
   if (avail <= 0) return;  // unknown: nothing to compare with
   const int ranks = env.local_size();
@@ -139,6 +146,12 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
              "for NCCL\n", env.local_size(), gpu_count());
   GPT2_REQUIRE(on_gpu || precision == "fp32", "--precision " << precision << " needs --device cuda (the CPU backend is fp32)");
   GPT2_REQUIRE(on_gpu || comm_kind == "mpi", "--comm " << comm_kind << " needs --device cuda (the CPU backend uses --comm mpi)");
+  // The CUDA model keeps every activation; taking the option and not honouring it would hide an OOM
+  // the user believes they avoided.
+  GPT2_REQUIRE(!on_gpu || cfg.recompute == Recompute::kNone,
+               "--recompute " << recompute_name(cfg.recompute)
+                              << " is implemented on the CPU backend only (the CUDA backend keeps every "
+                                 "activation): use --recompute none, a smaller --micro-batch, or --device cpu");
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
 
@@ -191,7 +204,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   // The kernels index a micro-batch's B*T tokens with int.
   GPT2_REQUIRE(static_cast<int64_t>(B) * T <= INT32_MAX,
                "--micro-batch " << B << " x --seq-len " << T << " tokens is more than one micro-batch can index (2^31)");
-  check_memory(cfg, on_gpu, accum * B, env);
+  check_memory(cfg, on_gpu, precision == "bf16", accum * B, env);
 
   // ---- data ------------------------------------------------------------------------------------
   std::unique_ptr<TokenDataset> train, val;
@@ -212,6 +225,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
 
   // ---- model, optimizer, state -------------------------------------------------------------------
   GPT2 model(cfg.model);
+  model.set_recompute(cfg.recompute);
   model.init(cfg.seed);
   AdamW opt(model.table(), cfg.optim);
   TrainState state;

@@ -78,19 +78,23 @@ TEST(Generate, RunsPastMaxSeqLenAndIsSeeded) {
 // The memory estimate's activation term (GPT2::activation_bytes, used before anything is allocated)
 // matches what a forward really allocates.
 TEST(MemoryEstimate, ActivationBytesMatchAllocation) {
-  GPT2 model(tiny(16));
-  model.init(1);
-  const int B = 3, T = 11;
-  std::vector<int32_t> in(B * T, 1), tg(B * T, 2);
-  model.forward_eval(in.data(), tg.data(), B, T);
-  const Activations& a = model.activations();
-  size_t floats = 0;
-  for (const std::vector<float>* v :
-       {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.attproj, &a.residual2, &a.ln2,
-        &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.fcproj, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
-        &a.logits, &a.losses, &a.dresidual, &a.dbtc, &a.dqkv, &a.dbt4c})
-    floats += v->size();
-  EXPECT_EQ(GPT2::activation_bytes(model.config(), B, T), static_cast<double>(floats * sizeof(float)));
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    GPT2 model(tiny(16));
+    model.init(1);
+    model.set_recompute(r);
+    const int B = 3, T = 11;
+    std::vector<int32_t> in(B * T, 1), tg(B * T, 2);
+    model.forward_eval(in.data(), tg.data(), B, T);
+    const Activations& a = model.activations();
+    size_t floats = 0;
+    for (const std::vector<float>* v :
+         {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.attproj, &a.residual2, &a.ln2,
+          &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.fcproj, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
+          &a.logits, &a.losses, &a.dresidual, &a.dbtc, &a.dqkv, &a.dbt4c})
+      floats += v->size();
+    EXPECT_EQ(GPT2::activation_bytes(model.config(), B, T, r), static_cast<double>(floats * sizeof(float)))
+        << recompute_name(r);
+  }
 }
 
 // Streaming generation: each token reaches the sink as soon as it is chosen (before the model is asked
