@@ -57,6 +57,7 @@ expect_fail heads-divide 2 "n_head \(3\) must divide n_embd \(32\)" "${train[@]}
 expect_fail seq-too-long 2 "--seq-len 64 exceeds --max-seq-len 32" "${train[@]}" "${tiny[@]}" --seq-len 64
 expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${tiny[@]}" --device tpu
 expect_fail bad-schedule 2 "--schedule must be" "${train[@]}" "${tiny[@]}" --schedule cosinus
+expect_fail bad-recompute 2 "--recompute must be none, selective or full" "${train[@]}" "${tiny[@]}" --recompute some
 expect_fail bad-option-2-ranks 2 "unknown option" "${mpi2[@]}" "${tiny[@]}" --bogus 1
 
 # --- files ---
@@ -158,5 +159,24 @@ if expect_ok resume-after-crash "${train[@]}" --config configs/ci.ini --out "$wo
   [[ $steps -eq 0 && $n -eq 20 ]] && echo "ok   metrics-no-duplicate-steps" \
     || { echo "FAIL metrics-no-duplicate-steps: $steps duplicated, $n step lines"; fails=$((fails+1)); }
 fi
+# --recompute selective|full recomputes dropped activations bit-exactly: every step's loss and grad norm
+# in metrics.jsonl equal --recompute none's, on 2 threads; the banner names the mode.
+for mode in none selective full; do
+  expect_ok "recompute-$mode" "${train[@]}" "${tiny[@]}" --n-layer 2 --max-steps 4 --threads 2 --recompute $mode \
+    --train-data "$work/good.h5" --out "$work/rc-$mode"
+done
+/usr/bin/python3 - "$work" <<'PY' && echo "ok   recompute-same-losses" || { echo "FAIL recompute-same-losses"; fails=$((fails+1)); }
+import json, sys
+def steps(mode):
+    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/rc-{mode}/metrics.jsonl")]
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in rows if "loss" in r]
+none = steps("none")
+assert len(none) == 4, none
+for mode in ("selective", "full"):
+    assert steps(mode) == none, (mode, steps(mode), none)
+PY
+out=$("${train[@]}" "${tiny[@]}" --max-steps 1 --recompute selective --train-data "$work/good.h5" 2>&1)
+grep -q "memory per rank (estimate, --recompute selective)" <<<"$out" && echo "ok   recompute-banner" \
+  || { echo "FAIL recompute-banner"; echo "$out" | head -5; fails=$((fails+1)); }
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]
