@@ -40,21 +40,22 @@ double known_peak_tflops(const std::string& name, Precision p) {
 }
 
 // Prints this rank's device memory estimate and refuses, before GPT2Cuda allocates anything, a run the
-// GPU cannot hold, with the numbers (issue 11). The host estimate's terms at the device's sizes: the
-// weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
-// one micro-batch's activations (the host estimate counts them in fp32).
+// GPU cannot hold, with the numbers (issue 11). estimate_device_memory counts the device's own buffers:
+// the weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
+// one micro-batch's activations as DeviceActivations keeps them (this backend keeps every one: the
+// trainer refuses --recompute selective|full on it).
 void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, int device) {
-  const MemoryEstimate h = estimate_training_memory(cfg, micro_batch, seq_len, micro_batch, /*on_gpu=*/false);
-  const double elem = p == Precision::kBf16 ? 2.0 : 4.0;
-  const double weights = h.params * elem / 4.0, master = p == Precision::kBf16 ? h.params : 0.0;
-  const double grads = h.grads * elem / 4.0, acts = h.activations * elem / 4.0;
-  const double need = weights + master + grads + h.optimizer + acts;
+  const MemoryEstimate d =
+      estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, Recompute::kNone);
+  const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
+  const double grads = d.grads, acts = d.activations;
+  const double need = d.total();
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   log_info("device memory per rank (estimate): weights %s + master %s + gradients %s + optimizer %s + "
            "activations %s = %s of %s free on cuda:%d\n",
            format_bytes(weights).c_str(), format_bytes(master).c_str(), format_bytes(grads).c_str(),
-           format_bytes(h.optimizer).c_str(), format_bytes(acts).c_str(), format_bytes(need).c_str(),
+           format_bytes(d.optimizer).c_str(), format_bytes(acts).c_str(), format_bytes(need).c_str(),
            format_bytes(static_cast<double>(free_b)).c_str(), device);
   GPT2_REQUIRE(need <= static_cast<double>(free_b),
                "this run needs an estimated " << format_bytes(need) << " on the GPU per rank, but cuda:" << device

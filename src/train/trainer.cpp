@@ -104,16 +104,11 @@ std::string fmt_count(double n) {
 
 // Prints the per-rank memory estimate (rank 0) and refuses, before anything large is allocated, a
 // configuration whose ranks on this node cannot fit in its available memory.
-void check_memory(const TrainConfig& cfg, bool on_gpu, bool bf16, int64_t seqs_per_rank, const MpiEnv& env) {
+void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, const MpiEnv& env) {
   const MemoryEstimate e =
       estimate_training_memory(cfg.model, cfg.micro_batch, cfg.seq_len, seqs_per_rank, on_gpu, cfg.recompute);
   log_info("memory per rank (estimate%s, --recompute %s): %s\n", on_gpu ? ", host side" : "",
            recompute_name(cfg.recompute), e.describe().c_str());
-  if (on_gpu) {
-    const MemoryEstimate d = estimate_device_memory(cfg.model, cfg.micro_batch, cfg.seq_len, bf16, cfg.recompute);
-    log_info("GPU memory per rank (estimate, %s activations, without workspaces): %s\n", bf16 ? "bf16" : "fp32",
-             d.describe().c_str());
-  }
   const double avail = available_host_memory();
   if (avail <= 0) return;  // unknown: nothing to compare with
   const int ranks = env.local_size();
@@ -204,7 +199,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   // The kernels index a micro-batch's B*T tokens with int.
   GPT2_REQUIRE(static_cast<int64_t>(B) * T <= INT32_MAX,
                "--micro-batch " << B << " x --seq-len " << T << " tokens is more than one micro-batch can index (2^31)");
-  check_memory(cfg, on_gpu, precision == "bf16", accum * B, env);
+  check_memory(cfg, on_gpu, accum * B, env);
 
   // ---- data ------------------------------------------------------------------------------------
   std::unique_ptr<TokenDataset> train, val;
