@@ -77,6 +77,17 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
+// Page-locked host memory (cudaHostAlloc): the GPU reads it by DMA, so a cudaMemcpyAsync from it is
+// asynchronous and needs no bounce through a driver buffer. Call where the rank's device is current.
+inline void* pinned_host_allocate(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return p;
+}
+inline void pinned_host_release(void* p) {
+  if (p) cudaFreeHost(p);  // no CHECK: may run while a fatal error unwinds
+}
+
 class CudaStream {
  public:
   // priority: lower numbers run first (cudaDeviceGetStreamPriorityRange); 0 is the default.

@@ -58,13 +58,12 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   rename_durable(tmp, path);
 }
 
-TokenFile::TokenFile(const std::string& path) : path_(path) {
+TokenFile::TokenFile(const std::string& path, size_t chunk_cache_bytes) : path_(path) {
   file_ = h5::open_read(path);
   const hid_t f = file_.get();
   GPT2_REQUIRE(h5::has_object(f, "tokens"), path << " is not a token file: it has no /tokens dataset");
-  // A 64 MiB chunk cache instead of HDF5's 1 MiB default: random windows keep revisiting chunks.
   h5::Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
-  H5Pset_chunk_cache(dapl.get(), 521, 64 << 20, 0.75);
+  H5Pset_chunk_cache(dapl.get(), 521, chunk_cache_bytes, 0.75);
   dataset_ = h5::open_dataset(f, "tokens", path, dapl.get());  // "/tokens is a group, not a dataset"
   h5::Id space(H5Dget_space(dataset_.get()));
   const int ndims = H5Sget_simple_extent_ndims(space.get());
@@ -100,6 +99,15 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     const int64_t fv = h5::read_attr_i64(f, "format_version", path);
     GPT2_REQUIRE(fv == 1, path << " has format_version " << fv << "; this build reads version 1");
   }
+}
+
+size_t TokenFile::chunk_cache_bytes() const {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::Id dapl(H5Dget_access_plist(dataset_.get()));
+  size_t slots = 0, bytes = 0;
+  double w0 = 0;
+  H5_CHECK(H5Pget_chunk_cache(dapl.get(), &slots, &bytes, &w0), "read the chunk cache size of " << path_);
+  return bytes;
 }
 
 void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
@@ -154,8 +162,10 @@ std::vector<std::string> expand_data_glob(const std::string& pattern) {
 
 TokenDataset::TokenDataset(const std::string& pattern, int seq_len) : pattern_(pattern), seq_len_(seq_len) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
-  for (const std::string& path : expand_data_glob(pattern)) {
-    auto f = std::make_unique<TokenFile>(path);
+  const std::vector<std::string> paths = expand_data_glob(pattern);
+  const size_t cache_per_file = std::min(TokenFile::kDefaultChunkCacheBytes, kChunkCacheBudgetBytes / paths.size());
+  for (const std::string& path : paths) {
+    auto f = std::make_unique<TokenFile>(path, cache_per_file);
     if (files_.empty()) {
       vocab_size_ = f->vocab_size();
       tokenizer_ = f->tokenizer();
@@ -181,6 +191,12 @@ std::string TokenDataset::describe_files() const {
            std::to_string(f->eot_token()) + ", documents " + std::to_string(f->num_documents()) + "\n";
   }
   return out;
+}
+
+size_t TokenDataset::chunk_cache_bytes() const {
+  size_t sum = 0;
+  for (const auto& f : files_) sum += f->chunk_cache_bytes();
+  return sum;
 }
 
 void TokenDataset::read_window(uint64_t w, int32_t* out) {

@@ -28,7 +28,10 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
 
 class TokenFile {
  public:
-  explicit TokenFile(const std::string& path);  // validates the format, with clear errors
+  // Validates the format, with clear errors. chunk_cache_bytes: HDF5's chunk cache for /tokens.
+  explicit TokenFile(const std::string& path, size_t chunk_cache_bytes = kDefaultChunkCacheBytes);
+  // A 64 MiB chunk cache instead of HDF5's 1 MiB default: random windows keep revisiting chunks.
+  static constexpr size_t kDefaultChunkCacheBytes = size_t{64} << 20;
   const std::string& path() const { return path_; }
   uint64_t size() const { return num_tokens_; }
   int vocab_size() const { return vocab_size_; }
@@ -37,6 +40,8 @@ class TokenFile {
   int dtype_bits() const { return dtype_bits_; }
   // Documents that start in this file (entries of /doc_offsets), or -1 when the file has none.
   int64_t num_documents() const { return num_documents_; }
+  // Bytes of HDF5 chunk cache /tokens has (as HDF5 reports it).
+  size_t chunk_cache_bytes() const;
   // Reads tokens [offset, offset + n) and checks each is < vocab_size (caller holds hdf5_mutex()).
   void read(uint64_t offset, size_t n, int32_t* out);
 
@@ -61,6 +66,12 @@ std::vector<std::string> expand_data_glob(const std::string& pattern);
 // shard starts at w * seq_len; windows never cross a shard boundary.
 class TokenDataset {
  public:
+  // The chunk caches of all of a dataset's shards together hold at most this much: each of N shards
+  // gets kChunkCacheBudgetBytes / N (a shard whose chunk is larger than its share reads around the
+  // cache, straight from the file). So a rank caches at most 2 x 256 MiB (train and val) however many
+  // shards there are; 64 MiB per shard would be 64 GiB per rank at 1000 shards.
+  static constexpr size_t kChunkCacheBudgetBytes = size_t{256} << 20;
+
   TokenDataset(const std::string& pattern, int seq_len);
   uint64_t num_windows() const { return total_windows_; }
   uint64_t num_tokens() const { return total_tokens_; }
@@ -69,6 +80,8 @@ class TokenDataset {
   int seq_len() const { return seq_len_; }
   size_t num_files() const { return files_.size(); }
   const std::string& pattern() const { return pattern_; }
+  // The chunk caches of all shards together (<= kChunkCacheBudgetBytes).
+  size_t chunk_cache_bytes() const;
   // One line per file: path, token count, dtype and attributes. Ranks compare it to check that they
   // all read the same data (a node with other files would train on other windows without error).
   std::string describe_files() const;

@@ -10,6 +10,7 @@
 
 #include "comm/bucket_plan.hpp"
 #include "comm/communicator.hpp"
+#include "data/batch_loader.hpp"
 #include "model/gpt2.hpp"
 #include "optim/adamw.hpp"
 
@@ -41,6 +42,8 @@ class ModelRunner {
   virtual void optimizer_step(float lr, float grad_scale) = 0;
   virtual void to_host() = 0;
   virtual void from_host() = 0;
+  // Memory for the batch loader's token buffers: the heap by default, page-locked on a GPU.
+  virtual HostAllocator host_allocator() const { return {}; }
 };
 
 // CPU backend: works on `model` and `opt` directly; comm is the MPI communicator.

@@ -126,6 +126,7 @@ class CudaRunner final : public ModelRunner {
     model_->set_params(host_.params().data());
     model_->set_moments(opt_.m().data(), opt_.v().data());
   }
+  HostAllocator host_allocator() const override { return {pinned_host_allocate, pinned_host_release}; }
 
  private:
   GPT2& host_;

@@ -312,6 +312,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   // world size: micro-batch j goes to rank j % W, and the loss is the sum of per-token losses over the
   // token count, so 1, 2 or 8 ranks give the same val_loss (each micro-batch is computed alike; only
   // the order of the final double sum differs).
+  RankBatch vb;  // one validation micro-batch, reused
   auto validate = [&]() -> double {
     const uint64_t avail = val->num_windows() / static_cast<uint64_t>(B);
     GPT2_REQUIRE(avail >= 1, "validation data " << val->pattern() << " holds " << val->num_windows()
@@ -320,7 +321,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     const uint64_t nb = std::min<uint64_t>(avail, static_cast<uint64_t>(std::max(1, cfg.val_batches)));
     double sum_count[2] = {0.0, 0.0};  // sum of per-token losses, tokens
     for (uint64_t i = static_cast<uint64_t>(rank); i < nb; i += static_cast<uint64_t>(W)) {
-      RankBatch vb = read_val_micro_batch(*val, i, B);
+      read_val_micro_batch(*val, i, B, vb);
       vb.micro_batch(0, B, inputs.data(), targets.data());
       const double tokens = static_cast<double>(B) * T;
       sum_count[0] += static_cast<double>(runner->forward_eval(inputs.data(), targets.data(), B, T)) * tokens;
@@ -362,7 +363,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                                   << " sequences: use more data or a smaller --global-batch-tokens");
     log_info("data: %s tokens in %zu file(s), %llu steps per epoch\n", fmt_count(train->num_tokens()).c_str(),
              train->num_files(), static_cast<unsigned long long>(sampler->steps_per_epoch()));
-    loader = std::make_unique<BatchLoader>(*train, *sampler, static_cast<uint64_t>(cfg.max_steps));
+    loader = std::make_unique<BatchLoader>(*train, *sampler, static_cast<uint64_t>(cfg.max_steps),
+                                           runner->host_allocator());
     loader->start(static_cast<uint64_t>(state.step));
   }
   if (val && state.step == 0) run_val(0);
@@ -406,23 +408,24 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   bool preempted = false;
   double kill_in_s = 0.0;  // after a stop: the least time any rank has before its launcher's SIGKILL
 
+  RankBatch synthetic;  // --benchmark's tokens, reused
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
     if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
     comm.set_step(step + 1);
     Timer timer;
-    RankBatch batch;
+    const RankBatch* batch = &synthetic;
     if (cfg.benchmark) {  // synthetic tokens: no files, same on every run
-      batch.T = T;
-      batch.seqs = B * accum;
-      batch.tokens.resize(static_cast<size_t>(batch.seqs) * (T + 1));
+      synthetic.T = T;
+      synthetic.seqs = B * accum;
+      synthetic.tokens.resize(static_cast<size_t>(synthetic.seqs) * (T + 1));
       Rng rng(cfg.seed, 0xBE7C0000ULL + static_cast<uint64_t>(step) * W + rank);
-      for (auto& t : batch.tokens) t = static_cast<int32_t>(rng.below(cfg.model.vocab_size));
+      for (auto& t : synthetic.tokens) t = static_cast<int32_t>(rng.below(cfg.model.vocab_size));
     } else {
-      batch = loader->next();
+      batch = &loader->next();  // valid until the next call
     }
     runner->zero_grad();
     for (int64_t m = 0; m < accum; ++m) {
-      batch.micro_batch(m, B, inputs.data(), targets.data());
+      batch->micro_batch(m, B, inputs.data(), targets.data());
       runner->forward_train(inputs.data(), targets.data(), B, T, dloss);
       // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
       runner->backward(/*communicate=*/m == accum - 1 && W > 1);
