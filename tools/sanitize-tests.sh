@@ -21,7 +21,7 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPT2_ENABLE_CUDA=OFF \
     -DGPT2_BUILD_BENCH=OFF -DGPT2_SANITIZE=address,undefined,float-cast-overflow -DGPT2_WERROR=$werror >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)" --target test_kernels test_units tokenizer_test_unit test_comm gpt2-train gpt2-data
+cmake --build "$build" -j "$(nproc)" --target test_kernels test_units test_cpu_math_ub tokenizer_test_unit test_comm gpt2-train gpt2-data
 
 [[ -f data/ci/train.h5 ]] || BUILD_DIR=$build tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
 
