@@ -27,8 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const gpt2::ParsedArgs r = gpt2::parse_train_args(static_cast<int>(args.size()), argv.data());
     if (r.outcome == gpt2::ParsedArgs::Outcome::kRun) {
       const gpt2::TrainConfig& c = r.config;
-      if (!c.model.validate().empty() || c.micro_batch <= 0 || c.seq_len <= 0 || c.seq_len > c.model.max_seq_len ||
-          c.global_batch_tokens < 0 || c.max_steps < 0 || !(c.bucket_mb > 0) || c.log_every <= 0)
+      // With --init-from or a resume and no model options, the checkpoint gives the architecture later
+      // (as from_pretrained): the model limits are the trainer's to check then.
+      const bool model_ok = c.model_from_checkpoint ||
+                            (c.model.validate().empty() && c.seq_len <= c.model.max_seq_len);
+      if (!model_ok || c.micro_batch <= 0 || c.seq_len <= 0 || c.global_batch_tokens < 0 || c.max_steps < 0 ||
+          !(c.bucket_mb > 0) || c.log_every <= 0)
         gpt2::fuzz::property_failed("an accepted configuration breaks the validated limits");
     } else if (r.message.empty()) {
       gpt2::fuzz::property_failed("help or error without a message");
