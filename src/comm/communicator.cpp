@@ -49,16 +49,6 @@ int checked_count(size_t n) {
   return static_cast<int>(n);
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "?";
-}
-
 std::string json_string(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
@@ -110,6 +100,16 @@ size_t dtype_bytes(DType t) {
     case DType::kI32: return 4;
   }
   return 0;
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
 }
 
 const char* dtype_name(DType t) {
@@ -465,8 +465,9 @@ MpiCommunicator::~MpiCommunicator() {
 std::unique_ptr<CommRequest> MpiCommunicator::iallreduce(void* buf, size_t n, DType t, ReduceOp op,
                                                          const std::string& label) {
   GPT2_CHECK(op != ReduceOp::kAvg || t != DType::kI32, "an integer average is not exact: use kSum");
-  const int64_t seq = begin_collective("allreduce", label, n * dtype_bytes(t),
-                                       msg() << "allreduce " << dtype_name(t) << " n=" << n << " op=" << op_name(op));
+  const int64_t seq =
+      begin_collective("allreduce", label, n * dtype_bytes(t),
+                       msg() << "allreduce " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<MpiRequest>(*this, seq, buf, n, t, op == ReduceOp::kAvg ? size() : 0);
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(n), mpi_type(t), mpi_op(op), comm_, req->handle()));
   return req;
@@ -476,8 +477,9 @@ std::unique_ptr<CommRequest> MpiCommunicator::ireduce_scatter(const void* send, 
                                                               ReduceOp op, const std::string& label) {
   GPT2_CHECK(op != ReduceOp::kAvg || t != DType::kI32, "an integer average is not exact: use kSum");
   GPT2_CHECK(send != recv, "reduce-scatter needs separate send and receive buffers");
-  const int64_t seq = begin_collective("reduce_scatter", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
-                                       msg() << "reduce_scatter " << dtype_name(t) << " n=" << n << " op=" << op_name(op));
+  const int64_t seq =
+      begin_collective("reduce_scatter", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
+                       msg() << "reduce_scatter " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<MpiRequest>(*this, seq, recv, n, t, op == ReduceOp::kAvg ? size() : 0);
   MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, checked_count(n), mpi_type(t), mpi_op(op), comm_, req->handle()));
   return req;

@@ -23,6 +23,7 @@ enum class ReduceOp { kSum, kAvg, kMax, kMin };
 enum class DType { kF32, kBf16, kF64, kI32 };
 size_t dtype_bytes(DType t);
 const char* dtype_name(DType t);
+const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min" (traces and error messages)
 
 class Communicator;
 

@@ -83,16 +83,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "?";
-}
-
 class NcclRequest final : public CommRequest {
  public:
   NcclRequest(Communicator& comm, int64_t seq, NcclState& state, int rank)
@@ -136,8 +126,9 @@ void NcclCommunicator::abort_backend() { state_->abort(); }
 
 std::unique_ptr<CommRequest> NcclCommunicator::iallreduce(void* buf, size_t n, DType t, ReduceOp op,
                                                           const std::string& label) {
-  const int64_t seq = begin_collective("allreduce", label, n * dtype_bytes(t),
-                                       msg() << "allreduce " << dtype_name(t) << " n=" << n << " op=" << op_name(op));
+  const int64_t seq =
+      begin_collective("allreduce", label, n * dtype_bytes(t),
+                       msg() << "allreduce " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
   NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), nccl_op(op), state_->comm(), state_->stream()));
   req->enqueued();
@@ -146,8 +137,9 @@ std::unique_ptr<CommRequest> NcclCommunicator::iallreduce(void* buf, size_t n, D
 
 std::unique_ptr<CommRequest> NcclCommunicator::ireduce_scatter(const void* send, void* recv, size_t n, DType t,
                                                                ReduceOp op, const std::string& label) {
-  const int64_t seq = begin_collective("reduce_scatter", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
-                                       msg() << "reduce_scatter " << dtype_name(t) << " n=" << n << " op=" << op_name(op));
+  const int64_t seq =
+      begin_collective("reduce_scatter", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
+                       msg() << "reduce_scatter " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
   NCCL_CHECK(ncclReduceScatter(send, recv, n, nccl_type(t), nccl_op(op), state_->comm(), state_->stream()));
   req->enqueued();
