@@ -80,6 +80,12 @@ ParsedArgs parse_train_args(int argc, char** argv) {
        "none | selective | full: activations dropped in forward and recomputed in backward, trading compute "
        "for memory with bit-identical gradients. selective: the layernorm and GELU outputs; full: everything "
        "but each block's input (backward reruns each block's forward). CPU backend only for now")
+      ("zero", po::value<int>(&c.zero)->default_value(0),
+       "0 | 1: ZeRO stage. 1 shards the AdamW state (fp32 moments) over the ranks: gradients are "
+       "reduce-scattered in buckets during backward, each rank updates its 1/W of the parameters, and "
+       "the updated parameters are all-gathered. Optimizer memory per rank / W; same results as 0. "
+       "Checkpoints are the same format either way (resume across --zero levels and world sizes). CPU "
+       "backend only for now")
       ("threads", po::value<int>(&c.threads)->default_value(0),
        "OpenMP threads per rank (0: the rank's cores, shared fairly between ranks on a node)")
       ("seed", po::value<uint64_t>(&c.seed)->default_value(1337), "seed for initialisation and data order")
@@ -262,6 +268,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   else if (recompute == "selective") c.recompute = Recompute::kSelective;
   else if (recompute == "full") c.recompute = Recompute::kFull;
   else return error("--recompute must be none, selective or full (got '" + recompute + "')");
+  if (c.zero != 0 && c.zero != 1) return error("--zero must be 0 or 1 (got " + std::to_string(c.zero) + ")");
   if (c.gemm != "hand" && c.gemm != "cublaslt") return error("--gemm must be hand or cublaslt (got '" + c.gemm + "')");
   if (c.comm != "nccl" && c.comm != "mpi" && c.comm != "auto")
     return error("--comm must be nccl, mpi or auto (got '" + c.comm + "')");

@@ -6,11 +6,16 @@
 
 namespace gpt2 {
 
-BucketPlan::BucketPlan(size_t total_floats, size_t bucket_bytes, size_t first_bucket_bytes) {
+BucketPlan::BucketPlan(size_t total_floats, size_t bucket_bytes, size_t first_bucket_bytes, int shards)
+    : total_(total_floats), shards_(shards) {
   GPT2_REQUIRE(bucket_bytes >= sizeof(float), "--bucket-mb must be positive");
-  const size_t rest = std::max<size_t>(1, bucket_bytes / sizeof(float));
+  GPT2_CHECK(shards >= 1, "BucketPlan: shards must be >= 1");
+  const size_t w = static_cast<size_t>(shards);
+  // Whole multiples of the shard count, so each bucket splits evenly over the ranks.
+  auto aligned = [w](size_t n) { return std::max(w, n / w * w); };
+  const size_t rest = aligned(std::max<size_t>(1, bucket_bytes / sizeof(float)));
   // The first bucket is never larger than the others (a 256 KiB plan starts with 256 KiB, not 1 MiB).
-  const size_t first = std::min(rest, std::max<size_t>(1, first_bucket_bytes / sizeof(float)));
+  const size_t first = std::min(rest, aligned(std::max<size_t>(1, first_bucket_bytes / sizeof(float))));
   size_t end = total_floats;
   bool is_first = true;
   while (end > 0) {
@@ -20,6 +25,33 @@ BucketPlan::BucketPlan(size_t total_floats, size_t bucket_bytes, size_t first_bu
     end = begin;
     is_first = false;
   }
+}
+
+BucketPlan::Split BucketPlan::split(size_t bucket) const {
+  const Bucket& b = buckets_.at(bucket);
+  const size_t w = static_cast<size_t>(shards_);
+  const size_t rem = b.size() % w;  // nonzero only in the last bucket (the others are multiples of w)
+  Split s;
+  s.replicated = {b.begin, b.begin + rem};
+  s.scattered = b.begin + rem;
+  s.chunk = (b.size() - rem) / w;
+  return s;
+}
+
+std::vector<FlatRange> BucketPlan::owned_by(int rank) const {
+  std::vector<FlatRange> out;
+  for (size_t i = buckets_.size(); i-- > 0;) {  // ascending offsets: the last bucket first
+    const Split s = split(i);
+    if (s.replicated.size() > 0) out.push_back(s.replicated);
+    if (s.chunk > 0) out.push_back(s.piece(rank));
+  }
+  // Adjacent runs (shards() == 1: every bucket whole) merge into one.
+  std::vector<FlatRange> merged;
+  for (const FlatRange& r : out) {
+    if (!merged.empty() && merged.back().end == r.begin) merged.back().end = r.end;
+    else merged.push_back(r);
+  }
+  return merged;
 }
 
 }  // namespace gpt2

@@ -424,6 +424,9 @@ class MpiRequest final : public CommRequest {
   MpiRequest(Communicator& comm, int64_t seq, void* scale_buf, size_t scale_n, DType t, int divide_by)
       : CommRequest(comm, seq), buf_(scale_buf), n_(scale_n), type_(t), divide_by_(divide_by) {}
   MPI_Request* handle() { return &req_; }
+  // On completion, first move scale_n elements from `from` to scale_buf (an in-place reduce-scatter:
+  // MPI leaves the result at the start of the buffer, the interface promises it at the rank's block).
+  void move_result_from(const void* from) { move_from_ = from; }
 
  private:
   bool poll() override {
@@ -432,6 +435,7 @@ class MpiRequest final : public CommRequest {
     return flag != 0;
   }
   void on_complete() override {
+    if (move_from_ != nullptr) std::memmove(buf_, move_from_, n_ * dtype_bytes(type_));
     if (divide_by_ == 0) return;
     if (type_ == DType::kF32) {
       const float s = 1.0f / static_cast<float>(divide_by_);
@@ -443,6 +447,7 @@ class MpiRequest final : public CommRequest {
     }
   }
   MPI_Request req_ = MPI_REQUEST_NULL;
+  const void* move_from_ = nullptr;
   void* buf_;
   size_t n_;
   DType type_;
@@ -476,12 +481,22 @@ std::unique_ptr<CommRequest> MpiCommunicator::iallreduce(void* buf, size_t n, DT
 std::unique_ptr<CommRequest> MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t n, DType t,
                                                               ReduceOp op, const std::string& label) {
   GPT2_CHECK(op != ReduceOp::kAvg || t != DType::kI32, "an integer average is not exact: use kSum");
-  GPT2_CHECK(send != recv, "reduce-scatter needs separate send and receive buffers");
+  // In place when recv is this rank's block of send (NCCL's convention): MPI_IN_PLACE leaves the result
+  // at the start of send, and the request moves it to recv on completion.
+  const bool in_place = recv == static_cast<const char*>(send) + static_cast<size_t>(rank()) * n * dtype_bytes(t);
+  GPT2_CHECK(in_place || send != recv, "reduce-scatter in place needs recv = send + rank * n");
   const int64_t seq =
       begin_collective("reduce_scatter", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
                        msg() << "reduce_scatter " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<MpiRequest>(*this, seq, recv, n, t, op == ReduceOp::kAvg ? size() : 0);
-  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, checked_count(n), mpi_type(t), mpi_op(op), comm_, req->handle()));
+  if (in_place) {
+    void* start = const_cast<void*>(send);
+    if (rank() != 0) req->move_result_from(start);
+    MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, start, checked_count(n), mpi_type(t), mpi_op(op), comm_,
+                                        req->handle()));
+  } else {
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, checked_count(n), mpi_type(t), mpi_op(op), comm_, req->handle()));
+  }
   return req;
 }
 

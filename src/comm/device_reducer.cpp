@@ -30,53 +30,43 @@ int select_device(int local_rank, int local_size, DeviceComm comm) {
   return device;
 }
 
+namespace {
+bool is_host_comm(const Communicator& c) { return std::string(c.backend()) == "mpi"; }
+}  // namespace
+
 DeviceGradReducer::DeviceGradReducer(Communicator& comm, const BucketPlan& plan, void* grads, Precision dtype,
                                      cudaStream_t compute)
     : comm_(comm),
-      on_device_(std::string(comm.backend()) != "mpi"),
+      on_device_(!is_host_comm(comm)),
       plan_(plan),
-      grads_(static_cast<char*>(grads)),
+      grads_(grads),
       dtype_(dtype),
-      elem_bytes_(dtype == Precision::kBf16 ? sizeof(bf16) : sizeof(float)),
-      compute_(compute) {
+      compute_(compute),
+      host_(on_device_ ? 0 : plan.total()),
+      scheduler_(comm, plan, on_device_ ? grads : static_cast<void*>(host_.data()),
+                 on_device_ ? (dtype == Precision::kBf16 ? DType::kBf16 : DType::kF32) : DType::kF32,
+                 BucketMode::kAllReduce) {
   compute_done_ = std::make_unique<CudaEvent>(/*timing=*/true);
   comm_done_ = std::make_unique<CudaEvent>(/*timing=*/true);
 }
 
 DeviceGradReducer::~DeviceGradReducer() = default;
 
-std::string DeviceGradReducer::label(size_t bucket) const {
-  return "grad bucket " + std::to_string(bucket) + "/" + std::to_string(plan_.buckets().size());
-}
-
-void DeviceGradReducer::begin_step() {
-  next_ = 0;
-  inflight_.clear();
-}
-
-void DeviceGradReducer::on_grads_ready(size_t ready_from) {
-  const auto& buckets = plan_.buckets();
-  while (next_ < buckets.size() && buckets[next_].begin >= ready_from) launch(next_++);
-}
+void DeviceGradReducer::begin_step() { scheduler_.begin_step(); }
 
 // NCCL: the communicator records an event on the compute stream (the blocks covering the bucket are
 // enqueued) and its stream waits on it, so nothing here blocks the host. MPI: staged in finish().
-void DeviceGradReducer::launch(size_t i) {
-  if (!on_device_) return;
-  const Bucket& b = plan_.buckets()[i];
-  inflight_.push_back(comm_.iallreduce(grads_ + b.begin * elem_bytes_, b.size(),
-                                       dtype_ == Precision::kBf16 ? DType::kBf16 : DType::kF32, ReduceOp::kAvg,
-                                       label(i)));
+void DeviceGradReducer::on_grads_ready(size_t ready_from) {
+  if (on_device_) scheduler_.on_grads_ready(ready_from);
 }
 
 double DeviceGradReducer::finish() {
-  on_grads_ready(0);
   if (!on_device_) return finish_mpi();
+  scheduler_.on_grads_ready(0);
   compute_done_->record(compute_);
   // Each wait polls with the timeout; on completion the compute stream is made to wait for the bucket,
   // so the optimizer enqueued next runs after the last one.
-  for (auto& r : inflight_) r->wait();
-  inflight_.clear();
+  scheduler_.wait();
   comm_done_->record(compute_);
   CUDA_CHECK(cudaEventSynchronize(comm_done_->get()));
   float ms = 0;
@@ -84,31 +74,26 @@ double DeviceGradReducer::finish() {
   return ms > 0 ? ms : 0.0;
 }
 
-// Host-staged: every bucket goes down to the host as fp32, through the MPI communicator (with its
-// timeout), and back up.
+// Host-staged: the buffer goes down to the host as fp32, the scheduler averages it bucket by bucket
+// through the MPI communicator (with its timeout), and it goes back up.
 double DeviceGradReducer::finish_mpi() {
   CUDA_CHECK(cudaStreamSynchronize(compute_));  // backward done: what follows is all communication
   Timer t;
+  const size_t n = plan_.total();
   std::vector<bf16> tmp;
-  for (size_t bi = 0; bi < plan_.buckets().size(); ++bi) {
-    const Bucket& b = plan_.buckets()[bi];
-    const size_t n = b.size();
-    host_.resize(n);
-    void* dev = grads_ + b.begin * elem_bytes_;
-    if (dtype_ == Precision::kBf16) {
-      tmp.resize(n);
-      CUDA_CHECK(cudaMemcpy(tmp.data(), dev, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < n; ++i) host_[i] = to_float_host(tmp[i]);
-    } else {
-      CUDA_CHECK(cudaMemcpy(host_.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    comm_.allreduce(host_.data(), n, ReduceOp::kAvg, label(bi));
-    if (dtype_ == Precision::kBf16) {
-      for (size_t i = 0; i < n; ++i) tmp[i] = from_float_host<bf16>(host_[i]);
-      CUDA_CHECK(cudaMemcpy(dev, tmp.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-    } else {
-      CUDA_CHECK(cudaMemcpy(dev, host_.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    }
+  if (dtype_ == Precision::kBf16) {
+    tmp.resize(n);
+    CUDA_CHECK(cudaMemcpy(tmp.data(), grads_, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) host_[i] = to_float_host(tmp[i]);
+  } else {
+    CUDA_CHECK(cudaMemcpy(host_.data(), grads_, n * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  scheduler_.finish();
+  if (dtype_ == Precision::kBf16) {
+    for (size_t i = 0; i < n; ++i) tmp[i] = from_float_host<bf16>(host_[i]);
+    CUDA_CHECK(cudaMemcpy(grads_, tmp.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  } else {
+    CUDA_CHECK(cudaMemcpy(grads_, host_.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   }
   // A copy from pageable memory may return before its DMA lands, and the legacy stream it ran on does
   // not order the (non-blocking) compute stream: wait for it before the optimizer reads the gradients.

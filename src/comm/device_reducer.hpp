@@ -1,14 +1,15 @@
 // Averages the flat gradient buffer ON THE DEVICE across ranks, bucket by bucket, while backward is
-// still running (the CUDA backend's GradReducer; the plan is the same immutable BucketPlan). Every
+// still running: the CUDA backend's side of the one BucketScheduler (comm/bucket_scheduler.hpp), which
+// decides when each bucket goes; this class adds where the data is and the device-side ordering. Every
 // collective goes through a Communicator, which owns the timeout and the flight record:
 //   NCCL (device buffers, comm/nccl_communicator.hpp, created with the compute stream as its producer):
 //     per bucket, the communication stream waits on an event recorded on the compute stream when the
 //     blocks covering the bucket have been enqueued, then runs the average in place. No host
 //     synchronisation inside backward; finish() waits for every bucket with the timeout and the compute
 //     stream then waits for them on the device.
-//   MPI (host buffers): host-staged (copy down, all-reduce, copy up) in finish(). Slow, but it lets several
-//     ranks share one GPU, which NCCL refuses: that is how multi-rank GPU runs are tested on one GPU.
-// Every rank issues the same buckets in the same order (BucketPlan order).
+//   MPI (host buffers): host-staged in finish(): the whole buffer goes down as fp32, the scheduler runs
+//     over the host copy, and it comes back up. Slow, but it lets several ranks share one GPU, which
+//     NCCL refuses: that is how multi-rank GPU runs are tested on one GPU.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "comm/bucket_plan.hpp"
+#include "comm/bucket_scheduler.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/common/cuda_dtype.hpp"
 #include "kernels/common/device_buffer.hpp"
@@ -54,21 +56,17 @@ class DeviceGradReducer {
   double finish();
 
  private:
-  void launch(size_t bucket);
   double finish_mpi();
-  std::string label(size_t bucket) const;
 
   Communicator& comm_;
   bool on_device_;  // NCCL: buckets go out during backward; MPI: staged through the host in finish()
   const BucketPlan& plan_;
-  char* grads_;
+  void* grads_;
   Precision dtype_;
-  size_t elem_bytes_;
   cudaStream_t compute_;
-  size_t next_ = 0;
-  std::vector<std::unique_ptr<CommRequest>> inflight_;
+  std::vector<float> host_;  // MPI staging: the whole buffer as fp32
+  BucketScheduler scheduler_;  // over grads_ (NCCL) or host_ (MPI)
   std::unique_ptr<CudaEvent> compute_done_, comm_done_;  // timing events for comm_exposed_ms
-  std::vector<float> host_;  // MPI staging
 };
 
 }  // namespace gpt2

@@ -48,7 +48,7 @@ struct Activations {
 
 // Called during backward with an offset into the flat gradient buffer: every gradient at or after
 // it is final for this step. It is called with block_begin(L) (ln_f done), then block_begin(l) for
-// l = L-1..0, and finally 0 once the encoder (and so tied wte) is done. GradReducer hangs on it.
+// l = L-1..0, and finally 0 once the encoder (and so tied wte) is done. BucketScheduler hangs on it.
 using GradReadyFn = std::function<void(size_t ready_from)>;
 
 // Keys and values of the tokens decoded so far, per layer and head, for generation (GPT2::decode_step).

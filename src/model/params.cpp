@@ -55,6 +55,13 @@ ParamTable::ParamTable(const GPT2Config& cfg) : cfg_(cfg) {
   total_ = off;
 }
 
+std::vector<ParamSegment> ParamTable::segments() const {
+  std::vector<ParamSegment> out;
+  out.reserve(params_.size());
+  for (const ParamInfo& p : params_) out.push_back({p.offset, p.numel, p.decay});
+  return out;
+}
+
 int ParamTable::find(const std::string& name) const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].name == name) return static_cast<int>(i);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/param_segment.hpp"
 #include "model/config.hpp"
 
 namespace gpt2 {
@@ -61,6 +62,8 @@ class ParamTable {
   size_t block_begin(int l) const { return block_begin_[l]; }
   // Index in params() of `name`, or -1.
   int find(const std::string& name) const;
+  // Every tensor as a segment of the flat buffer, in table order: what the optimizer updates.
+  std::vector<ParamSegment> segments() const;
   ModelTensors tensors(float* base) const;
 
  private:

@@ -1,5 +1,9 @@
 #include "optim/adamw.hpp"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
 #include "kernels/adamw/adamw.hpp"
 
 namespace gpt2 {
@@ -10,15 +14,52 @@ float clip_factor(double grad_norm, float max_norm) {
   return f < 1.0 ? static_cast<float>(f) : 1.0f;
 }
 
-AdamW::AdamW(const ParamTable& table, const AdamWConfig& cfg)
-    : table_(table), cfg_(cfg), m_(table.total(), 0.0f), v_(table.total(), 0.0f) {}
+AdamW::AdamW(std::vector<ParamSegment> segments, std::vector<FlatRange> owned, const AdamWConfig& cfg)
+    : cfg_(cfg), owned_(std::move(owned)) {
+  std::sort(segments.begin(), segments.end(),
+            [](const ParamSegment& a, const ParamSegment& b) { return a.offset < b.offset; });
+  size_t local = 0;
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const FlatRange& r = owned_[i];
+    GPT2_CHECK(r.begin <= r.end && (i == 0 || owned_[i - 1].end <= r.begin),
+               "AdamW: owned runs must be ascending and disjoint");
+    // The segments overlapping [r.begin, r.end): the first one ending after r.begin, onwards.
+    auto it = std::upper_bound(segments.begin(), segments.end(), r.begin,
+                               [](size_t x, const ParamSegment& s) { return x < s.offset + s.size; });
+    for (; it != segments.end() && it->offset < r.end; ++it) {
+      const size_t b = std::max(r.begin, it->offset), e = std::min(r.end, it->offset + it->size);
+      if (b < e) pieces_.push_back({b, local + (b - r.begin), e - b, it->decay});
+    }
+    local += r.size();
+  }
+  m_.assign(local, 0.0f);
+  v_.assign(local, 0.0f);
+}
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++t_;
-  for (const ParamInfo& p : table_.params()) {
+  for (const Piece& p : pieces_) {
     kernels::AdamWStep s{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0f, grad_scale, t_};
-    kernels::adamw_update_cpu(params + p.offset, grads + p.offset, m_.data() + p.offset, v_.data() + p.offset,
-                              static_cast<long>(p.numel), s);
+    kernels::adamw_update_cpu(params + p.flat, grads + p.flat, m_.data() + p.local, v_.data() + p.local,
+                              static_cast<long>(p.size), s);
+  }
+}
+
+void AdamW::export_moments(float* m_flat, float* v_flat) const {
+  size_t local = 0;
+  for (const FlatRange& r : owned_) {
+    std::memcpy(m_flat + r.begin, m_.data() + local, r.size() * sizeof(float));
+    std::memcpy(v_flat + r.begin, v_.data() + local, r.size() * sizeof(float));
+    local += r.size();
+  }
+}
+
+void AdamW::import_moments(const float* m_flat, const float* v_flat) {
+  size_t local = 0;
+  for (const FlatRange& r : owned_) {
+    std::memcpy(m_.data() + local, m_flat + r.begin, r.size() * sizeof(float));
+    std::memcpy(v_.data() + local, v_flat + r.begin, r.size() * sizeof(float));
+    local += r.size();
   }
 }
 

@@ -100,11 +100,11 @@ std::string probe_tensors(hid_t f, const std::string& name, const ParamTable& ta
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* opt, const TrainState& state) {
+void save_checkpoint(const std::string& path, const GPT2& model, const OptimizerState* opt, const TrainState& state) {
   require_finite(path, model.table(), model.params().data(), "parameter");
   if (opt != nullptr) {
-    require_finite(path, model.table(), opt->m().data(), "Adam first moment of");
-    require_finite(path, model.table(), opt->v().data(), "Adam second moment of");
+    require_finite(path, model.table(), opt->m, "Adam first moment of");
+    require_finite(path, model.table(), opt->v, "Adam second moment of");
   }
   make_dirs(dir_of(path));
   const std::string tmp = path + ".tmp";
@@ -135,11 +135,11 @@ void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* op
       h5::Id gm = h5::create_group(go.get(), "m");
       h5::Id gv = h5::create_group(go.get(), "v");
       for (const ParamInfo& p : model.table().params()) {
-        h5::write_f32(gm.get(), p.name, opt->m().data() + p.offset, hshape(p.hf_shape));
-        h5::write_f32(gv.get(), p.name, opt->v().data() + p.offset, hshape(p.hf_shape));
+        h5::write_f32(gm.get(), p.name, opt->m + p.offset, hshape(p.hf_shape));
+        h5::write_f32(gv.get(), p.name, opt->v + p.offset, hshape(p.hf_shape));
       }
-      const AdamWConfig& oc = opt->config();
-      h5::write_attr_i64(go.get(), "step", opt->step_count());
+      const AdamWConfig& oc = opt->config;
+      h5::write_attr_i64(go.get(), "step", opt->step);
       h5::write_attr_f64(go.get(), "beta1", oc.beta1);
       h5::write_attr_f64(go.get(), "beta2", oc.beta2);
       h5::write_attr_f64(go.get(), "eps", oc.eps);
@@ -169,7 +169,7 @@ GPT2Config read_checkpoint_config(const std::string& path) {
   return c;
 }
 
-bool load_checkpoint(const std::string& path, GPT2& model, AdamW* opt, TrainState* state) {
+bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, TrainState* state) {
   const GPT2Config fc = read_checkpoint_config(path);
   const GPT2Config& mc = model.config();
   GPT2_REQUIRE(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
@@ -188,13 +188,13 @@ bool load_checkpoint(const std::string& path, GPT2& model, AdamW* opt, TrainStat
     h5::Id go = h5::open_group(f.get(), "optimizer", path);
     h5::Id gm = h5::open_group(go.get(), "m", path);
     h5::Id gv = h5::open_group(go.get(), "v", path);
-    std::fill(opt->m().begin(), opt->m().end(), 0.0f);
-    std::fill(opt->v().begin(), opt->v().end(), 0.0f);
+    std::fill(opt->m, opt->m + model.table().total(), 0.0f);
+    std::fill(opt->v, opt->v + model.table().total(), 0.0f);
     for (const ParamInfo& p : model.table().params()) {
-      h5::read_f32(gm.get(), p.name, opt->m().data() + p.offset, hshape(p.hf_shape), path);
-      h5::read_f32(gv.get(), p.name, opt->v().data() + p.offset, hshape(p.hf_shape), path);
+      h5::read_f32(gm.get(), p.name, opt->m + p.offset, hshape(p.hf_shape), path);
+      h5::read_f32(gv.get(), p.name, opt->v + p.offset, hshape(p.hf_shape), path);
     }
-    opt->set_step_count(h5::read_attr_i64(go.get(), "step", path));
+    opt->step = static_cast<long>(h5::read_attr_i64(go.get(), "step", path));
     loaded_opt = true;
   }
   if (state != nullptr) {

@@ -20,15 +20,27 @@ struct TrainState {
   int seq_len = 0;                  // a resume must keep both to continue the same data order
 };
 
+// The optimizer's part of a checkpoint: AdamW's step count, hyperparameters and moments, the moments
+// in the parameter table's flat layout whatever the sharding (a ZeRO-1 run gathers them first), so
+// a checkpoint resumes on any world size and --zero level.
+struct OptimizerState {
+  AdamWConfig config;
+  long step = 0;
+  float* m = nullptr;  // table.total() floats each
+  float* v = nullptr;
+};
+
 // Writes model (+ optimizer when given) + state to `path` atomically.
-void save_checkpoint(const std::string& path, const GPT2& model, const AdamW* opt, const TrainState& state);
+void save_checkpoint(const std::string& path, const GPT2& model, const OptimizerState* opt, const TrainState& state);
 
 // Model dimensions stored in a checkpoint (to build the model before loading).
 GPT2Config read_checkpoint_config(const std::string& path);
 
 // Loads parameters into `model` (whose config must match the file), the optimizer state when `opt`
 // is given and the file has one (returns whether it did), and the train state when `state` is given.
-bool load_checkpoint(const std::string& path, GPT2& model, AdamW* opt, TrainState* state);
+// The optimizer's moments land in opt->m and opt->v (table.total() floats each, gaps zeroed) and its
+// step count in opt->step.
+bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, TrainState* state);
 
 // "<dir>/ckpt/step_00001000.h5"
 std::string checkpoint_path(const std::string& out_dir, int64_t step);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -60,12 +61,12 @@ MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int 
 }
 
 MemoryEstimate estimate_training_memory(const GPT2Config& m, int micro_batch, int seq_len, int64_t seqs_per_rank,
-                                        bool on_gpu, Recompute recompute) {
+                                        bool on_gpu, Recompute recompute, int optimizer_shards) {
   const double n = approx_param_count(m);
   MemoryEstimate e;
   e.params = n * sizeof(float);
   e.grads = n * sizeof(float);
-  e.optimizer = 2.0 * n * sizeof(float);
+  e.optimizer = 2.0 * n * sizeof(float) / std::max(1, optimizer_shards);
   e.activations = on_gpu ? 0.0 : GPT2::activation_bytes(m, micro_batch, seq_len, recompute);
   e.batches = 2.0 * static_cast<double>(seqs_per_rank) * (seq_len + 1.0) * sizeof(int32_t) +
               2.0 * static_cast<double>(micro_batch) * seq_len * sizeof(int32_t);

@@ -26,8 +26,10 @@ struct MemoryEstimate {
 // seqs_per_rank: sequences this rank reads per optimizer step (micro-batch x accumulation).
 // on_gpu: activations live on the device, so the host holds only the fp32 mirror of the model and
 // optimizer (the CUDA runner checks the device itself: check_device_memory in train/runner_cuda.cpp).
+// optimizer_shards: the ranks the AdamW moments are sharded over (ZeRO-1: the world size; else 1).
 MemoryEstimate estimate_training_memory(const GPT2Config& model, int micro_batch, int seq_len, int64_t seqs_per_rank,
-                                        bool on_gpu, Recompute recompute = Recompute::kNone);
+                                        bool on_gpu, Recompute recompute = Recompute::kNone,
+                                        int optimizer_shards = 1);
 
 // GPU memory of one rank of a CUDA run: params = the device copy of the weights (2 bytes each in
 // bf16, 4 in fp32) + the fp32 master weights (bf16 only), grads in the storage precision, optimizer =

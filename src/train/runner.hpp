@@ -1,5 +1,6 @@
 // What the step loop needs from a backend, so one loop drives both: the CPU backend (model/gpt2 +
-// optim/adamw + comm/grad_reducer) and the CUDA backend (model/gpt2_cuda + comm/device_reducer).
+// optim/adamw + comm/bucket_scheduler) and the CUDA backend (model/gpt2_cuda + comm/device_reducer,
+// which drives the same bucket scheduler on the device).
 // The host GPT2 and AdamW objects are the CPU backend's working state and the CUDA backend's mirror
 // for checkpoints and sampling: to_host() makes them current, from_host() sends them to the device.
 #pragma once
@@ -13,6 +14,7 @@
 #include "data/batch_loader.hpp"
 #include "model/gpt2.hpp"
 #include "optim/adamw.hpp"
+#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 
@@ -36,19 +38,28 @@ class ModelRunner {
   virtual double finish_communication() = 0;
   // Mean loss of one micro-batch, no backward.
   virtual float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
+  // Sums of squares of the averaged gradient and of the parameters over the whole model, the same on
+  // every rank (under ZeRO-1 each rank sums its shard and the partial sums are all-reduced: collective).
   virtual double grad_sum_squares() = 0;
   virtual double param_sum_squares() = 0;
-  // One AdamW step of every parameter (the step count lives in the host AdamW object).
+  // One AdamW step of the parameters this rank owns: all of them, or under ZeRO-1 its shard, which
+  // it then all-gathers so every rank holds the whole updated model (the step count lives in the
+  // host AdamW object).
   virtual void optimizer_step(float lr, float grad_scale) = 0;
+  // At a checkpoint, on every rank (collective under ZeRO-1, which gathers the moments): makes the
+  // host model current on the writer and returns there the optimizer state in the flat layout, valid
+  // until the next optimizer_step.
+  virtual OptimizerState checkpoint_state(bool writer) = 0;
   virtual void to_host() = 0;
   virtual void from_host() = 0;
   // Memory for the batch loader's token buffers: the heap by default, page-locked on a GPU.
   virtual HostAllocator host_allocator() const { return {}; }
 };
 
-// CPU backend: works on `model` and `opt` directly; comm is the MPI communicator.
+// CPU backend: works on `model` and `opt` directly; comm is the MPI communicator. zero1: `opt` owns
+// plan.owned_by(comm.rank()) and the buckets are reduce-scattered (plan cut for comm.size() shards).
 std::unique_ptr<ModelRunner> make_cpu_runner(GPT2& model, AdamW& opt, Communicator& comm, const BucketPlan& plan,
-                                             int threads);
+                                             int threads, bool zero1);
 
 struct CudaRunnerOptions {
   std::string precision = "bf16";  // bf16 | fp32

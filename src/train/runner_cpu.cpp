@@ -1,6 +1,7 @@
 #include <string>
+#include <vector>
 
-#include "comm/grad_reducer.hpp"
+#include "comm/bucket_scheduler.hpp"
 #include "core/error.hpp"
 #include "kernels/reduce/reduce.hpp"
 #include "train/runner.hpp"
@@ -11,8 +12,15 @@ namespace {
 
 class CpuRunner final : public ModelRunner {
  public:
-  CpuRunner(GPT2& model, AdamW& opt, Communicator& comm, const BucketPlan& plan, int threads)
-      : model_(model), opt_(opt), reducer_(comm, plan, model.grads().data()), threads_(threads) {}
+  CpuRunner(GPT2& model, AdamW& opt, Communicator& comm, const BucketPlan& plan, int threads, bool zero1)
+      : model_(model),
+        opt_(opt),
+        comm_(comm),
+        plan_(plan),
+        scheduler_(comm, plan, model.grads().data(), DType::kF32,
+                   zero1 ? BucketMode::kReduceScatter : BucketMode::kAllReduce),
+        zero1_(zero1),
+        threads_(threads) {}
 
   std::string describe() const override { return "cpu, " + std::to_string(threads_) + " thread(s)"; }
   // Two 8-wide FMA pipes at ~3 GHz (AVX2) per thread: an estimate; pass --peak-tflops for your hardware.
@@ -31,43 +39,100 @@ class CpuRunner final : public ModelRunner {
     communicating_ = communicate;
     if (!communicate) return model_.backward();
     // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
-    reducer_.begin_step();
-    model_.backward([&](size_t ready_from) { reducer_.on_grads_ready(ready_from); });
+    scheduler_.begin_step();
+    model_.backward([&](size_t ready_from) { scheduler_.on_grads_ready(ready_from); });
   }
   double finish_communication() override {
     if (!communicating_) return 0.0;
     communicating_ = false;
-    return reducer_.finish();
+    return scheduler_.finish();
   }
   float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) override {
     return model_.forward_eval(inputs, targets, B, T);
   }
-  double grad_sum_squares() override {
-    return kernels::sum_squares_cpu(model_.grads().data(), static_cast<long>(model_.grads().size()));
-  }
-  double param_sum_squares() override {
-    return kernels::sum_squares_cpu(model_.params().data(), static_cast<long>(model_.params().size()));
-  }
+  double grad_sum_squares() override { return sum_squares(model_.grads().data(), "gradient norm"); }
+  double param_sum_squares() override { return sum_squares(model_.params().data(), "parameter norm"); }
   void optimizer_step(float lr, float grad_scale) override {
+    release_gathered_moments();
     opt_.step(model_.params().data(), model_.grads().data(), lr, grad_scale);
+    if (zero1_) gather_pieces(model_.params().data(), "updated parameters");
+  }
+  OptimizerState checkpoint_state(bool /*writer: the host state is current on every rank*/) override {
+    OptimizerState s;
+    s.config = opt_.config();
+    s.step = opt_.step_count();
+    if (!zero1_) {  // opt_ owns the whole buffer: its moments are the flat layout already
+      s.m = opt_.m().data();
+      s.v = opt_.v().data();
+      return s;
+    }
+    // Every rank exports its runs into full-size buffers and the pieces are all-gathered in place
+    // (all ranks take part; only the writer needs the result).
+    m_full_.assign(plan_.total(), 0.0f);
+    v_full_.assign(plan_.total(), 0.0f);
+    opt_.export_moments(m_full_.data(), v_full_.data());
+    gather_pieces(m_full_.data(), "Adam first moments (checkpoint)");
+    gather_pieces(v_full_.data(), "Adam second moments (checkpoint)");
+    s.m = m_full_.data();
+    s.v = v_full_.data();
+    return s;
   }
   void to_host() override {}
   void from_host() override {}
 
  private:
+  // Whole-model sum of squares: the full buffer when every rank holds it averaged; under ZeRO-1 the
+  // sum over this rank's pieces (the replicated head counted by rank 0 only), all-reduced.
+  double sum_squares(const float* buf, const char* label) {
+    if (!zero1_)
+      return kernels::sum_squares_cpu(buf, static_cast<long>(plan_.total()));
+    double s = 0.0;
+    for (size_t i = 0; i < plan_.buckets().size(); ++i) {
+      const BucketPlan::Split sp = plan_.split(i);
+      if (comm_.rank() == 0 && sp.replicated.size() > 0)
+        s += kernels::sum_squares_cpu(buf + sp.replicated.begin, static_cast<long>(sp.replicated.size()));
+      const FlatRange p = sp.piece(comm_.rank());
+      if (p.size() > 0) s += kernels::sum_squares_cpu(buf + p.begin, static_cast<long>(p.size()));
+    }
+    if (comm_.size() > 1) comm_.allreduce(&s, 1, ReduceOp::kSum, label);
+    return s;
+  }
+  // Every rank's piece of every bucket of buf, all-gathered in place (ZeRO-1): afterwards each rank
+  // holds all of it. The replicated head is the same on every rank already.
+  void gather_pieces(float* buf, const std::string& what) {
+    if (comm_.size() == 1) return;
+    std::vector<std::unique_ptr<CommRequest>> inflight;
+    const size_t n = plan_.buckets().size();
+    for (size_t i = 0; i < n; ++i) {
+      const BucketPlan::Split sp = plan_.split(i);
+      if (sp.chunk == 0) continue;
+      inflight.push_back(comm_.iallgather(buf + sp.piece(comm_.rank()).begin, buf + sp.scattered, sp.chunk, DType::kF32,
+                                          what + " bucket " + std::to_string(i) + "/" + std::to_string(n)));
+    }
+    for (auto& r : inflight) r->wait();
+  }
+  void release_gathered_moments() {
+    std::vector<float>().swap(m_full_);
+    std::vector<float>().swap(v_full_);
+  }
+
   GPT2& model_;
   AdamW& opt_;
-  GradReducer reducer_;
+  Communicator& comm_;
+  const BucketPlan& plan_;
+  BucketScheduler scheduler_;
+  bool zero1_;
   int threads_;
   double loss_sum_ = 0;
   bool communicating_ = false;
+  std::vector<float> m_full_, v_full_;  // ZeRO-1 checkpoint: the gathered moments
 };
 
 }  // namespace
 
 std::unique_ptr<ModelRunner> make_cpu_runner(GPT2& model, AdamW& opt, Communicator& comm, const BucketPlan& plan,
-                                             int threads) {
-  return std::make_unique<CpuRunner>(model, opt, comm, plan, threads);
+                                             int threads, bool zero1) {
+  return std::make_unique<CpuRunner>(model, opt, comm, plan, threads, zero1);
 }
 
 #ifndef GPT2_HAVE_CUDA

@@ -118,6 +118,16 @@ class CudaRunner final : public ModelRunner {
     const AdamWConfig& c = opt_.config();
     model_->adamw_step({lr, c.beta1, c.beta2, c.eps, c.weight_decay, grad_scale, opt_.step_count()});
   }
+  OptimizerState checkpoint_state(bool writer) override {
+    OptimizerState s;
+    s.config = opt_.config();
+    s.step = opt_.step_count();
+    if (!writer) return s;  // the moments come from this rank's GPU only where they are written
+    to_host();
+    s.m = opt_.m().data();
+    s.v = opt_.v().data();
+    return s;
+  }
   void to_host() override {
     model_->get_params(host_.params().data());
     model_->get_moments(opt_.m().data(), opt_.v().data());

@@ -105,10 +105,10 @@ std::string fmt_count(double n) {
 // Prints the per-rank memory estimate (rank 0) and refuses, before anything large is allocated, a
 // configuration whose ranks on this node cannot fit in its available memory.
 void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, const MpiEnv& env) {
-  const MemoryEstimate e =
-      estimate_training_memory(cfg.model, cfg.micro_batch, cfg.seq_len, seqs_per_rank, on_gpu, cfg.recompute);
-  log_info("memory per rank (estimate%s, --recompute %s): %s\n", on_gpu ? ", host side" : "",
-           recompute_name(cfg.recompute), e.describe().c_str());
+  const MemoryEstimate e = estimate_training_memory(cfg.model, cfg.micro_batch, cfg.seq_len, seqs_per_rank, on_gpu,
+                                                    cfg.recompute, cfg.zero == 1 ? env.world_size() : 1);
+  log_info("memory per rank (estimate%s, --recompute %s, --zero %d): %s\n", on_gpu ? ", host side" : "",
+           recompute_name(cfg.recompute), cfg.zero, e.describe().c_str());
   const double avail = available_host_memory();
   if (avail <= 0) return;  // unknown: nothing to compare with
   const int ranks = env.local_size();
@@ -117,6 +117,31 @@ void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, co
                    << e.describe() << ") x " << ranks << " rank(s) on this node, but only " << format_bytes(avail)
                    << " is available (MemAvailable): use a smaller model, --micro-batch or --global-batch-tokens, "
                       "or fewer ranks per node");
+}
+
+// Loads a checkpoint's model and, when it has one, its optimizer state into `opt`, whatever part of
+// the buffer opt owns (all of it, or a ZeRO-1 shard of a run on any world size). Returns whether the
+// file had an optimizer.
+bool load_model_and_optimizer(const std::string& path, GPT2& model, AdamW& opt, TrainState* state) {
+  const size_t total = model.table().total();
+  const bool whole = opt.owned().size() == 1 && opt.owned()[0].begin == 0 && opt.owned()[0].end == total;
+  std::vector<float> m_flat, v_flat;  // a shard reads through full-size buffers, freed on return
+  OptimizerState os;
+  if (whole) {
+    os.m = opt.m().data();
+    os.v = opt.v().data();
+  } else {
+    m_flat.resize(total);
+    v_flat.resize(total);
+    os.m = m_flat.data();
+    os.v = v_flat.data();
+  }
+  const bool with_opt = load_checkpoint(path, model, &os, state);
+  if (with_opt) {
+    if (!whole) opt.import_moments(m_flat.data(), v_flat.data());
+    opt.set_step_count(os.step);
+  }
+  return with_opt;
 }
 
 }  // namespace
@@ -147,6 +172,9 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                "--recompute " << recompute_name(cfg.recompute)
                               << " is implemented on the CPU backend only (the CUDA backend keeps every "
                                  "activation): use --recompute none, a smaller --micro-batch, or --device cpu");
+  GPT2_REQUIRE(!on_gpu || cfg.zero == 0,
+               "--zero 1 is implemented on the CPU backend only so far (the CUDA backend keeps the whole AdamW "
+               "state on every GPU): use --zero 0, or --device cpu");
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
 
@@ -222,11 +250,18 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   GPT2 model(cfg.model);
   model.set_recompute(cfg.recompute);
   model.init(cfg.seed);
-  AdamW opt(model.table(), cfg.optim);
+  // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb. Under
+  // ZeRO-1 every bucket splits over the W ranks, and each rank's optimizer owns its piece of each.
+  const size_t elem_scale = precision == "bf16" ? 2 : 1;
+  const bool zero1 = cfg.zero == 1;
+  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)) * elem_scale,
+                        (size_t{1} << 20) * elem_scale, zero1 ? W : 1);
+  AdamW opt(model.table().segments(),
+            zero1 ? plan.owned_by(rank) : std::vector<FlatRange>{{0, model.table().total()}}, cfg.optim);
   TrainState state;
   state.seed = cfg.seed;
   if (!resume_path.empty()) {
-    load_checkpoint(resume_path, model, &opt, &state);
+    load_model_and_optimizer(resume_path, model, opt, &state);
     GPT2_REQUIRE((state.global_batch_tokens == 0 || state.global_batch_tokens == cfg.global_batch_tokens) &&
                      (state.seq_len == 0 || state.seq_len == T),
                  "checkpoint " << resume_path << " was written with --global-batch-tokens " << state.global_batch_tokens
@@ -252,7 +287,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       load_hf_weights(cfg.init_from, model);
       log_info("initialised from %s (Hugging Face safetensors: model only, fresh optimizer)\n", cfg.init_from.c_str());
     } else {
-      const bool with_opt = load_checkpoint(cfg.init_from, model, &opt, nullptr);
+      const bool with_opt = load_model_and_optimizer(cfg.init_from, model, opt, nullptr);
       log_info("initialised from %s (%s)\n", cfg.init_from.c_str(), with_opt ? "model and optimizer" : "model only");
     }
   }
@@ -261,10 +296,6 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   state.seq_len = T;
 
   comm.set_step(state.step);
-  // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb.
-  const size_t elem_scale = precision == "bf16" ? 2 : 1;
-  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)) * elem_scale,
-                        (size_t{1} << 20) * elem_scale);
   std::unique_ptr<ModelRunner> runner;
   if (on_gpu) {
     CudaRunnerOptions o;
@@ -280,7 +311,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {
-    runner = make_cpu_runner(model, opt, comm, plan, threads);
+    runner = make_cpu_runner(model, opt, comm, plan, threads, zero1);
   }
   if (W > 1) {  // Every rank must start from the same weights (same seed or same file): check, cheaply.
     double hi = runner->param_sum_squares();
@@ -302,7 +333,17 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   log_info("batch: %lld tokens/step = %lld seqs x T=%d = %d rank(s) x micro-batch %d x %lld accumulation step(s)\n",
            static_cast<long long>(cfg.global_batch_tokens), static_cast<long long>(G), T, W, B,
            static_cast<long long>(accum));
-  if (W > 1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);
+  if (W > 1 && !zero1) log_info("all-reduce: %zu bucket(s) of up to %.1f MiB\n", plan.buckets().size(), cfg.bucket_mb);
+  if (zero1) {
+    size_t owned = 0;
+    for (const FlatRange& r : opt.owned()) owned += r.size();
+    log_info("ZeRO-1: %zu bucket(s) of up to %.3g MiB reduce-scattered over %d rank(s); this rank updates %s of %s "
+             "parameters, AdamW state %s per rank (%s unsharded)\n",
+             plan.buckets().size(), cfg.bucket_mb, W, fmt_count(static_cast<double>(owned)).c_str(),
+             fmt_count(static_cast<double>(model.table().total())).c_str(),
+             format_bytes(2.0 * sizeof(float) * static_cast<double>(owned)).c_str(),
+             format_bytes(2.0 * sizeof(float) * static_cast<double>(model.table().total())).c_str());
+  }
   if (std::isfinite(kill_grace_s()))
     log_info("preemption: the launcher sends SIGKILL %.1f s after SIGTERM (%s)\n", kill_grace_s(), kill_grace_source());
 
@@ -375,12 +416,14 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
   int64_t last_ckpt_step = -1;
   double last_save_s = 0.0;  // how long the last checkpoint took (rank 0), to judge the next one
+  // On every rank (the same decision everywhere): under ZeRO-1 the moments are gathered from all of them.
   auto save = [&]() {
-    if (rank != 0 || cfg.out_dir.empty() || cfg.benchmark) return;  // (to_host() touches only this rank's GPU)
+    if (cfg.out_dir.empty() || cfg.benchmark) return;
     Timer t;
+    const OptimizerState os = runner->checkpoint_state(rank == 0);
+    if (rank != 0) return;
     const std::string path = checkpoint_path(cfg.out_dir, state.step);
-    runner->to_host();
-    save_checkpoint(path, model, &opt, state);
+    save_checkpoint(path, model, &os, state);
     write_latest(cfg.out_dir, path);
     prune_checkpoints(cfg.out_dir, cfg.ckpt_keep, path);
     last_save_s = t.ms() / 1000.0;
@@ -499,7 +542,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     // the ranks could have used to exit cleanly. The previous checkpoint stays intact either way
     // (written to a temporary name and renamed), so --resume auto continues from it.
     const double need_s = save_estimate_s();
-    if (last_ckpt_step != state.step && rank == 0 && !cfg.benchmark && kill_in_s < need_s) {
+    // Rank 0 timed the last checkpoint, so it decides, for all (the checkpoint is collective under ZeRO-1).
+    int skip = last_ckpt_step != state.step && rank == 0 && !cfg.benchmark && kill_in_s < need_s ? 1 : 0;
+    if (W > 1) comm.allreduce(&skip, 1, ReduceOp::kMax, "checkpoint within the grace period?");
+    if (skip != 0) {
+      if (rank != 0) return kExitPreempted;
       const std::string prev = read_latest(cfg.out_dir);
       log_warn("step %6lld | not checkpointing: the launcher kills this job in %.1f s (%s: %.1f s after SIGTERM) "
                "and a checkpoint takes about %.1f s. %s; the steps since are lost. For a checkpoint send SIGUSR1 "

@@ -37,6 +37,7 @@ struct TrainConfig {
   std::string precision = "auto";     // bf16 | fp32 | auto (bf16 on cuda, fp32 on cpu)
   std::string gemm = "cublaslt";      // hand | cublaslt (CUDA GEMM backend)
   Recompute recompute = Recompute::kNone;  // activations dropped in forward, recomputed in backward
+  int zero = 0;                       // 0: every rank holds the whole optimizer; 1: ZeRO-1, sharded over ranks
   std::string comm = "auto";          // nccl | mpi | auto (nccl on cuda, mpi on cpu)
   double comm_timeout_s = 600;        // a bucket all-reduce slower than this means a lost peer
   int ckpt_every = 0;                 // steps between checkpoints (0: only at the end)

@@ -58,6 +58,7 @@ expect_fail seq-too-long 2 "--seq-len 64 exceeds --max-seq-len 32" "${train[@]}"
 expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${tiny[@]}" --device tpu
 expect_fail bad-schedule 2 "--schedule must be" "${train[@]}" "${tiny[@]}" --schedule cosinus
 expect_fail bad-recompute 2 "--recompute must be none, selective or full" "${train[@]}" "${tiny[@]}" --recompute some
+expect_fail bad-zero 2 "--zero must be 0 or 1 \\(got 2\\)" "${train[@]}" "${tiny[@]}" --zero 2
 expect_fail bad-option-2-ranks 2 "unknown option" "${mpi2[@]}" "${tiny[@]}" --bogus 1
 
 # --- files ---
@@ -176,7 +177,7 @@ for mode in ("selective", "full"):
     assert steps(mode) == none, (mode, steps(mode), none)
 PY
 out=$("${train[@]}" "${tiny[@]}" --max-steps 1 --recompute selective --train-data "$work/good.h5" 2>&1)
-grep -q "memory per rank (estimate, --recompute selective)" <<<"$out" && echo "ok   recompute-banner" \
+grep -q "memory per rank (estimate, --recompute selective, --zero 0)" <<<"$out" && echo "ok   recompute-banner" \
   || { echo "FAIL recompute-banner"; echo "$out" | head -5; fails=$((fails+1)); }
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]

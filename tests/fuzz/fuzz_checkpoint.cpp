@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The seed checkpoints hold ~10k parameters; a mutated header may ask for billions.
     if (cfg.num_params() <= 1'000'000 && cfg.n_layer <= 8) {
       gpt2::GPT2 model(cfg);
-      gpt2::AdamW opt(model.table(), gpt2::AdamWConfig{});
+      std::vector<float> m(model.table().total()), v(model.table().total());
+      gpt2::OptimizerState opt{gpt2::AdamWConfig{}, 0, m.data(), v.data()};
       gpt2::TrainState state;
       gpt2::load_checkpoint(path, model, &opt, &state);
     }

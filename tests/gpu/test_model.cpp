@@ -134,7 +134,7 @@ TEST_P(ModelStep, MatchesCpuStep) {
       // step (lr * g / (|g| + eps)) would amplify that noise into a disagreement of order lr.
       std::copy(g_gpu.begin(), g_gpu.end(), cpu.grads().begin());
       AdamWConfig oc;
-      AdamW opt(cpu.table(), oc);
+      AdamW opt(cpu.table().segments(), {{0, cpu.table().total()}}, oc);
       opt.step(cpu.params().data(), cpu.grads().data(), 1e-3f, 0.5f);
       gpu.adamw_step({1e-3f, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, 0.5f, 1});
       std::vector<float> p_gpu(cpu.params().size());

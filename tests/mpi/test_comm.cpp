@@ -15,7 +15,7 @@
 
 #include "comm/bucket_plan.hpp"
 #include "comm/communicator.hpp"
-#include "comm/grad_reducer.hpp"
+#include "comm/bucket_scheduler.hpp"
 #include "comm/mpi_env.hpp"
 #include "model/params.hpp"
 
@@ -35,7 +35,7 @@ int world_size() {
 float fill_value(size_t i, int rank) { return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 17) - 8); }
 
 // Drives the reducer as backward does: frontiers from the end of the buffer to 0.
-void fake_backward(gpt2::GradReducer& reducer, const std::vector<size_t>& frontiers) {
+void fake_backward(gpt2::BucketScheduler& reducer, const std::vector<size_t>& frontiers) {
   for (size_t f : frontiers) reducer.on_grads_ready(f);
 }
 
@@ -64,6 +64,30 @@ TEST(BucketPlan, CoversTheBufferFromItsEnd) {
   }
 }
 
+// ZeRO-1 geometry: every bucket but the last splits evenly over the ranks; over all ranks the owned
+// runs cover the buffer, each element once, except the replicated head (< W elements), which all own.
+TEST(BucketPlan, ShardsCoverTheBufferOnce) {
+  for (int W : {1, 2, 3, 4, 8}) {
+    for (size_t total : {size_t{1}, size_t{7}, size_t{1000}, size_t{262147}, size_t{1000003}}) {
+      gpt2::BucketPlan plan(total, 65536, 16384, W);
+      std::vector<int> owners(total, 0);
+      for (int r = 0; r < W; ++r)
+        for (const gpt2::FlatRange& run : plan.owned_by(r)) {
+          ASSERT_LE(run.end, total);
+          for (size_t i = run.begin; i < run.end; ++i) ++owners[i];
+        }
+      const auto& b = plan.buckets();
+      for (size_t i = 0; i + 1 < b.size(); ++i) EXPECT_EQ(b[i].size() % static_cast<size_t>(W), 0u) << "bucket " << i;
+      const gpt2::BucketPlan::Split last = plan.split(b.size() - 1);
+      EXPECT_LT(last.replicated.size(), static_cast<size_t>(W));
+      EXPECT_EQ(last.replicated.begin, 0u);
+      size_t bad = 0;
+      for (size_t i = 0; i < total; ++i) bad += owners[i] != (i < last.replicated.end ? W : 1);
+      EXPECT_EQ(bad, 0u) << W << " ranks, " << total << " elements";
+    }
+  }
+}
+
 class ReducerExact : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(ReducerExact, AveragesSmallIntegersBitForBit) {
@@ -78,7 +102,7 @@ TEST_P(ReducerExact, AveragesSmallIntegersBitForBit) {
   std::vector<float> grads(table.total());
   gpt2::MpiCommunicator comm;
   gpt2::BucketPlan plan(grads.size(), GetParam(), std::min<size_t>(GetParam(), 1 << 20));
-  gpt2::GradReducer reducer(comm, plan, grads.data());
+  gpt2::BucketScheduler reducer(comm, plan, grads.data(), gpt2::DType::kF32, gpt2::BucketMode::kAllReduce);
   for (int step = 0; step < 2; ++step) {  // the reducer is reusable across steps
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = fill_value(i + step, rank);
     reducer.begin_step();
@@ -96,6 +120,40 @@ TEST_P(ReducerExact, AveragesSmallIntegersBitForBit) {
       bad += a != b;
     }
     EXPECT_EQ(bad, 0u) << "bucket bytes " << GetParam() << ", " << W << " ranks, step " << step;
+  }
+}
+
+// --zero 1: each rank's pieces (and the replicated head) hold the exact average; a second step
+// reuses the scheduler.
+TEST_P(ReducerExact, ReduceScatterGivesEachRankItsPiecesExactly) {
+  const int rank = world_rank(), W = world_size();
+  gpt2::GPT2Config cfg;
+  cfg.n_layer = 3;
+  cfg.n_head = 2;
+  cfg.n_embd = 48;
+  cfg.vocab_size = 300;
+  cfg.max_seq_len = 40;
+  gpt2::ParamTable table(cfg);
+  std::vector<float> grads(table.total());
+  gpt2::MpiCommunicator comm;
+  gpt2::BucketPlan plan(grads.size(), GetParam(), std::min<size_t>(GetParam(), 1 << 20), W);
+  gpt2::BucketScheduler reducer(comm, plan, grads.data(), gpt2::DType::kF32, gpt2::BucketMode::kReduceScatter);
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = fill_value(i + step, rank);
+    reducer.begin_step();
+    fake_backward(reducer, frontiers_of(table));
+    reducer.finish();
+    const float inv = 1.0f / static_cast<float>(W);
+    size_t bad = 0, checked = 0;
+    for (const gpt2::FlatRange& run : plan.owned_by(rank)) {
+      for (size_t i = run.begin; i < run.end; ++i, ++checked) {
+        float sum = 0.0f;
+        for (int r = 0; r < W; ++r) sum += fill_value(i + step, r);
+        bad += grads[i] != sum * inv;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << "bucket bytes " << GetParam() << ", " << W << " ranks, step " << step;
+    EXPECT_GE(checked, grads.size() / static_cast<size_t>(W));
   }
 }
 
@@ -203,7 +261,7 @@ TEST(Communicator, EveryRankIssuesTheSameCollectivesInTheSameOrder) {
   std::vector<float> grads(table.total(), 1.0f);
   gpt2::MpiCommunicator comm;
   gpt2::BucketPlan plan(grads.size(), 16384);
-  gpt2::GradReducer reducer(comm, plan, grads.data());
+  gpt2::BucketScheduler reducer(comm, plan, grads.data(), gpt2::DType::kF32, gpt2::BucketMode::kAllReduce);
   comm.set_tracing(true);
   for (int step = 0; step < 3; ++step) {
     reducer.begin_step();

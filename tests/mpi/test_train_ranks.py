@@ -5,61 +5,16 @@
   2. resume on the same world size continues bit for bit (same losses, same final weights);
   3. resume on another world size continues (losses within float tolerance).
 usage: test_train_ranks.py BIN_DIR WORK_DIR MPIEXEC"""
-import json
 import os
 import shutil
-import subprocess
 import sys
 
-import h5py
 import numpy as np
 
-bin_dir, work, mpiexec = sys.argv[1], sys.argv[2], sys.argv[3]
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+from trainlib import Trainer, params
 
-# A pseudo-English corpus (seeded), written with h5py: the format is what DESIGN.md says.
-rng = np.random.default_rng(1)
-words = "the of and to in that he shall unto for his a lord they be is him not them it with all thou".split()
-text = " ".join(rng.choice(words, size=60000)).encode()
-with h5py.File(f"{work}/train.h5", "w") as f:
-    f.create_dataset("tokens", data=np.frombuffer(text, dtype=np.uint8).astype(np.uint16), chunks=(4096,))
-    f.attrs["vocab_size"] = 256
-    f.attrs["tokenizer"] = "byte"
-    f.attrs["format_version"] = 1
-
-common = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--vocab-size", "256", "--max-seq-len", "32",
-          "--seq-len", "32", "--global-batch-tokens", "256", "--lr", "3e-3", "--warmup-steps", "3",
-          "--train-data", f"{work}/train.h5", "--log-every", "100", "--threads", "1"]
-failures = []
-
-
-def train(name, ranks, micro_batch, steps, extra=()):
-    out = f"{work}/{name}"
-    cmd = [mpiexec, "--oversubscribe", "-n", str(ranks), f"{bin_dir}/gpt2-train", *common,
-           "--micro-batch", str(micro_batch), "--max-steps", str(steps), "--out", out, *extra]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        print(r.stdout[-2000:], r.stderr[-2000:])
-        raise SystemExit(f"FAIL: {name} exited {r.returncode}: {' '.join(cmd)}")
-    rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}, out
-
-
-def compare(name, a, b, rtol, steps):
-    worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in steps)
-    ok = worst <= rtol
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: worst relative loss difference {worst:.2e} (bound {rtol:g})")
-    if not ok:
-        failures.append(name)
-
-
-def params(path):
-    with h5py.File(path, "r") as f:
-        return {k: f["model"][k][...] for k in f["model"]}
-
+t = Trainer(*sys.argv[1:4])
+train, compare, work, failures = t.train, t.compare, t.work, t.failures
 
 steps = range(1, 21)
 one, one_out = train("r1_b8", 1, 8, 20)
@@ -101,5 +56,4 @@ if not identical:
 res1, _ = train("resumed_1rank", 1, 8, 20, ["--resume", f"{full_out}/ckpt/step_00000010.h5"])
 compare("resume 2 ranks -> 1 rank", res1, full, 1e-4, range(11, 21))
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+t.finish()

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   }
   const float eval_loss = model.forward_eval(inputs.data(), targets.data(), B, T);
 
-  gpt2::AdamW opt(model.table(), ocfg);
+  gpt2::AdamW opt(model.table().segments(), {{0, model.table().total()}}, ocfg);
   const float dloss = 1.0f / static_cast<float>(BT);
   std::vector<double> losses(steps), norms(steps);
   std::vector<float> grads0;
@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
   }
   state.step = steps;
   state.tokens_seen = static_cast<int64_t>(steps) * static_cast<int64_t>(BT);
-  gpt2::save_checkpoint(out + "/final.h5", model, &opt, state);
+  const gpt2::OptimizerState os{ocfg, opt.step_count(), opt.m().data(), opt.v().data()};
+  gpt2::save_checkpoint(out + "/final.h5", model, &os, state);
 
   {
     const std::string path = out + "/ours.h5";

@@ -13,7 +13,7 @@
 
 #include "comm/bucket_plan.hpp"
 #include "comm/communicator.hpp"
-#include "comm/grad_reducer.hpp"
+#include "comm/bucket_scheduler.hpp"
 #include "comm/mpi_env.hpp"
 
 namespace {
@@ -31,7 +31,7 @@ void BM_BucketedAllreduce(benchmark::State& state) {
   std::vector<float> buf(n);
   const size_t bucket_bytes = static_cast<size_t>(env_or("GPT2_BENCH_BUCKET_MB", 25.0) * (1 << 20));
   gpt2::BucketPlan plan(n, bucket_bytes);
-  gpt2::GradReducer reducer(comm, plan, buf.data());
+  gpt2::BucketScheduler reducer(comm, plan, buf.data(), gpt2::DType::kF32, gpt2::BucketMode::kAllReduce);
   bool correct = true;
   for (auto _ : state) {
     for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>((i + rank) % 7);

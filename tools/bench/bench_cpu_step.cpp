@@ -30,7 +30,7 @@ void BM_CpuTrainStep(benchmark::State& state) {
   cfg.max_seq_len = 256;
   gpt2::GPT2 model(cfg);
   model.init(1);
-  gpt2::AdamW opt(model.table(), gpt2::AdamWConfig{});
+  gpt2::AdamW opt(model.table().segments(), {{0, model.table().total()}}, gpt2::AdamWConfig{});
   std::vector<int32_t> tokens(static_cast<size_t>(B) * (T + 1));
   gpt2::Rng rng(7);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(cfg.vocab_size));
