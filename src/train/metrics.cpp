@@ -45,8 +45,9 @@ void MetricsWriter::step(const StepMetrics& m) {
   if (!f_) return;
   const int n = std::fprintf(f_,
                "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,"
-               "\"mfu\":%.5f,\"comm_exposed_ms\":%.3f}\n",
-               m.step, m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s, m.mfu, m.comm_exposed_ms);
+               "\"mfu\":%.5f,\"comm_exposed_ms\":%.3f,\"skew\":%.4f,\"slowest_rank\":%d}\n",
+               m.step, m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s, m.mfu, m.comm_exposed_ms, m.skew,
+               m.slowest_rank);
   flush_or_die(n);
 }
 

@@ -15,6 +15,10 @@ struct StepMetrics {
   double tokens_per_s = 0;    // global
   double mfu = 0;             // fraction of peak (6N + 6LCT flops per token)
   double comm_exposed_ms = 0; // time the optimizer waited for gradient communication
+  // Stragglers (multi-rank runs): each rank's busy time is its step time less the communication it
+  // waited for; skew = the slowest rank's busy time over the median rank's (1.0: balanced).
+  double skew = 1.0;
+  int slowest_rank = 0;
 };
 
 class MetricsWriter {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <csignal>
 #include <cstdio>
@@ -444,6 +445,10 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   int fault_rank = -1;
   long long fault_step = -1;
   if (const char* f = std::getenv("GPT2_FAULT_INJECT")) std::sscanf(f, "%d:%lld", &fault_rank, &fault_step);
+  // Test hook: GPT2_TEST_STRAGGLER=RANK:MS makes that rank MS slower each step (a slow node), so the
+  // skew report can be checked.
+  int straggler_rank = -1, straggler_ms = 0;
+  if (const char* s = std::getenv("GPT2_TEST_STRAGGLER")) std::sscanf(s, "%d:%d", &straggler_rank, &straggler_ms);
 
   // Preemption (SLURM --signal=B:USR1@120 forwarded by slurm/train.sbatch, or a plain SIGTERM): the
   // signal may reach only some ranks, so after each step every rank reports whether it saw one and
@@ -452,6 +457,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   double kill_in_s = 0.0;  // after a stop: the least time any rank has before its launcher's SIGKILL
 
   RankBatch synthetic;  // --benchmark's tokens, reused
+  std::vector<double> busy_ms(static_cast<size_t>(W)), sorted_busy;  // per-rank busy time of the step
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
     if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
     comm.set_step(step + 1);
@@ -466,6 +472,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     } else {
       batch = &loader->next();  // valid until the next call
     }
+    if (rank == straggler_rank) std::this_thread::sleep_for(std::chrono::milliseconds(straggler_ms));
     runner->zero_grad();
     for (int64_t m = 0; m < accum; ++m) {
       batch->micro_batch(m, B, inputs.data(), targets.data());
@@ -508,6 +515,16 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     sm.tokens_per_s = static_cast<double>(cfg.global_batch_tokens) / (sm.ms / 1000.0);
     sm.mfu = peak_tflops > 0 ? cfg.model.flops_per_token(T) * sm.tokens_per_s / (peak_tflops * 1e12 * W) : 0.0;
     sm.comm_exposed_ms = exposed_ms;
+    if (W > 1) {  // per-rank busy time (step less the communication it waited for): stragglers show
+      const double busy = std::max(0.0, sm.ms - exposed_ms);
+      comm.iallgather(&busy, busy_ms.data(), 1, DType::kF64, "step times")->wait();
+      sorted_busy = busy_ms;
+      std::sort(sorted_busy.begin(), sorted_busy.end());
+      const size_t h = sorted_busy.size() / 2;
+      const double median = sorted_busy.size() % 2 ? sorted_busy[h] : 0.5 * (sorted_busy[h - 1] + sorted_busy[h]);
+      sm.slowest_rank = static_cast<int>(std::max_element(busy_ms.begin(), busy_ms.end()) - busy_ms.begin());
+      sm.skew = median > 0 ? busy_ms[sm.slowest_rank] / median : 1.0;
+    }
     if (rank == 0) metrics.step(sm);
     if (step > first_step) {  // the first step pays for allocation: keep it out of the benchmark mean
       bench_ms_sum += sm.ms;
@@ -516,9 +533,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     }
     const bool last = state.step == cfg.max_steps;
     if (state.step % std::max(1, cfg.log_every) == 0 || step == first_step || last) {
-      log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %s tok/s | mfu %.1f%% | comm %.1f ms\n",
+      char skew[48] = "";
+      if (W > 1) std::snprintf(skew, sizeof(skew), " | skew %.2f (rank %d)", sm.skew, sm.slowest_rank);
+      log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %s tok/s | mfu %.1f%% | comm %.1f ms%s\n",
                static_cast<long long>(state.step), static_cast<long long>(cfg.max_steps), loss, lr, grad_norm, sm.ms,
-               fmt_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms);
+               fmt_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms, skew);
     }
     if (val && cfg.val_every > 0 && state.step % cfg.val_every == 0 && !last) run_val(state.step);
     if (cfg.ckpt_every > 0 && state.step % cfg.ckpt_every == 0 && !last) {

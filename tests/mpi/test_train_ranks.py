@@ -5,6 +5,7 @@
   2. resume on the same world size continues bit for bit (same losses, same final weights);
   3. resume on another world size continues (losses within float tolerance).
 usage: test_train_ranks.py BIN_DIR WORK_DIR MPIEXEC"""
+import json
 import os
 import shutil
 import sys
@@ -56,4 +57,12 @@ if not identical:
 res1, _ = train("resumed_1rank", 1, 8, 20, ["--resume", f"{full_out}/ckpt/step_00000010.h5"])
 compare("resume 2 ranks -> 1 rank", res1, full, 1e-4, range(11, 21))
 
+# Stragglers show: rank 1 made 60 ms slower per step is named, with a skew well above 1.
+t.env["GPT2_TEST_STRAGGLER"] = "1:60"
+_, slow_out = train("straggler", 2, 4, 6)
+del t.env["GPT2_TEST_STRAGGLER"]
+rows = [json.loads(l) for l in open(f"{slow_out}/metrics.jsonl")]
+rows = [r for r in rows if "loss" in r and r["step"] > 1]
+t.check("a slow rank shows in the step skew", rows and all(r["slowest_rank"] == 1 and r["skew"] > 1.5 for r in rows),
+        ", ".join(f"step {r['step']}: skew {r['skew']:.2f} rank {r['slowest_rank']}" for r in rows))
 t.finish()
