@@ -69,7 +69,8 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> iallreduce(void* buf, size_t n, DType t, ReduceOp op,
                                                   const std::string& label) = 0;
   // send holds size()*n elements; recv (n elements) becomes the reduction of block rank() of send.
-  // In place when recv is send's block rank() (recv == send + rank() * n elements).
+  // In place when recv is send's block rank() (recv == send + rank() * n elements); then the other
+  // blocks of send are left unspecified (MPI: reduced as well; NCCL: untouched).
   virtual std::unique_ptr<CommRequest> ireduce_scatter(const void* send, void* recv, size_t n, DType t,
                                                        ReduceOp op, const std::string& label) = 0;
   // send holds n elements; recv (size()*n elements) becomes every rank's send, in rank order.

@@ -4,9 +4,13 @@
 //   mpirun -np 4 build/bin/bench_allreduce --benchmark_out=allreduce.json --benchmark_out_format=json
 // GPT2_BENCH_MAX_MB (default 64) caps the largest message; GPT2_BENCH_BUCKET_MB (default 25) sets
 // the bucket size, as --bucket-mb does for training.
+// BM_ReduceScatter/<bytes>/<how> times one reduce-scatter of a bucket (ZeRO-1): how 0 is MPI's own
+// MPI_Ireduce_scatter_block, 1 is MPI_Iallreduce of the same bytes, 2 is Communicator::ireduce_scatter
+// (which is 1, see src/comm/communicator.cpp: Open MPI 4.1's nonblocking reduce-scatter is far slower).
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -63,6 +67,45 @@ void BM_BucketedAllreduce(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
 
+void BM_ReduceScatter(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const int how = static_cast<int>(state.range(1));
+  gpt2::MpiCommunicator comm;
+  const int W = comm.size(), rank = comm.rank();
+  const size_t n = bytes / sizeof(float) / static_cast<size_t>(W);  // per rank
+  std::vector<float> buf(n * static_cast<size_t>(W)), out(n);
+  bool correct = true;
+  for (auto _ : state) {
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>((i + rank) % 7);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    MPI_Request req;
+    if (how == 0) {
+      MPI_Ireduce_scatter_block(buf.data(), out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+    } else if (how == 1) {
+      MPI_Iallreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      std::copy(buf.begin() + static_cast<long>(n) * rank, buf.begin() + static_cast<long>(n) * (rank + 1), out.begin());
+    } else {
+      comm.ireduce_scatter(buf.data(), out.data(), n, gpt2::DType::kF32, gpt2::ReduceOp::kSum, "bench")->wait();
+    }
+    double dt = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    state.SetIterationTime(dt);
+    for (size_t i = 0; i < n && correct; i += 997) {
+      float sum = 0.0f;
+      for (int r = 0; r < W; ++r) sum += static_cast<float>((n * static_cast<size_t>(rank) + i + r) % 7);
+      correct = out[i] == sum;
+    }
+  }
+  int ok = correct ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!ok) state.SkipWithError("reduce-scatter result is wrong");
+  state.counters["ranks"] = W;
+  state.SetLabel(how == 0 ? "MPI_Ireduce_scatter_block" : how == 1 ? "MPI_Iallreduce" : "Communicator");
+}
+
 class NullReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
@@ -84,6 +127,13 @@ int main(int argc, char** argv) {
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  for (size_t mb : {size_t{1}, size_t{25}})
+    for (int how : {0, 1, 2})
+      benchmark::RegisterBenchmark("BM_ReduceScatter", BM_ReduceScatter)
+          ->Args({static_cast<int64_t>(mb << 20), how})
+          ->Iterations(10)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
   // Only rank 0 writes --benchmark_out: the other ranks drop the flag.
   if (env.rank() != 0) {
     int kept = 1;
