@@ -7,15 +7,11 @@
 
 #include <string>
 
+#include "core/backend.hpp"  // Precision
+
 namespace gpt2 {
 
 using bf16 = __nv_bfloat16;
-
-// --precision: what parameters, activations and gradients are stored in on the GPU. Master weights,
-// Adam moments, layernorm and softmax statistics are fp32 in both.
-enum class Precision { kFp32, kBf16 };
-
-inline const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 // Host-side conversions (the device side uses the intrinsics in cuda_util.cuh).
 inline float to_float_host(float x) { return x; }

@@ -21,7 +21,7 @@
 
 namespace gpt2::kernels {
 
-enum class GemmBackend { kHand, kCublasLt };
+using ::gpt2::GemmBackend;  // --gemm, core/backend.hpp
 
 enum class GemmEpilogue {
   kNone,      // C = [C +] op(A) op(B)

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/error.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "data/gpt2_tokenizer.hpp"
@@ -54,7 +56,7 @@ const char* kUsage =
 // key/value cache, one stream synchronisation per token) feeds the shared sampling loop. *start is reset
 // once the weights are on the device, so the timing covers generation only, as on the CPU.
 void generate_on_gpu(GPT2& host, const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                     const std::string& precision, const std::string& gemm, std::string* describe,
+                     Precision precision, GemmBackend gemm, std::string* describe,
                      std::chrono::steady_clock::time_point* start, const TokenSinkFn& emit) {
 #ifdef GPT2_HAVE_CUDA
   int device = 0;
@@ -62,14 +64,14 @@ void generate_on_gpu(GPT2& host, const std::vector<int32_t>& prompt, const Sampl
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   CudaModelOptions mo;
-  mo.precision = precision == "fp32" ? Precision::kFp32 : Precision::kBf16;
-  mo.gemm = kernels::parse_gemm_backend(gemm);
+  mo.precision = precision;
+  mo.gemm = gemm;
   CudaStream stream;
   GPT2Cuda model(host.config(), mo, stream.get());
   model.set_params(host.params().data());
   *start = std::chrono::steady_clock::now();
-  *describe = "cuda:" + std::to_string(device) + " " + prop.name + " | " + precision_name(mo.precision) + " | gemm " +
-              gemm;
+  *describe = "cuda:" + std::to_string(device) + " " + prop.name + " | " + name_of(mo.precision) + " | gemm " +
+              name_of(gemm);
   auto next_logits = [&](int32_t token, bool restart) {
     if (restart) model.reset_cache();
     return model.decode_step(token);
@@ -137,26 +139,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2-sample: error: --tokenizer must be auto, byte or gpt2 (got '%s')\n", tokenizer.c_str());
     return 2;
   }
-  if (device != "cpu" && device != "cuda" && device != "auto") {
+  std::optional<Device> dev;
+  Precision prec = Precision::kBf16;
+  GemmBackend gemm_backend = GemmBackend::kCublasLt;
+  if (!parse_choice(device, &dev)) {
     std::fprintf(stderr, "gpt2-sample: error: --device must be cpu, cuda or auto (got '%s')\n", device.c_str());
     return 2;
   }
-  if (precision != "bf16" && precision != "fp32") {
+  if (!parse_choice(precision, &prec)) {
     std::fprintf(stderr, "gpt2-sample: error: --precision must be bf16 or fp32 (got '%s')\n", precision.c_str());
     return 2;
   }
-  if (gemm != "cublaslt" && gemm != "hand") {
+  if (!parse_choice(gemm, &gemm_backend)) {
     std::fprintf(stderr, "gpt2-sample: error: --gemm must be cublaslt or hand (got '%s')\n", gemm.c_str());
     return 2;
   }
   // Decided before the (possibly large) checkpoint is read: --device cuda without a GPU fails at once.
   std::string no_gpu_why;
-  const bool have_gpu = gpu_count(&no_gpu_why) > 0;
-  if (device == "cuda" && !have_gpu) {
+  const bool have_gpu = dev != Device::kCpu && gpu_count(&no_gpu_why) > 0;
+  if (dev == Device::kCuda && !have_gpu) {
     std::fprintf(stderr, "gpt2-sample: error: --device cuda: %s; use --device cpu (or auto)\n", no_gpu_why.c_str());
     return 1;
   }
-  const bool on_gpu = device == "cuda" || (device == "auto" && have_gpu);
+  const bool on_gpu = dev.value_or(have_gpu ? Device::kCuda : Device::kCpu) == Device::kCuda;
   if (threads > 0) kernels::set_cpu_threads(threads);
   if (threads == 0) kernels::set_cpu_threads(static_cast<int>(std::thread::hardware_concurrency()));
 
@@ -204,7 +209,7 @@ int main(int argc, char** argv) {
   std::string where = "cpu";
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
-  if (on_gpu) generate_on_gpu(*model, ids, opt, precision, gemm, &where, &start, emit);
+  if (on_gpu) generate_on_gpu(*model, ids, opt, prec, gemm_backend, &where, &start, emit);
   else generate(*model, ids, opt, emit);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fputc('\n', stdout);

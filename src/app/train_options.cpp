@@ -61,6 +61,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   ParsedArgs out;
   TrainConfig& c = out.config;
   std::string model_preset, schedule = "cosine", recompute = "none";
+  std::string device = "auto", precision = "auto", gemm = "cublaslt", comm = "auto";  // parsed once, below
   int n_layer = 0, n_head = 0, n_embd = 0;
   std::vector<std::string> config_files;
 
@@ -69,12 +70,12 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("help,h", "print this help and exit")
       ("config", po::value<std::vector<std::string>>(&config_files)->composing(),
        "INI file of options; repeatable, later files win")
-      ("device", po::value<std::string>(&c.device)->default_value("auto"),
+      ("device", po::value<std::string>(&device)->default_value("auto"),
        "cpu | cuda | auto (cuda when a GPU is visible and the build has CUDA)")
-      ("precision", po::value<std::string>(&c.precision)->default_value("auto"),
+      ("precision", po::value<std::string>(&precision)->default_value("auto"),
        "bf16 | fp32 | auto: storage of parameters, activations and gradients on the GPU (master weights and "
        "Adam state are fp32 either way); auto = bf16 on cuda, fp32 on cpu (the CPU backend is fp32 only)")
-      ("gemm", po::value<std::string>(&c.gemm)->default_value("cublaslt"),
+      ("gemm", po::value<std::string>(&gemm)->default_value("cublaslt"),
        "hand | cublaslt: the CUDA GEMM backend (hand-written tensor-core kernels, or cuBLASLt)")
       ("recompute", po::value<std::string>(&recompute)->default_value("none"),
        "none | selective | full: activations dropped in forward and recomputed in backward, trading compute "
@@ -149,7 +150,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("resume", po::value<std::string>(&c.resume)->default_value("none"),
        "none | auto (<out>/ckpt/latest if present) | PATH")
       ("bucket-mb", po::value<double>(&c.bucket_mb)->default_value(25.0), "gradient all-reduce bucket size in MiB")
-      ("comm", po::value<std::string>(&c.comm)->default_value("auto"),
+      ("comm", po::value<std::string>(&comm)->default_value("auto"),
        "nccl | mpi | auto: gradient all-reduce; nccl needs one GPU per rank, mpi (host-staged) lets ranks share "
        "a GPU; auto = nccl on cuda, mpi on cpu")
       ("comm-timeout-s", po::value<double>(&c.comm_timeout_s)->default_value(600.0, "600"),
@@ -260,18 +261,16 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   if (c.seq_len <= 0) return error("--seq-len must be positive");
   if (c.global_batch_tokens < 0) return error("--global-batch-tokens must not be negative");
   if (c.max_steps < 0) return error("--max-steps must not be negative");
-  if (c.device != "cpu" && c.device != "cuda" && c.device != "auto")
-    return error("--device must be cpu, cuda or auto (got '" + c.device + "')");
-  if (c.precision != "bf16" && c.precision != "fp32" && c.precision != "auto")
-    return error("--precision must be bf16, fp32 or auto (got '" + c.precision + "')");
+  if (!parse_choice(device, &c.device)) return error("--device must be cpu, cuda or auto (got '" + device + "')");
+  if (!parse_choice(precision, &c.precision))
+    return error("--precision must be bf16, fp32 or auto (got '" + precision + "')");
   if (recompute == "none") c.recompute = Recompute::kNone;
   else if (recompute == "selective") c.recompute = Recompute::kSelective;
   else if (recompute == "full") c.recompute = Recompute::kFull;
   else return error("--recompute must be none, selective or full (got '" + recompute + "')");
   if (c.zero != 0 && c.zero != 1) return error("--zero must be 0 or 1 (got " + std::to_string(c.zero) + ")");
-  if (c.gemm != "hand" && c.gemm != "cublaslt") return error("--gemm must be hand or cublaslt (got '" + c.gemm + "')");
-  if (c.comm != "nccl" && c.comm != "mpi" && c.comm != "auto")
-    return error("--comm must be nccl, mpi or auto (got '" + c.comm + "')");
+  if (!parse_choice(gemm, &c.gemm)) return error("--gemm must be hand or cublaslt (got '" + gemm + "')");
+  if (!parse_choice(comm, &c.comm)) return error("--comm must be nccl, mpi or auto (got '" + comm + "')");
   if (!(std::isfinite(c.comm_timeout_s) && c.comm_timeout_s > 0)) return error("--comm-timeout-s must be a finite number > 0");
   if (!parse_schedule_kind(schedule, &c.schedule.kind))
     return error("--schedule must be cosine, constant, linear or wsd (got '" + schedule + "')");

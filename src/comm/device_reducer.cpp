@@ -11,17 +11,11 @@
 
 namespace gpt2 {
 
-DeviceComm parse_device_comm(const std::string& name) {
-  if (name == "nccl") return DeviceComm::kNccl;
-  if (name == "mpi") return DeviceComm::kMpi;
-  fatal("--comm must be nccl or mpi (got '" + name + "')");
-}
-
-int select_device(int local_rank, int local_size, DeviceComm comm) {
+int select_device(int local_rank, int local_size, Comm comm) {
   std::string why;
   const int n = gpu_count(&why);
   GPT2_REQUIRE(n > 0, "--device cuda: " << why << "; use --device cpu");
-  GPT2_REQUIRE(comm == DeviceComm::kMpi || local_size <= n,
+  GPT2_REQUIRE(comm == Comm::kMpi || local_size <= n,
                local_size << " ranks on this node but only " << n << " GPU(s) visible: NCCL cannot share a GPU "
                           << "between ranks. Run one rank per GPU, or use --comm mpi to let ranks share GPUs.");
   const int device = local_rank % n;

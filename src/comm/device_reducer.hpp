@@ -27,13 +27,10 @@
 
 namespace gpt2 {
 
-enum class DeviceComm { kNccl, kMpi };
-DeviceComm parse_device_comm(const std::string& name);  // "nccl" | "mpi"
-
 // The GPU this rank uses: its local rank. With NCCL two ranks may not share a GPU (an error that
 // suggests --comm mpi); with --comm mpi ranks beyond the GPU count share them round-robin.
 // Calls cudaSetDevice and records the device for error messages.
-int select_device(int local_rank, int local_size, DeviceComm comm);
+int select_device(int local_rank, int local_size, Comm comm);
 
 class DeviceGradReducer {
  public:

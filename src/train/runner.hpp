@@ -11,6 +11,7 @@
 
 #include "comm/bucket_plan.hpp"
 #include "comm/communicator.hpp"
+#include "core/backend.hpp"
 #include "data/batch_loader.hpp"
 #include "model/gpt2.hpp"
 #include "optim/adamw.hpp"
@@ -62,9 +63,9 @@ std::unique_ptr<ModelRunner> make_cpu_runner(GPT2& model, AdamW& opt, Communicat
                                              int threads, bool zero1);
 
 struct CudaRunnerOptions {
-  std::string precision = "bf16";  // bf16 | fp32
-  std::string gemm = "cublaslt";   // hand | cublaslt
-  std::string comm = "nccl";       // nccl | mpi
+  Precision precision = Precision::kBf16;
+  GemmBackend gemm = GemmBackend::kCublasLt;
+  Comm comm = Comm::kNccl;
   double comm_timeout_s = 600;
   int local_rank = 0, local_size = 1, world_size = 1;
   int micro_batch = 1, seq_len = 1;  // for the device memory check before anything is allocated

@@ -19,12 +19,6 @@ namespace gpt2 {
 
 namespace {
 
-Precision parse_precision(const std::string& s) {
-  if (s == "bf16") return Precision::kBf16;
-  if (s == "fp32") return Precision::kFp32;
-  fatal("--precision must be bf16 or fp32 (got '" + s + "')");
-}
-
 // Dense peak of the device in TFLOP/s for the precision, from its name; 0 when unknown (then MFU is
 // reported only with --peak-tflops). bf16 uses the tensor cores; fp32 here is plain (non-TF32) FMA.
 double known_peak_tflops(const std::string& name, Precision p) {
@@ -68,25 +62,25 @@ void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, in
 class CudaRunner final : public ModelRunner {
  public:
   CudaRunner(GPT2& host, AdamW& opt, Communicator& host_comm, const BucketPlan& plan, const CudaRunnerOptions& o)
-      : host_(host), opt_(opt), comm_kind_(parse_device_comm(o.comm)) {
+      : host_(host), opt_(opt), comm_kind_(o.comm) {
     device_ = select_device(o.local_rank, o.local_size, comm_kind_);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
     CudaModelOptions mo;
-    mo.precision = parse_precision(o.precision);
-    mo.gemm = kernels::parse_gemm_backend(o.gemm);
+    mo.precision = o.precision;
+    mo.gemm = o.gemm;
     check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, device_);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
     if (o.world_size > 1) {
-      if (comm_kind_ == DeviceComm::kNccl)
+      if (comm_kind_ == Comm::kNccl)
         nccl_ = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, o.comm_timeout_s, stream_->get());
       reducer_ = std::make_unique<DeviceGradReducer>(nccl_ ? *nccl_ : host_comm, plan, model_->grads_device(),
                                                      mo.precision, stream_->get());
     }
-    desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + precision_name(mo.precision) +
-            " | gemm " + o.gemm + (o.world_size > 1 ? " | comm " + o.comm : "");
+    desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + name_of(mo.precision) + " | gemm " +
+            name_of(o.gemm) + (o.world_size > 1 ? std::string(" | comm ") + name_of(o.comm) : "");
     peak_ = known_peak_tflops(device_name_, mo.precision);
   }
 
@@ -141,7 +135,7 @@ class CudaRunner final : public ModelRunner {
  private:
   GPT2& host_;
   AdamW& opt_;
-  DeviceComm comm_kind_;
+  Comm comm_kind_;
   int device_ = 0;
   std::string device_name_, desc_;
   double peak_ = 0;

@@ -147,26 +147,26 @@ bool load_model_and_optimizer(const std::string& path, GPT2& model, AdamW& opt, 
 
 }  // namespace
 
-int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
-  TrainConfig cfg = cfg_in;
-  const int W = env.world_size(), rank = env.rank();
-  const int B = cfg.micro_batch, T = cfg.seq_len;
-
-  // ---- device ----------------------------------------------------------------------------------
-  const bool on_gpu = cfg.device == "cuda" || (cfg.device == "auto" && gpu_count() > 0);
-  if (cfg.device == "cuda") {
-    std::string why;
-    GPT2_REQUIRE(gpu_count(&why) > 0, "--device cuda: " << why << "; use --device cpu");
-  }
-  const std::string precision = cfg.precision == "auto" ? (on_gpu ? "bf16" : "fp32") : cfg.precision;
+Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
+  Backends be;
+  std::string why;
+  // --device cpu never touches the CUDA runtime.
+  const int gpus = cfg.device == Device::kCpu ? 0 : gpu_count(&why);
+  be.device = cfg.device.value_or(gpus > 0 ? Device::kCuda : Device::kCpu);
+  GPT2_REQUIRE(be.device != Device::kCuda || gpus > 0, "--device cuda: " << why << "; use --device cpu");
+  const bool on_gpu = be.on_gpu();
+  be.precision = cfg.precision.value_or(on_gpu ? Precision::kBf16 : Precision::kFp32);
   // NCCL refuses two ranks on one GPU: auto falls back to the host-staged MPI path when ranks share GPUs.
-  const bool gpus_shared = on_gpu && env.local_size() > gpu_count();
-  const std::string comm_kind = cfg.comm == "auto" ? (on_gpu && !gpus_shared ? "nccl" : "mpi") : cfg.comm;
-  if (cfg.comm == "auto" && gpus_shared)
+  const bool gpus_shared = on_gpu && env.local_size() > gpus;
+  be.comm = cfg.comm.value_or(on_gpu && !gpus_shared ? Comm::kNccl : Comm::kMpi);
+  if (!cfg.comm && gpus_shared)
     log_warn("%d ranks share %d GPU(s) on a node: using --comm mpi (host-staged, slow); run one rank per GPU "
-             "for NCCL\n", env.local_size(), gpu_count());
-  GPT2_REQUIRE(on_gpu || precision == "fp32", "--precision " << precision << " needs --device cuda (the CPU backend is fp32)");
-  GPT2_REQUIRE(on_gpu || comm_kind == "mpi", "--comm " << comm_kind << " needs --device cuda (the CPU backend uses --comm mpi)");
+             "for NCCL\n", env.local_size(), gpus);
+  be.gemm = cfg.gemm;
+  GPT2_REQUIRE(on_gpu || be.precision == Precision::kFp32,
+               "--precision " << name_of(be.precision) << " needs --device cuda (the CPU backend is fp32)");
+  GPT2_REQUIRE(on_gpu || be.comm == Comm::kMpi,
+               "--comm " << name_of(be.comm) << " needs --device cuda (the CPU backend uses --comm mpi)");
   // The CUDA model keeps every activation; taking the option and not honouring it would hide an OOM
   // the user believes they avoided.
   GPT2_REQUIRE(!on_gpu || cfg.recompute == Recompute::kNone,
@@ -176,6 +176,17 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   GPT2_REQUIRE(!on_gpu || cfg.zero == 0,
                "--zero 1 is implemented on the CPU backend only so far (the CUDA backend keeps the whole AdamW "
                "state on every GPU): use --zero 0, or --device cpu");
+  return be;
+}
+
+int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
+  TrainConfig cfg = cfg_in;
+  const int W = env.world_size(), rank = env.rank();
+  const int B = cfg.micro_batch, T = cfg.seq_len;
+
+  // ---- backends --------------------------------------------------------------------------------
+  const Backends be = resolve_backends(cfg, env);
+  const bool on_gpu = be.on_gpu();
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
 
@@ -253,7 +264,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   model.init(cfg.seed);
   // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb. Under
   // ZeRO-1 every bucket splits over the W ranks, and each rank's optimizer owns its piece of each.
-  const size_t elem_scale = precision == "bf16" ? 2 : 1;
+  const size_t elem_scale = be.precision == Precision::kBf16 ? 2 : 1;
   const bool zero1 = cfg.zero == 1;
   const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)) * elem_scale,
                         (size_t{1} << 20) * elem_scale, zero1 ? W : 1);
@@ -300,9 +311,9 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   std::unique_ptr<ModelRunner> runner;
   if (on_gpu) {
     CudaRunnerOptions o;
-    o.precision = precision;
-    o.gemm = cfg.gemm;
-    o.comm = comm_kind;
+    o.precision = be.precision;
+    o.gemm = be.gemm;
+    o.comm = be.comm;
     o.comm_timeout_s = cfg.comm_timeout_s;
     o.local_rank = env.local_rank();
     o.local_size = env.local_size();
@@ -592,7 +603,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                   "{\"benchmark\":true,\"device\":\"%s\",\"precision\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                   "\"steps\":%d,\"ms_per_step\":%.3f,"
                   "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"comm_exposed_ms\":%.3f,\"global_batch_tokens\":%lld}",
-                  on_gpu ? "cuda" : "cpu", precision.c_str(), W, threads, bench_n, ms, tps, mfu, bench_exposed_sum / bench_n,
+                  name_of(be.device), name_of(be.precision), W, threads, bench_n, ms, tps, mfu, bench_exposed_sum / bench_n,
                   static_cast<long long>(cfg.global_batch_tokens));
     if (rank == 0) metrics.raw(line);
   }

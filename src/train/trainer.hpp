@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "core/backend.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
@@ -33,12 +35,13 @@ struct TrainConfig {
                                       // max_seq_len when 0) come from the resumed or --init-from checkpoint
   bool eval_only = false;             // validation loss of the initial model, then exit
   int log_every = 1;
-  std::string device = "auto";        // cpu | cuda | auto
-  std::string precision = "auto";     // bf16 | fp32 | auto (bf16 on cuda, fp32 on cpu)
-  std::string gemm = "cublaslt";      // hand | cublaslt (CUDA GEMM backend)
+  // Backends; empty = auto, resolved once by resolve_backends().
+  std::optional<Device> device;       // auto: cuda when a GPU is visible (and the build has CUDA)
+  std::optional<Precision> precision; // auto: bf16 on cuda, fp32 on cpu
+  GemmBackend gemm = GemmBackend::kCublasLt;
   Recompute recompute = Recompute::kNone;  // activations dropped in forward, recomputed in backward
   int zero = 0;                       // 0: every rank holds the whole optimizer; 1: ZeRO-1, sharded over ranks
-  std::string comm = "auto";          // nccl | mpi | auto (nccl on cuda, mpi on cpu)
+  std::optional<Comm> comm;           // auto: nccl on cuda with a GPU per rank, else mpi
   double comm_timeout_s = 600;        // a bucket all-reduce slower than this means a lost peer
   int ckpt_every = 0;                 // steps between checkpoints (0: only at the end)
   int ckpt_keep = 0;                  // newest checkpoints to keep (0: all)
@@ -55,6 +58,20 @@ struct TrainConfig {
 // step, a checkpoint was written there, and the job should be requeued and resumed with --resume auto.
 // 75 is EX_TEMPFAIL ("temporary failure, try again later") from sysexits.h.
 constexpr int kExitPreempted = 75;
+
+// The backends a run uses, every "auto" resolved.
+struct Backends {
+  Device device = Device::kCpu;
+  Precision precision = Precision::kFp32;
+  Comm comm = Comm::kMpi;
+  GemmBackend gemm = GemmBackend::kCublasLt;
+  bool on_gpu() const { return device == Device::kCuda; }
+};
+
+// Resolves the "auto" choices of cfg on this machine, once, and refuses the combinations a backend
+// does not implement, with the option to change (--precision bf16 on the CPU, --zero 1 on the GPU ...).
+// Every rank resolves alike (a GPU count per node is the same on every node of a job).
+Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env);
 
 // Runs training (or evaluation / benchmark) as configured. Returns the process exit status.
 int run_training(const TrainConfig& cfg, MpiEnv& env);

@@ -56,6 +56,9 @@ expect_fail unknown-preset 2 "unknown --model 'gpt3'" "${train[@]}" --model gpt3
 expect_fail heads-divide 2 "n_head \(3\) must divide n_embd \(32\)" "${train[@]}" "${tiny[@]}" --n-head 3
 expect_fail seq-too-long 2 "--seq-len 64 exceeds --max-seq-len 32" "${train[@]}" "${tiny[@]}" --seq-len 64
 expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${tiny[@]}" --device tpu
+# resolve_backends: what the CPU backend does not implement is refused with the option to change.
+expect_fail bf16-on-cpu 1 "--precision bf16 needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --precision bf16 --max-steps 1
+expect_fail nccl-on-cpu 1 "--comm nccl needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --comm nccl --max-steps 1
 expect_fail bad-schedule 2 "--schedule must be" "${train[@]}" "${tiny[@]}" --schedule cosinus
 expect_fail bad-recompute 2 "--recompute must be none, selective or full" "${train[@]}" "${tiny[@]}" --recompute some
 expect_fail bad-zero 2 "--zero must be 0 or 1 \\(got 2\\)" "${train[@]}" "${tiny[@]}" --zero 2

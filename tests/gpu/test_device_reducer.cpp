@@ -24,7 +24,7 @@ using namespace gpt2;
 namespace {
 
 template <class T>
-int run_case(DeviceComm kind, size_t bucket_bytes, int rank, int world) {
+int run_case(Comm kind, size_t bucket_bytes, int rank, int world) {
   const size_t n = 100003;  // not a multiple of any bucket
   std::vector<float> host(n);
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 7 + 1));
@@ -34,7 +34,7 @@ int run_case(DeviceComm kind, size_t bucket_bytes, int rank, int world) {
   const BucketPlan plan(n, bucket_bytes);  // sizes in elements of 4 bytes, whatever T is
   const Precision dt = std::is_same_v<T, bf16> ? Precision::kBf16 : Precision::kFp32;
   std::unique_ptr<Communicator> comm;
-  if (kind == DeviceComm::kNccl)
+  if (kind == Comm::kNccl)
     comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, /*timeout_s=*/120, stream.get());
   else
     comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, /*timeout_s=*/120);
@@ -63,7 +63,7 @@ int run_case(DeviceComm kind, size_t bucket_bytes, int rank, int world) {
   if (rank == 0)
     std::printf("%s  %-4s %-4s buckets of %7zu elements, %zu bucket(s): %zu wrong element(s)\n",
                 bad ? "FAIL" : "ok  ",
-                kind == DeviceComm::kNccl ? "nccl" : "mpi", std::is_same_v<T, bf16> ? "bf16" : "fp32",
+                kind == Comm::kNccl ? "nccl" : "mpi", std::is_same_v<T, bf16> ? "bf16" : "fp32",
                 bucket_bytes / 4, plan.buckets().size(), bad);
   return bad ? 1 : 0;
 }
@@ -78,15 +78,15 @@ int main(int argc, char** argv) {
     env.exit_all(77);
   }
   const bool nccl_ok = env.local_size() <= gpu_count();
-  select_device(env.local_rank(), env.local_size(), nccl_ok ? DeviceComm::kNccl : DeviceComm::kMpi);
+  select_device(env.local_rank(), env.local_size(), nccl_ok ? Comm::kNccl : Comm::kMpi);
   int failures = 0;
   for (size_t bucket : {size_t{4096}, size_t{65536}, size_t{1} << 20}) {
     if (nccl_ok) {
-      failures += run_case<float>(DeviceComm::kNccl, bucket, env.rank(), env.world_size());
-      failures += run_case<bf16>(DeviceComm::kNccl, bucket, env.rank(), env.world_size());
+      failures += run_case<float>(Comm::kNccl, bucket, env.rank(), env.world_size());
+      failures += run_case<bf16>(Comm::kNccl, bucket, env.rank(), env.world_size());
     }
-    failures += run_case<float>(DeviceComm::kMpi, bucket, env.rank(), env.world_size());
-    failures += run_case<bf16>(DeviceComm::kMpi, bucket, env.rank(), env.world_size());
+    failures += run_case<float>(Comm::kMpi, bucket, env.rank(), env.world_size());
+    failures += run_case<bf16>(Comm::kMpi, bucket, env.rank(), env.world_size());
   }
   if (!nccl_ok && env.rank() == 0)
     std::printf("note: %d ranks share %d GPU(s) on this node: NCCL cases need one GPU per rank, skipped\n",

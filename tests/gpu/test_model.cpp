@@ -37,7 +37,7 @@ struct Param {
 };
 
 std::string param_name(const testing::TestParamInfo<Param>& p) {
-  return std::string(precision_name(p.param.precision)) +
+  return std::string(name_of(p.param.precision)) +
          (p.param.gemm == kernels::GemmBackend::kHand ? "_hand" : "_cublaslt");
 }
 
