@@ -3,6 +3,7 @@
 #include <string>
 
 #include "app/train_options.hpp"
+#include "comm/communicator.hpp"
 #include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -18,10 +19,16 @@ int main(int argc, char** argv) {
   // The ranks usually reach the same outcome, but not always (a config file readable on one node only),
   // so they agree first: if any rank failed, every rank exits 2 together and nobody is left waiting.
   // The message comes from rank 0 when it failed, else from each failing rank.
+  // Through a Communicator, as every collective of the job: a rank that never gets here (stopped,
+  // lost) ends the job after the timeout instead of hanging it.
   const int mine = static_cast<int>(args.outcome);  // kRun 0, kHelp 1, kError 2
   int worst = mine, rank0 = mine;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  MPI_CHECK(MPI_Bcast(&rank0, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  {
+    gpt2::MpiCommunicator comm(MPI_COMM_WORLD, args.outcome == gpt2::ParsedArgs::Outcome::kRun
+                                                   ? args.config.comm_timeout_s : 600.0);
+    comm.allreduce(&worst, 1, gpt2::ReduceOp::kMax, "option check");
+    comm.broadcast(&rank0, sizeof(rank0), 0, "option check (rank 0)");
+  }
   const int kError = static_cast<int>(gpt2::ParsedArgs::Outcome::kError);
   if (worst == kError) {
     if (mine == kError && (env.rank() == 0 || rank0 != kError))
