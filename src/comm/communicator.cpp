@@ -462,6 +462,15 @@ class MpiRequest final : public CommRequest {
 
 }  // namespace
 
+std::string broadcast_string(Communicator& comm, std::string s, int root, const std::string& label) {
+  if (comm.size() == 1) return s;
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof(n), root, label + " (length)");
+  s.resize(static_cast<size_t>(n));
+  if (n > 0) comm.broadcast(s.data(), static_cast<size_t>(n), root, label);
+  return s;
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : Communicator(comm, timeout_s) {
   MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);

@@ -156,6 +156,9 @@ class Communicator {
   std::vector<std::string> trace_;
 };
 
+// root's `s` on every rank (its length first, then its bytes): one decision about files for all ranks.
+std::string broadcast_string(Communicator& comm, std::string s, int root, const std::string& label);
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, double timeout_s = 600.0);

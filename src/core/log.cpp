@@ -29,4 +29,13 @@ void log_warn(const char* fmt, ...) {
   std::fflush(stderr);
 }
 
+std::string format_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fK", n / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%.0f", n);
+  return buf;
+}
+
 }  // namespace gpt2

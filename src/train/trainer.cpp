@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cmath>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -19,17 +19,17 @@
 #include "comm/nccl_version.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/rng.hpp"
 #include "core/timer.hpp"
 #include "data/batch_loader.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "kernels/common/device.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "model/gpt2.hpp"
+#include "train/batch_source.hpp"
 #include "train/checkpoint.hpp"
-#include "train/hf_interop.hpp"
 #include "train/memory.hpp"
 #include "train/metrics.hpp"
+#include "train/restore.hpp"
 #include "train/runner.hpp"
 #include "train/stop_signal.hpp"
 
@@ -52,16 +52,6 @@ void make_dir(const std::string& d) {
   GPT2_REQUIRE(!ec, "cannot create output directory " << d << ": " << ec.message());
 }
 
-// rank 0's `s` on every rank (W > 1), so all ranks act on one decision about files.
-std::string from_rank0(Communicator& comm, std::string s, int W, const std::string& label) {
-  if (W == 1) return s;
-  uint64_t n = s.size();
-  comm.broadcast(&n, sizeof(n), 0, label + " (length)");
-  s.resize(static_cast<size_t>(n));
-  if (n > 0) comm.broadcast(s.data(), static_cast<size_t>(n), 0, label);
-  return s;
-}
-
 // Every rank must read the same files: a node with another copy of the data (other shards, a
 // re-tokenised file) would train on other windows without any error. Compares each rank's file list,
 // token counts and attributes with rank 0's; the lowest differing rank ends the job with both sides.
@@ -70,7 +60,7 @@ void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, 
                                     int W) {
   if (W == 1) return;
   const std::string mine = ds != nullptr ? ds->describe_files() : "(no " + std::string(role) + " data)\n";
-  const std::string rank0 = from_rank0(comm, mine, W, std::string(role) + " data files");
+  const std::string rank0 = broadcast_string(comm, mine, 0, std::string(role) + " data files");
   int first_bad = mine == rank0 ? W : rank;
   comm.allreduce(&first_bad, 1, ReduceOp::kMin, std::string(role) + " data check");
   if (first_bad == W) return;
@@ -94,15 +84,6 @@ void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, 
   fatal(msg() << "rank " << first_bad << " sees other " << role << " data files than rank 0");
 }
 
-std::string fmt_count(double n) {
-  char buf[32];
-  if (n >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
-  else if (n >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fK", n / 1e3);
-  else std::snprintf(buf, sizeof(buf), "%.0f", n);
-  return buf;
-}
-
 // Prints the per-rank memory estimate (rank 0) and refuses, before anything large is allocated, a
 // configuration whose ranks on this node cannot fit in its available memory.
 void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, const MpiEnv& env) {
@@ -120,29 +101,72 @@ void check_memory(const TrainConfig& cfg, bool on_gpu, int64_t seqs_per_rank, co
                       "or fewer ranks per node");
 }
 
-// Loads a checkpoint's model and, when it has one, its optimizer state into `opt`, whatever part of
-// the buffer opt owns (all of it, or a ZeRO-1 shard of a run on any world size). Returns whether the
-// file had an optimizer.
-bool load_model_and_optimizer(const std::string& path, GPT2& model, AdamW& opt, TrainState* state) {
-  const size_t total = model.table().total();
-  const bool whole = opt.owned().size() == 1 && opt.owned()[0].begin == 0 && opt.owned()[0].end == total;
-  std::vector<float> m_flat, v_flat;  // a shard reads through full-size buffers, freed on return
-  OptimizerState os;
-  if (whole) {
-    os.m = opt.m().data();
-    os.v = opt.v().data();
-  } else {
-    m_flat.resize(total);
-    v_flat.resize(total);
-    os.m = m_flat.data();
-    os.v = v_flat.data();
+// The shape of an optimizer step on this rank: accum micro-batches of B sequences of T tokens.
+struct StepGeometry {
+  int B = 0, T = 0;
+  int64_t accum = 1;
+  int world = 1;
+};
+
+struct StepResult {
+  double loss = 0, grad_norm = 0;  // reduced over the ranks: the same everywhere
+  float lr = 0;
+  double exposed_ms = 0;  // communication backward did not hide
+};
+
+// One optimizer step (0-based `step`): the micro-steps' forward and backward, the gradient buckets
+// communicated during the last backward, the loss and gradient norm reduced over the ranks, then
+// the update. Every decision is taken on reduced values, so all ranks take it alike: a non-finite
+// loss, gradient or update stops the run before anything non-finite can be checkpointed.
+StepResult train_step(ModelRunner& runner, Communicator& comm, const RankBatch& batch, const StepGeometry& g,
+                      const TrainConfig& cfg, int64_t step, std::vector<int32_t>& inputs,
+                      std::vector<int32_t>& targets) {
+  const int B = g.B, T = g.T;
+  const float dloss = 1.0f / (static_cast<float>(B) * T * g.accum);
+  runner.zero_grad();
+  for (int64_t m = 0; m < g.accum; ++m) {
+    batch.micro_batch(m, B, inputs.data(), targets.data());
+    runner.forward_train(inputs.data(), targets.data(), B, T, dloss);
+    // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
+    runner.backward(/*communicate=*/m == g.accum - 1 && g.world > 1);
   }
-  const bool with_opt = load_checkpoint(path, model, &os, state);
-  if (with_opt) {
-    if (!whole) opt.import_moments(m_flat.data(), v_flat.data());
-    opt.set_step_count(os.step);
-  }
-  return with_opt;
+  StepResult r;
+  r.exposed_ms = runner.finish_communication();
+  r.loss = runner.take_loss_sum() / g.accum;
+  if (g.world > 1) comm.allreduce(&r.loss, 1, ReduceOp::kAvg, "loss");
+  GPT2_REQUIRE(std::isfinite(r.loss), "the loss is " << r.loss << " at step " << step + 1
+                                                     << ": training diverged (try a lower --lr or --grad-clip, or "
+                                                        "check the data); the weights were not updated");
+  r.grad_norm = std::sqrt(runner.grad_sum_squares());
+  GPT2_REQUIRE(std::isfinite(r.grad_norm), "the gradient norm is " << r.grad_norm << " at step " << step + 1
+                                                                   << " (loss " << r.loss
+                                                                   << "): training diverged (try a lower --lr, or "
+                                                                      "check the data); the weights were not updated");
+  r.lr = cfg.schedule.at(step);
+  GPT2_REQUIRE(std::isfinite(r.lr), "the learning rate is " << r.lr << " at step " << step + 1 << ": check --lr");
+  runner.optimizer_step(r.lr, clip_factor(r.grad_norm, cfg.optim.grad_clip));
+  // A finite loss and gradient can still overflow in the update (a huge --lr): stop at this step,
+  // before anything is written, rather than at the next one with a NaN checkpoint on disk.
+  const double param_ss = runner.param_sum_squares();
+  GPT2_REQUIRE(std::isfinite(param_ss), "the update of step " << step + 1 << " made the weights non-finite (loss "
+                                                              << r.loss << ", gradient norm " << r.grad_norm << ", lr "
+                                                              << r.lr << "): lower --lr (or check the data); no "
+                                                                 "checkpoint holds these weights");
+  return r;
+}
+
+// Stragglers: each rank's busy time (its step less the communication it waited for), gathered; the
+// slowest over the median, and which rank it is.
+void measure_skew(Communicator& comm, StepMetrics& sm) {
+  const double busy = std::max(0.0, sm.ms - sm.comm_exposed_ms);
+  std::vector<double> all(static_cast<size_t>(comm.size()));
+  comm.iallgather(&busy, all.data(), 1, DType::kF64, "step times")->wait();
+  std::vector<double> sorted = all;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t h = sorted.size() / 2;
+  const double median = sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
+  sm.slowest_rank = static_cast<int>(std::max_element(all.begin(), all.end()) - all.begin());
+  sm.skew = median > 0 ? all[static_cast<size_t>(sm.slowest_rank)] / median : 1.0;
 }
 
 }  // namespace
@@ -196,31 +220,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   comm.set_flight_dir(cfg.out_dir);
 
   // ---- which checkpoint, which model ---------------------------------------------------------------
-  // Rank 0 looks at the files (and cleans up after a run that died mid-write); every rank then
-  // loads the checkpoint it chose.
-  if (rank == 0 && !cfg.out_dir.empty() && !cfg.benchmark) remove_stale_temporaries(cfg.out_dir);
-  std::string resume_path;
-  if (cfg.resume == "auto") {
-    GPT2_REQUIRE(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
-    if (rank == 0) resume_path = find_resume_checkpoint(cfg.out_dir);
-    resume_path = from_rank0(comm, resume_path, W, "resume checkpoint");
-  } else if (cfg.resume != "none" && !cfg.resume.empty()) {
-    resume_path = resolve_checkpoint(cfg.resume);
-  }
-  // --init-from takes a checkpoint, a run's --out directory (its latest checkpoint) or safetensors.
-  if (resume_path.empty() && !cfg.init_from.empty())
-    cfg.init_from = from_rank0(comm, rank == 0 ? resolve_checkpoint(cfg.init_from) : "", W, "--init-from checkpoint");
-  if (cfg.model_from_checkpoint) {  // no model options: the architecture is the checkpoint's (as from_pretrained)
-    const std::string& src = !resume_path.empty() ? resume_path : cfg.init_from;
-    GPT2_REQUIRE(!src.empty(), "no model given and no checkpoint to take it from: use --model PRESET, or --n-layer, "
-                               "--n-head and --n-embd, or --init-from CHECKPOINT");
-    GPT2Config fc = is_safetensors(src) ? read_hf_config(src, cfg.model) : read_checkpoint_config(src);
-    // An explicit --vocab-size or --max-seq-len stays, so that a mismatch is reported, not ignored.
-    if (cfg.model.vocab_size > 0) fc.vocab_size = cfg.model.vocab_size;
-    if (cfg.model.max_seq_len > 0) fc.max_seq_len = cfg.model.max_seq_len;
-    cfg.model = fc;
-    log_info("model %s from %s\n", cfg.model.describe().c_str(), src.c_str());
-  }
+  const std::string resume_path = choose_checkpoint(cfg, comm);
 
   // ---- batch geometry --------------------------------------------------------------------------
   GPT2_REQUIRE(B > 0 && T > 0, "--micro-batch and --seq-len must be positive");
@@ -240,6 +240,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   GPT2_REQUIRE(static_cast<int64_t>(B) * T <= INT32_MAX,
                "--micro-batch " << B << " x --seq-len " << T << " tokens is more than one micro-batch can index (2^31)");
   check_memory(cfg, on_gpu, accum * B, env);
+  const StepGeometry geo{B, T, accum, W};
 
   // ---- data ------------------------------------------------------------------------------------
   std::unique_ptr<TokenDataset> train, val;
@@ -270,43 +271,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                         (size_t{1} << 20) * elem_scale, zero1 ? W : 1);
   AdamW opt(model.table().segments(),
             zero1 ? plan.owned_by(rank) : std::vector<FlatRange>{{0, model.table().total()}}, cfg.optim);
-  TrainState state;
-  state.seed = cfg.seed;
-  if (!resume_path.empty()) {
-    load_model_and_optimizer(resume_path, model, opt, &state);
-    GPT2_REQUIRE((state.global_batch_tokens == 0 || state.global_batch_tokens == cfg.global_batch_tokens) &&
-                     (state.seq_len == 0 || state.seq_len == T),
-                 "checkpoint " << resume_path << " was written with --global-batch-tokens " << state.global_batch_tokens
-                               << " and --seq-len " << state.seq_len << "; resume with the same values (this run has "
-                               << cfg.global_batch_tokens << " and " << T << ") to continue the same data order");
-    if (state.seed != cfg.seed) log_warn("resuming with the checkpoint's seed %llu (not --seed %llu) to keep the data order\n",
-                                         static_cast<unsigned long long>(state.seed), static_cast<unsigned long long>(cfg.seed));
-    log_info("resumed from %s at step %lld (written by %d ranks)\n", resume_path.c_str(),
-             static_cast<long long>(state.step), state.world_size);
-  } else if (!cfg.out_dir.empty() && !read_latest(cfg.out_dir).empty() && !cfg.eval_only) {
-    log_warn("%s already holds checkpoints of another run (ckpt/latest); this fresh run will overwrite its "
-             "metrics and, once it checkpoints, its latest (use --resume auto to continue it instead)\n",
-             cfg.out_dir.c_str());
-  }
-  if (resume_path.empty() && !cfg.init_from.empty()) {
-    if (is_safetensors(cfg.init_from)) {  // Hugging Face weights (e.g. the released gpt2), for fine-tuning
-      const GPT2Config fc = read_hf_config(cfg.init_from, cfg.model);
-      const GPT2Config& mc = cfg.model;
-      GPT2_REQUIRE(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
-                       fc.vocab_size == mc.vocab_size && fc.max_seq_len == mc.max_seq_len,
-                   "--init-from " << cfg.init_from << " holds a model " << fc.describe() << " but this run builds "
-                                  << mc.describe() << ": set " << model_options_for(fc));
-      load_hf_weights(cfg.init_from, model);
-      log_info("initialised from %s (Hugging Face safetensors: model only, fresh optimizer)\n", cfg.init_from.c_str());
-    } else {
-      const bool with_opt = load_model_and_optimizer(cfg.init_from, model, opt, nullptr);
-      log_info("initialised from %s (%s)\n", cfg.init_from.c_str(), with_opt ? "model and optimizer" : "model only");
-    }
-  }
-  state.world_size = W;
-  state.global_batch_tokens = cfg.global_batch_tokens;
-  state.seq_len = T;
-
+  TrainState state = restore_state(cfg, resume_path, model, opt, W);
   comm.set_step(state.step);
   std::unique_ptr<ModelRunner> runner;
   if (on_gpu) {
@@ -351,8 +316,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     for (const FlatRange& r : opt.owned()) owned += r.size();
     log_info("ZeRO-1: %zu bucket(s) of up to %.3g MiB reduce-scattered over %d rank(s); this rank updates %s of %s "
              "parameters, AdamW state %s per rank (%s unsharded)\n",
-             plan.buckets().size(), cfg.bucket_mb, W, fmt_count(static_cast<double>(owned)).c_str(),
-             fmt_count(static_cast<double>(model.table().total())).c_str(),
+             plan.buckets().size(), cfg.bucket_mb, W, format_count(static_cast<double>(owned)).c_str(),
+             format_count(static_cast<double>(model.table().total())).c_str(),
              format_bytes(2.0 * sizeof(float) * static_cast<double>(owned)).c_str(),
              format_bytes(2.0 * sizeof(float) * static_cast<double>(model.table().total())).c_str());
   }
@@ -406,26 +371,15 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   }
 
   // ---- the step loop ---------------------------------------------------------------------------
-  std::unique_ptr<DistributedSampler> sampler;
-  std::unique_ptr<BatchLoader> loader;
-  if (!cfg.benchmark) {
-    sampler = std::make_unique<DistributedSampler>(train->num_windows(), G, rank, W, state.seed);
-    GPT2_REQUIRE(sampler->steps_per_epoch() >= 1,
-                 "training data " << train->pattern() << " holds " << train->num_windows() << " windows of " << T + 1
-                                  << " tokens, fewer than one global batch of " << G
-                                  << " sequences: use more data or a smaller --global-batch-tokens");
-    log_info("data: %s tokens in %zu file(s), %llu steps per epoch\n", fmt_count(train->num_tokens()).c_str(),
-             train->num_files(), static_cast<unsigned long long>(sampler->steps_per_epoch()));
-    loader = std::make_unique<BatchLoader>(*train, *sampler, static_cast<uint64_t>(cfg.max_steps),
-                                           runner->host_allocator());
-    loader->start(static_cast<uint64_t>(state.step));
-  }
+  const std::unique_ptr<BatchSource> batches =
+      cfg.benchmark ? make_synthetic_batches(B * accum, T, cfg.model.vocab_size, cfg.seed, rank, W)
+                    : make_file_batches(*train, G, rank, W, state.seed, state.step, cfg.max_steps,
+                                        runner->host_allocator());
   if (val && state.step == 0) run_val(0);
 
   const int64_t first_step = state.step;
   double bench_ms_sum = 0.0, bench_exposed_sum = 0.0;
   int bench_n = 0;
-  const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
   int64_t last_ckpt_step = -1;
   double last_save_s = 0.0;  // how long the last checkpoint took (rank 0), to judge the next one
   // On every rank (the same decision everywhere): under ZeRO-1 the moments are gathered from all of them.
@@ -467,53 +421,15 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   bool preempted = false;
   double kill_in_s = 0.0;  // after a stop: the least time any rank has before its launcher's SIGKILL
 
-  RankBatch synthetic;  // --benchmark's tokens, reused
-  std::vector<double> busy_ms(static_cast<size_t>(W)), sorted_busy;  // per-rank busy time of the step
   for (int64_t step = state.step; step < cfg.max_steps; ++step) {
     if (rank == fault_rank && step == fault_step) std::raise(SIGKILL);
     comm.set_step(step + 1);
     Timer timer;
-    const RankBatch* batch = &synthetic;
-    if (cfg.benchmark) {  // synthetic tokens: no files, same on every run
-      synthetic.T = T;
-      synthetic.seqs = B * accum;
-      synthetic.tokens.resize(static_cast<size_t>(synthetic.seqs) * (T + 1));
-      Rng rng(cfg.seed, 0xBE7C0000ULL + static_cast<uint64_t>(step) * W + rank);
-      for (auto& t : synthetic.tokens) t = static_cast<int32_t>(rng.below(cfg.model.vocab_size));
-    } else {
-      batch = &loader->next();  // valid until the next call
-    }
+    const RankBatch* batch = &batches->next(step);  // valid until the next call
     if (rank == straggler_rank) std::this_thread::sleep_for(std::chrono::milliseconds(straggler_ms));
-    runner->zero_grad();
-    for (int64_t m = 0; m < accum; ++m) {
-      batch->micro_batch(m, B, inputs.data(), targets.data());
-      runner->forward_train(inputs.data(), targets.data(), B, T, dloss);
-      // Only the last micro-step communicates: earlier ones just accumulate into the same buffer.
-      runner->backward(/*communicate=*/m == accum - 1 && W > 1);
-    }
-    const double exposed_ms = runner->finish_communication();
-    double loss = runner->take_loss_sum() / accum;
-    if (W > 1) comm.allreduce(&loss, 1, ReduceOp::kAvg, "loss");
-    // Loss and gradient norm are reduced over the ranks, so every rank takes the same decision here.
-    // A non-finite one stops the run before the update: the weights, and every checkpoint, stay finite.
-    GPT2_REQUIRE(std::isfinite(loss), "the loss is " << loss << " at step " << step + 1
-                                                     << ": training diverged (try a lower --lr or --grad-clip, or "
-                                                        "check the data); the weights were not updated");
-    const double grad_norm = std::sqrt(runner->grad_sum_squares());
-    GPT2_REQUIRE(std::isfinite(grad_norm), "the gradient norm is " << grad_norm << " at step " << step + 1
-                                                                   << " (loss " << loss
-                                                                   << "): training diverged (try a lower --lr, or "
-                                                                      "check the data); the weights were not updated");
-    const float lr = cfg.schedule.at(step);
-    GPT2_REQUIRE(std::isfinite(lr), "the learning rate is " << lr << " at step " << step + 1 << ": check --lr");
-    runner->optimizer_step(lr, clip_factor(grad_norm, cfg.optim.grad_clip));
-    // A finite loss and gradient can still overflow in the update (a huge --lr): stop at this step,
-    // before anything is written, rather than at the next one with a NaN checkpoint on disk.
-    const double param_ss = runner->param_sum_squares();
-    GPT2_REQUIRE(std::isfinite(param_ss), "the update of step " << step + 1 << " made the weights non-finite (loss "
-                                                                << loss << ", gradient norm " << grad_norm << ", lr "
-                                                                << lr << "): lower --lr (or check the data); no "
-                                                                   "checkpoint holds these weights");
+    const StepResult r = train_step(*runner, comm, *batch, geo, cfg, step, inputs, targets);
+    const double loss = r.loss, grad_norm = r.grad_norm, exposed_ms = r.exposed_ms;
+    const float lr = r.lr;
     state.step = step + 1;
     state.tokens_seen += cfg.global_batch_tokens;
 
@@ -526,16 +442,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     sm.tokens_per_s = static_cast<double>(cfg.global_batch_tokens) / (sm.ms / 1000.0);
     sm.mfu = peak_tflops > 0 ? cfg.model.flops_per_token(T) * sm.tokens_per_s / (peak_tflops * 1e12 * W) : 0.0;
     sm.comm_exposed_ms = exposed_ms;
-    if (W > 1) {  // per-rank busy time (step less the communication it waited for): stragglers show
-      const double busy = std::max(0.0, sm.ms - exposed_ms);
-      comm.iallgather(&busy, busy_ms.data(), 1, DType::kF64, "step times")->wait();
-      sorted_busy = busy_ms;
-      std::sort(sorted_busy.begin(), sorted_busy.end());
-      const size_t h = sorted_busy.size() / 2;
-      const double median = sorted_busy.size() % 2 ? sorted_busy[h] : 0.5 * (sorted_busy[h - 1] + sorted_busy[h]);
-      sm.slowest_rank = static_cast<int>(std::max_element(busy_ms.begin(), busy_ms.end()) - busy_ms.begin());
-      sm.skew = median > 0 ? busy_ms[sm.slowest_rank] / median : 1.0;
-    }
+    if (W > 1) measure_skew(comm, sm);
     if (rank == 0) metrics.step(sm);
     if (step > first_step) {  // the first step pays for allocation: keep it out of the benchmark mean
       bench_ms_sum += sm.ms;
@@ -548,7 +455,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       if (W > 1) std::snprintf(skew, sizeof(skew), " | skew %.2f (rank %d)", sm.skew, sm.slowest_rank);
       log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %s tok/s | mfu %.1f%% | comm %.1f ms%s\n",
                static_cast<long long>(state.step), static_cast<long long>(cfg.max_steps), loss, lr, grad_norm, sm.ms,
-               fmt_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms, skew);
+               format_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms, skew);
     }
     if (val && cfg.val_every > 0 && state.step % cfg.val_every == 0 && !last) run_val(state.step);
     if (cfg.ckpt_every > 0 && state.step % cfg.ckpt_every == 0 && !last) {

@@ -117,7 +117,8 @@ def sigstop_mid_training(work):
         reader.join(timeout=10)
     res = faultlib.Result(train_cmd(out, 1000000), rc, seconds, "".join(lines))
     faultlib.expect(res, nonzero=True, max_s=TIMEOUT_S + MARGIN_S,
-                    message=r"step \d+: collective #\d+ allreduce '[^']+' \(\d+ bytes, mpi\) did not complete within "
+                    message=r"step \d+: collective #\d+ (allreduce|allgather|reduce_scatter|broadcast) '[^']+' \(\d+ bytes, mpi\) "
+                            r"did not complete within "
                             r"--comm-timeout-s 3 s on rank 0; rank\(s\) 1 did not arrive")
     faultlib.expect(res, message=r"flight_rank0\.json")
     check_flight(out)
