@@ -79,8 +79,11 @@ TokenFile::TokenFile(const std::string& path, size_t chunk_cache_bytes) : path_(
   h5::Id dcpl(H5Dget_create_plist(dataset_.get()));
   hsize_t chunk = 0;
   if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) == 0 &&
-      H5Pget_chunk(dcpl.get(), 1, &chunk) == 1)
+      H5Pget_chunk(dcpl.get(), 1, &chunk) == 1 && chunk > 0) {
     checked_chunk_tokens_ = chunk;
+    chunk_checked_.assign(static_cast<size_t>((num_tokens_ + chunk - 1) / chunk), 0);
+  }
+  fspace_ = h5::Id(H5Dget_space(dataset_.get()));
   GPT2_REQUIRE(h5::has_attr(f, "vocab_size"), path << " has no vocab_size attribute (not a token file?)");
   const int64_t v = h5::read_attr_i64(f, "vocab_size", path);
   GPT2_REQUIRE(v > 0 && v <= INT32_MAX, "vocab_size " << v << " in " << path << " is invalid");
@@ -113,15 +116,15 @@ size_t TokenFile::chunk_cache_bytes() const {
 void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
   h5::quiet_errors();  // per thread: the prefetch thread would otherwise print HDF5's raw error stack
   GPT2_CHECK(offset + n <= num_tokens_, "read past the end of " << path_);
-  h5::Id fspace(H5Dget_space(dataset_.get()));
   const hsize_t start = offset, count = n;
-  H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), "select tokens");
+  H5_CHECK(H5Sselect_hyperslab(fspace_.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), "select tokens");
   // libhdf5 (1.10.8 at least) trusts the stored size of an unfiltered chunk and copies a whole
   // chunk's worth out of a shorter buffer: a corrupt size field is a heap overflow inside HDF5, found
   // by tests/fuzz/fuzz_token_file. Every chunk this read touches must hold exactly a chunk of tokens.
   if (checked_chunk_tokens_ > 0 && n > 0) {
     const hsize_t chunk_bytes = checked_chunk_tokens_ * static_cast<hsize_t>(dtype_bits_ / 8);
     for (hsize_t c = offset / checked_chunk_tokens_; c <= (offset + n - 1) / checked_chunk_tokens_; ++c) {
+      if (chunk_checked_[static_cast<size_t>(c)] != 0) continue;
       hsize_t coord = c * checked_chunk_tokens_, size = 0;
       unsigned filter_mask = 0;
       haddr_t addr = HADDR_UNDEF;
@@ -130,12 +133,23 @@ void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
       GPT2_REQUIRE(addr == HADDR_UNDEF || size == chunk_bytes,
                    "/tokens in " << path_ << " is corrupt: the chunk at token " << coord << " is stored in " << size
                                  << " bytes, not " << chunk_bytes);
+      chunk_checked_[static_cast<size_t>(c)] = 1;
     }
   }
-  h5::Id mspace(H5Screate_simple(1, &count, nullptr));
+  if (mspace_n_ != count || !mspace_.valid()) {
+    mspace_ = h5::Id(H5Screate_simple(1, &count, nullptr));
+    mspace_n_ = count;
+  }
   static_assert(sizeof(int32_t) == sizeof(uint32_t));
-  GPT2_REQUIRE(H5Dread(dataset_.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out) >= 0,
+  // uint16 files are read as stored and widened below: HDF5's conversion path costs more per read
+  // than the copy (bench_loader: the per-window overhead is what limits the loader).
+  const bool narrow = dtype_bits_ == 16;
+  if (narrow) narrow_.resize(n);
+  GPT2_REQUIRE(H5Dread(dataset_.get(), narrow ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32, mspace_.get(), fspace_.get(),
+                       H5P_DEFAULT, narrow ? static_cast<void*>(narrow_.data()) : static_cast<void*>(out)) >= 0,
                "cannot read tokens [" << offset << ", " << offset + n << ") of " << path_ << " (truncated or corrupt file?)");
+  if (narrow)
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(narrow_[i]);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t t = static_cast<uint32_t>(out[i]);
     GPT2_REQUIRE(t < static_cast<uint32_t>(vocab_size_), "token id " << t << " at index " << offset + i << " of "

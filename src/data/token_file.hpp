@@ -57,6 +57,12 @@ class TokenFile {
   // Unfiltered chunked /tokens: tokens per chunk, so read() can check each chunk's stored size
   // (0 for other layouts and for filtered, e.g. compressed, chunks, whose stored size varies).
   uint64_t checked_chunk_tokens_ = 0;
+  std::vector<uint8_t> chunk_checked_;  // per chunk: its stored size was checked (once is enough)
+  // Reused by every read(): the file dataspace, a memory dataspace of the last read's length, and the
+  // uint16 tokens as stored (read without HDF5's type conversion, then widened here).
+  h5::Id fspace_, mspace_;
+  hsize_t mspace_n_ = 0;
+  std::vector<uint16_t> narrow_;
 };
 
 // Expands a path or glob ("data/train_*.h5") into a sorted list of files; error if nothing matches.
