@@ -79,10 +79,8 @@ TokenFile::TokenFile(const std::string& path, size_t chunk_cache_bytes) : path_(
   h5::Id dcpl(H5Dget_create_plist(dataset_.get()));
   hsize_t chunk = 0;
   if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) == 0 &&
-      H5Pget_chunk(dcpl.get(), 1, &chunk) == 1 && chunk > 0) {
+      H5Pget_chunk(dcpl.get(), 1, &chunk) == 1 && chunk > 0)
     checked_chunk_tokens_ = chunk;
-    chunk_checked_.assign(static_cast<size_t>((num_tokens_ + chunk - 1) / chunk), 0);
-  }
   fspace_ = h5::Id(H5Dget_space(dataset_.get()));
   GPT2_REQUIRE(h5::has_attr(f, "vocab_size"), path << " has no vocab_size attribute (not a token file?)");
   const int64_t v = h5::read_attr_i64(f, "vocab_size", path);
@@ -124,7 +122,7 @@ void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
   if (checked_chunk_tokens_ > 0 && n > 0) {
     const hsize_t chunk_bytes = checked_chunk_tokens_ * static_cast<hsize_t>(dtype_bits_ / 8);
     for (hsize_t c = offset / checked_chunk_tokens_; c <= (offset + n - 1) / checked_chunk_tokens_; ++c) {
-      if (chunk_checked_[static_cast<size_t>(c)] != 0) continue;
+      if (chunk_checked_.count(c) != 0) continue;
       hsize_t coord = c * checked_chunk_tokens_, size = 0;
       unsigned filter_mask = 0;
       haddr_t addr = HADDR_UNDEF;
@@ -133,7 +131,7 @@ void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
       GPT2_REQUIRE(addr == HADDR_UNDEF || size == chunk_bytes,
                    "/tokens in " << path_ << " is corrupt: the chunk at token " << coord << " is stored in " << size
                                  << " bytes, not " << chunk_bytes);
-      chunk_checked_[static_cast<size_t>(c)] = 1;
+      chunk_checked_.insert(c);
     }
   }
   if (mspace_n_ != count || !mspace_.valid()) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/hdf5.hpp"
@@ -57,7 +58,9 @@ class TokenFile {
   // Unfiltered chunked /tokens: tokens per chunk, so read() can check each chunk's stored size
   // (0 for other layouts and for filtered, e.g. compressed, chunks, whose stored size varies).
   uint64_t checked_chunk_tokens_ = 0;
-  std::vector<uint8_t> chunk_checked_;  // per chunk: its stored size was checked (once is enough)
+  // The chunks whose stored size was checked (once is enough). A set, not a bitmap sized from the
+  // header: a corrupt file may claim 2^40 tokens (the fuzzer's finding); only chunks read are kept.
+  std::unordered_set<uint64_t> chunk_checked_;
   // Reused by every read(): the file dataspace, a memory dataspace of the last read's length, and the
   // uint16 tokens as stored (read without HDF5's type conversion, then widened here).
   h5::Id fspace_, mspace_;

@@ -27,6 +27,7 @@
 #include "model/gpt2.hpp"
 #include "train/batch_source.hpp"
 #include "train/checkpoint.hpp"
+#include "train/checkpointer.hpp"
 #include "train/memory.hpp"
 #include "train/metrics.hpp"
 #include "train/restore.hpp"
@@ -380,30 +381,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int64_t first_step = state.step;
   double bench_ms_sum = 0.0, bench_exposed_sum = 0.0;
   int bench_n = 0;
-  int64_t last_ckpt_step = -1;
-  double last_save_s = 0.0;  // how long the last checkpoint took (rank 0), to judge the next one
-  // On every rank (the same decision everywhere): under ZeRO-1 the moments are gathered from all of them.
-  auto save = [&]() {
-    if (cfg.out_dir.empty() || cfg.benchmark) return;
-    Timer t;
-    const OptimizerState os = runner->checkpoint_state(rank == 0);
-    if (rank != 0) return;
-    const std::string path = checkpoint_path(cfg.out_dir, state.step);
-    save_checkpoint(path, model, &os, state);
-    write_latest(cfg.out_dir, path);
-    prune_checkpoints(cfg.out_dir, cfg.ckpt_keep, path);
-    last_save_s = t.ms() / 1000.0;
-    log_info("step %6lld | checkpoint %s\n", static_cast<long long>(state.step), path.c_str());
-  };
-  // Seconds a checkpoint of this run takes: the last one's time, else its size (parameters, Adam m and v,
-  // fp32) at a bandwidth a local disk or a busy parallel file system sustains, with a margin for fsync
-  // and the exit that follows.
-  auto save_estimate_s = [&]() {
-    constexpr double kAssumedBytesPerS = 500e6;
-    constexpr double kMargin = 1.25, kExitS = 0.25;
-    const double bytes = 3.0 * static_cast<double>(model.table().total()) * sizeof(float);
-    return kMargin * (last_save_s > 0 ? last_save_s : bytes / kAssumedBytesPerS) + kExitS;
-  };
+  Checkpointer checkpoints(cfg, comm, *runner, model);
 
   // Test hook: GPT2_FAULT_INJECT=RANK:STEP kills that rank (SIGKILL, no cleanup) when it reaches that
   // step, to prove that a lost peer ends the job instead of hanging it.
@@ -458,10 +436,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                format_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms, skew);
     }
     if (val && cfg.val_every > 0 && state.step % cfg.val_every == 0 && !last) run_val(state.step);
-    if (cfg.ckpt_every > 0 && state.step % cfg.ckpt_every == 0 && !last) {
-      save();
-      last_ckpt_step = state.step;
-    }
+    checkpoints.after_step(state, last);
     int stop = stop_signal();
     if (W > 1) comm.allreduce(&stop, 1, ReduceOp::kMax, "stop signal");
     if (stop != 0 && !last) {
@@ -474,30 +449,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     }
   }
   if (preempted) {
-    GPT2_REQUIRE(!cfg.out_dir.empty() || cfg.benchmark, "preempted without --out: no checkpoint can be written");
-    // Decide before writing: a checkpoint cut off by SIGKILL leaves only a .tmp file and costs the time
-    // the ranks could have used to exit cleanly. The previous checkpoint stays intact either way
-    // (written to a temporary name and renamed), so --resume auto continues from it.
-    const double need_s = save_estimate_s();
-    // Rank 0 timed the last checkpoint, so it decides, for all (the checkpoint is collective under ZeRO-1).
-    int skip = last_ckpt_step != state.step && rank == 0 && !cfg.benchmark && kill_in_s < need_s ? 1 : 0;
-    if (W > 1) comm.allreduce(&skip, 1, ReduceOp::kMax, "checkpoint within the grace period?");
-    if (skip != 0) {
-      if (rank != 0) return kExitPreempted;
-      const std::string prev = read_latest(cfg.out_dir);
-      log_warn("step %6lld | not checkpointing: the launcher kills this job in %.1f s (%s: %.1f s after SIGTERM) "
-               "and a checkpoint takes about %.1f s. %s; the steps since are lost. For a checkpoint send SIGUSR1 "
-               "instead (mpirun forwards it and kills nothing) or give the job more time (docs/preemption.md)\n",
-               static_cast<long long>(state.step), std::max(0.0, kill_in_s), kill_grace_source(), kill_grace_s(), need_s,
-               prev.empty() ? "There is no earlier checkpoint: a restart begins at step 0"
-                            : ("--resume auto continues from " + prev).c_str());
-    } else if (last_ckpt_step != state.step) {
-      save();
-    }
+    checkpoints.on_stop(state, kill_in_s);
     return kExitPreempted;
   }
   if (val && state.step > first_step) run_val(state.step);
-  if (last_ckpt_step != state.step) save();
+  checkpoints.at_end(state);
 
   if (cfg.benchmark && bench_n > 0) {
     const double ms = bench_ms_sum / bench_n;
