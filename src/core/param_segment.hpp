@@ -23,4 +23,17 @@ struct FlatRange {
   size_t size() const { return end - begin; }
 };
 
+// The part of one segment inside the runs a rank owns: where it is in the flat buffer, where in the
+// rank's own buffers (its moments: the owned runs concatenated), its length and its weight decay.
+struct OwnedPiece {
+  size_t flat = 0, local = 0, size = 0;
+  bool decay = false;
+};
+
+// The owned parts of every segment, in buffer order. owned: ascending, disjoint runs (checked).
+// Elements of an owned run that no segment covers (alignment gaps) belong to no piece.
+std::vector<OwnedPiece> owned_pieces(std::vector<ParamSegment> segments, const std::vector<FlatRange>& owned);
+// Elements in the runs.
+size_t total_size(const std::vector<FlatRange>& runs);
+
 }  // namespace gpt2

@@ -1,9 +1,7 @@
 #include "optim/adamw.hpp"
 
-#include <algorithm>
 #include <cstring>
 
-#include "core/error.hpp"
 #include "kernels/adamw/adamw.hpp"
 
 namespace gpt2 {
@@ -15,30 +13,14 @@ float clip_factor(double grad_norm, float max_norm) {
 }
 
 AdamW::AdamW(std::vector<ParamSegment> segments, std::vector<FlatRange> owned, const AdamWConfig& cfg)
-    : cfg_(cfg), owned_(std::move(owned)) {
-  std::sort(segments.begin(), segments.end(),
-            [](const ParamSegment& a, const ParamSegment& b) { return a.offset < b.offset; });
-  size_t local = 0;
-  for (size_t i = 0; i < owned_.size(); ++i) {
-    const FlatRange& r = owned_[i];
-    GPT2_CHECK(r.begin <= r.end && (i == 0 || owned_[i - 1].end <= r.begin),
-               "AdamW: owned runs must be ascending and disjoint");
-    // The segments overlapping [r.begin, r.end): the first one ending after r.begin, onwards.
-    auto it = std::upper_bound(segments.begin(), segments.end(), r.begin,
-                               [](size_t x, const ParamSegment& s) { return x < s.offset + s.size; });
-    for (; it != segments.end() && it->offset < r.end; ++it) {
-      const size_t b = std::max(r.begin, it->offset), e = std::min(r.end, it->offset + it->size);
-      if (b < e) pieces_.push_back({b, local + (b - r.begin), e - b, it->decay});
-    }
-    local += r.size();
-  }
-  m_.assign(local, 0.0f);
-  v_.assign(local, 0.0f);
+    : cfg_(cfg), owned_(std::move(owned)), pieces_(owned_pieces(std::move(segments), owned_)) {
+  m_.assign(total_size(owned_), 0.0f);
+  v_.assign(total_size(owned_), 0.0f);
 }
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++t_;
-  for (const Piece& p : pieces_) {
+  for (const OwnedPiece& p : pieces_) {
     kernels::AdamWStep s{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0f, grad_scale, t_};
     kernels::adamw_update_cpu(params + p.flat, grads + p.flat, m_.data() + p.local, v_.data() + p.local,
                               static_cast<long>(p.size), s);

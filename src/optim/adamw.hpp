@@ -47,13 +47,9 @@ class AdamW {
   void import_moments(const float* m_flat, const float* v_flat);
 
  private:
-  struct Piece {  // an owned part of one segment
-    size_t flat = 0, local = 0, size = 0;  // offset in the flat buffer, in m_/v_, length
-    bool decay = false;
-  };
   AdamWConfig cfg_;
   std::vector<FlatRange> owned_;
-  std::vector<Piece> pieces_;
+  std::vector<OwnedPiece> pieces_;
   std::vector<float> m_, v_;
   long t_ = 0;
 };

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "kernels/reduce/reduce.hpp"
 #include "train/runner.hpp"
+#include "train/zero.hpp"
 
 namespace gpt2 {
 
@@ -55,7 +56,7 @@ class CpuRunner final : public ModelRunner {
   void optimizer_step(float lr, float grad_scale) override {
     release_gathered_moments();
     opt_.step(model_.params().data(), model_.grads().data(), lr, grad_scale);
-    if (zero1_) gather_pieces(model_.params().data(), "updated parameters");
+    if (zero1_) gather_pieces(comm_, plan_, model_.params().data(), DType::kF32, "updated parameters");
   }
   OptimizerState checkpoint_state(bool /*writer: the host state is current on every rank*/) override {
     OptimizerState s;
@@ -66,13 +67,7 @@ class CpuRunner final : public ModelRunner {
       s.v = opt_.v().data();
       return s;
     }
-    // Every rank exports its runs into full-size buffers and the pieces are all-gathered in place
-    // (all ranks take part; only the writer needs the result).
-    m_full_.assign(plan_.total(), 0.0f);
-    v_full_.assign(plan_.total(), 0.0f);
-    opt_.export_moments(m_full_.data(), v_full_.data());
-    gather_pieces(m_full_.data(), "Adam first moments (checkpoint)");
-    gather_pieces(v_full_.data(), "Adam second moments (checkpoint)");
+    gather_moments(comm_, plan_, opt_, m_full_, v_full_);  // all ranks take part; the writer uses it
     s.m = m_full_.data();
     s.v = v_full_.data();
     return s;
@@ -81,35 +76,12 @@ class CpuRunner final : public ModelRunner {
   void from_host() override {}
 
  private:
-  // Whole-model sum of squares: the full buffer when every rank holds it averaged; under ZeRO-1 the
-  // sum over this rank's pieces (the replicated head counted by rank 0 only), all-reduced.
+  // Whole-model sum of squares: the full buffer when every rank holds it averaged, else the shards'.
   double sum_squares(const float* buf, const char* label) {
-    if (!zero1_)
-      return kernels::sum_squares_cpu(buf, static_cast<long>(plan_.total()));
-    double s = 0.0;
-    for (size_t i = 0; i < plan_.buckets().size(); ++i) {
-      const BucketPlan::Split sp = plan_.split(i);
-      if (comm_.rank() == 0 && sp.replicated.size() > 0)
-        s += kernels::sum_squares_cpu(buf + sp.replicated.begin, static_cast<long>(sp.replicated.size()));
-      const FlatRange p = sp.piece(comm_.rank());
-      if (p.size() > 0) s += kernels::sum_squares_cpu(buf + p.begin, static_cast<long>(p.size()));
-    }
-    if (comm_.size() > 1) comm_.allreduce(&s, 1, ReduceOp::kSum, label);
-    return s;
-  }
-  // Every rank's piece of every bucket of buf, all-gathered in place (ZeRO-1): afterwards each rank
-  // holds all of it. The replicated head is the same on every rank already.
-  void gather_pieces(float* buf, const std::string& what) {
-    if (comm_.size() == 1) return;
-    std::vector<std::unique_ptr<CommRequest>> inflight;
-    const size_t n = plan_.buckets().size();
-    for (size_t i = 0; i < n; ++i) {
-      const BucketPlan::Split sp = plan_.split(i);
-      if (sp.chunk == 0) continue;
-      inflight.push_back(comm_.iallgather(buf + sp.piece(comm_.rank()).begin, buf + sp.scattered, sp.chunk, DType::kF32,
-                                          what + " bucket " + std::to_string(i) + "/" + std::to_string(n)));
-    }
-    for (auto& r : inflight) r->wait();
+    if (!zero1_) return kernels::sum_squares_cpu(buf, static_cast<long>(plan_.total()));
+    return sharded_sum_squares(
+        comm_, plan_, [buf](size_t b, size_t e) { return kernels::sum_squares_cpu(buf + b, static_cast<long>(e - b)); },
+        label);
   }
   void release_gathered_moments() {
     std::vector<float>().swap(m_full_);

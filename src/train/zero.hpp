@@ -1,0 +1,30 @@
+// ZeRO-1's collectives, the same for both backends (the Communicator decides where the data is: host
+// buffers for MPI, device buffers for NCCL). The geometry is BucketPlan's: rank r owns its piece of
+// every bucket, and every rank owns the replicated head of the last bucket.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/bucket_plan.hpp"
+#include "comm/communicator.hpp"
+#include "optim/adamw.hpp"
+
+namespace gpt2 {
+
+// The whole buffer's sum of squares on every rank, from this rank's pieces: run_ss(begin, end) sums
+// one run of it; the replicated head is counted by rank 0 only; the partial sums are all-reduced.
+double sharded_sum_squares(Communicator& comm, const BucketPlan& plan,
+                           const std::function<double(size_t, size_t)>& run_ss, const std::string& label);
+
+// Every rank's piece of every bucket of buf (elements of dtype) all-gathered in place, so every rank
+// holds all of buf. The replicated head is alike on every rank already.
+void gather_pieces(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype, const std::string& what);
+
+// opt's moments (this rank's runs) in the flat layout on every rank, for a checkpoint: each rank
+// exports its runs into m_full and v_full (resized to plan.total()) and the pieces are all-gathered.
+void gather_moments(Communicator& comm, const BucketPlan& plan, const AdamW& opt, std::vector<float>& m_full,
+                    std::vector<float>& v_full);
+
+}  // namespace gpt2
