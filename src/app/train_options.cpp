@@ -85,8 +85,8 @@ ParsedArgs parse_train_args(int argc, char** argv) {
        "0 | 1: ZeRO stage. 1 shards the AdamW state (fp32 moments) over the ranks: gradients are "
        "reduce-scattered in buckets during backward, each rank updates its 1/W of the parameters, and "
        "the updated parameters are all-gathered. Optimizer memory per rank / W; same results as 0. "
-       "Checkpoints are the same format either way (resume across --zero levels and world sizes). CPU "
-       "backend only for now")
+       "Checkpoints are the same format either way (resume across --zero levels and world sizes). On GPUs "
+       "it needs --comm nccl")
       ("threads", po::value<int>(&c.threads)->default_value(0),
        "OpenMP threads per rank (0: the rank's cores, shared fairly between ranks on a node)")
       ("seed", po::value<uint64_t>(&c.seed)->default_value(1337), "seed for initialisation and data order")

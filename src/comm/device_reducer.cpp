@@ -29,7 +29,7 @@ bool is_host_comm(const Communicator& c) { return std::string(c.backend()) == "m
 }  // namespace
 
 DeviceGradReducer::DeviceGradReducer(Communicator& comm, const BucketPlan& plan, void* grads, Precision dtype,
-                                     cudaStream_t compute)
+                                     cudaStream_t compute, BucketMode mode)
     : comm_(comm),
       on_device_(!is_host_comm(comm)),
       plan_(plan),
@@ -39,7 +39,9 @@ DeviceGradReducer::DeviceGradReducer(Communicator& comm, const BucketPlan& plan,
       host_(on_device_ ? 0 : plan.total()),
       scheduler_(comm, plan, on_device_ ? grads : static_cast<void*>(host_.data()),
                  on_device_ ? (dtype == Precision::kBf16 ? DType::kBf16 : DType::kF32) : DType::kF32,
-                 BucketMode::kAllReduce) {
+                 mode) {
+  GPT2_REQUIRE(on_device_ || mode == BucketMode::kAllReduce,
+               "--zero 1 on GPUs needs --comm nccl (the host-staged --comm mpi path all-reduces)");
   compute_done_ = std::make_unique<CudaEvent>(/*timing=*/true);
   comm_done_ = std::make_unique<CudaEvent>(/*timing=*/true);
 }

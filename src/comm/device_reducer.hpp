@@ -37,7 +37,9 @@ class DeviceGradReducer {
   // comm: an NcclCommunicator whose producer is `compute` (device buffers) or an MPI one (host-staged).
   // grads: the device gradient buffer (plan covers it), elements of `dtype`. compute: the stream
   // backward runs on.
-  DeviceGradReducer(Communicator& comm, const BucketPlan& plan, void* grads, Precision dtype, cudaStream_t compute);
+  // mode: kReduceScatter (ZeRO-1) needs the NCCL communicator (device buffers).
+  DeviceGradReducer(Communicator& comm, const BucketPlan& plan, void* grads, Precision dtype, cudaStream_t compute,
+                    BucketMode mode = BucketMode::kAllReduce);
   ~DeviceGradReducer();
   DeviceGradReducer(const DeviceGradReducer&) = delete;
   DeviceGradReducer& operator=(const DeviceGradReducer&) = delete;

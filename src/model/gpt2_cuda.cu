@@ -108,8 +108,11 @@ class GPT2Cuda::Impl {
   virtual double take_loss_sum() = 0;
   virtual float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
   virtual void backward(const GradReadyFn& on_ready) = 0;
-  virtual double grad_sum_squares() = 0;
-  virtual double param_sum_squares() = 0;
+  virtual double grad_sum_squares(size_t begin, size_t end) = 0;
+  virtual double param_sum_squares(size_t begin, size_t end) = 0;
+  virtual void set_optimizer_shard(const std::vector<FlatRange>& owned) = 0;
+  virtual float* master_device() = 0;
+  virtual void* params_device() = 0;
   virtual void adamw_step(const kernels::AdamWStep& s) = 0;
   virtual const float* decode_step(int32_t token) = 0;
   virtual void reset_cache() = 0;
@@ -141,6 +144,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     grads_.zero(stream_);
     m_.zero(stream_);
     v_.zero(stream_);
+    pieces_ = owned_pieces(table_.segments(), {{0, n}});
     result_.resize(1);
     staging_free_ = std::make_unique<CudaEvent>();
     staging_free_->record(stream_);
@@ -525,8 +529,20 @@ class ModelImpl final : public GPT2Cuda::Impl {
   int cache_len() const override { return dec_.len; }
 
   // ---- optimizer and norms ---------------------------------------------------------------------
-  double grad_sum_squares() override { return sum_squares(grads_.data(), table_.total()); }
-  double param_sum_squares() override { return sum_squares(master_.data(), table_.total()); }
+  double grad_sum_squares(size_t begin, size_t end) override { return sum_squares(grads_.data() + begin, end - begin); }
+  double param_sum_squares(size_t begin, size_t end) override {
+    return sum_squares(master_.data() + begin, end - begin);
+  }
+  void set_optimizer_shard(const std::vector<FlatRange>& owned) override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    pieces_ = owned_pieces(table_.segments(), owned);
+    m_.resize(total_size(owned));
+    v_.resize(total_size(owned));
+    m_.zero(stream_);
+    v_.zero(stream_);
+  }
+  float* master_device() override { return master_.data(); }
+  void* params_device() override { return params(); }
   template <class E>
   double sum_squares(const E* x, size_t n) {
     scratch_.resize(std::max(scratch_.size(), kernels::sum_squares_scratch_bytes(static_cast<long>(n))));
@@ -538,12 +554,11 @@ class ModelImpl final : public GPT2Cuda::Impl {
   }
 
   void adamw_step(const kernels::AdamWStep& step) override {
-    for (const ParamInfo& pi : table_.params()) {
+    for (const OwnedPiece& p : pieces_) {
       kernels::AdamWStep s = step;
-      if (!pi.decay) s.weight_decay = 0.0f;
-      kernels::adamw_update_cuda<T>(master_.data() + pi.offset, params() + pi.offset, grads_.data() + pi.offset,
-                                    m_.data() + pi.offset, v_.data() + pi.offset, static_cast<long>(pi.numel), s,
-                                    stream_);
+      if (!p.decay) s.weight_decay = 0.0f;
+      kernels::adamw_update_cuda<T>(master_.data() + p.flat, params() + p.flat, grads_.data() + p.flat,
+                                    m_.data() + p.local, v_.data() + p.local, static_cast<long>(p.size), s, stream_);
     }
   }
 
@@ -578,7 +593,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
   DeviceBuffer<float> master_;  // (total) fp32 master weights
   DeviceBuffer<T> params_;      // (total) the weights the kernels read (unused for fp32: master_ is used)
   DeviceBuffer<T> grads_;       // (total)
-  DeviceBuffer<float> m_, v_;   // (total) AdamW moments
+  DeviceBuffer<float> m_, v_;   // AdamW moments of the owned runs (all: total), concatenated
+  std::vector<OwnedPiece> pieces_;  // what adamw_step updates: the owned part of each tensor
   DeviceBuffer<double> result_; // one reduction result
   DeviceBuffer<char> scratch_;  // reductions outside a step's workspace
   DeviceActivations<T> acts_;
@@ -620,8 +636,13 @@ float GPT2Cuda::forward_eval(const int32_t* inputs, const int32_t* targets, int 
   return impl_->forward_eval(inputs, targets, B, T);
 }
 void GPT2Cuda::backward(const GradReadyFn& on_ready) { impl_->backward(on_ready); }
-double GPT2Cuda::grad_sum_squares() { return impl_->grad_sum_squares(); }
-double GPT2Cuda::param_sum_squares() { return impl_->param_sum_squares(); }
+double GPT2Cuda::grad_sum_squares() { return impl_->grad_sum_squares(0, impl_->table_.total()); }
+double GPT2Cuda::param_sum_squares() { return impl_->param_sum_squares(0, impl_->table_.total()); }
+double GPT2Cuda::grad_sum_squares(size_t begin, size_t end) { return impl_->grad_sum_squares(begin, end); }
+double GPT2Cuda::param_sum_squares(size_t begin, size_t end) { return impl_->param_sum_squares(begin, end); }
+void GPT2Cuda::set_optimizer_shard(const std::vector<FlatRange>& owned) { impl_->set_optimizer_shard(owned); }
+float* GPT2Cuda::master_device() { return impl_->master_device(); }
+void* GPT2Cuda::params_device() { return impl_->params_device(); }
 void GPT2Cuda::adamw_step(const kernels::AdamWStep& s) { impl_->adamw_step(s); }
 const float* GPT2Cuda::decode_step(int32_t token) { return impl_->decode_step(token); }
 void GPT2Cuda::reset_cache() { impl_->reset_cache(); }

@@ -42,9 +42,20 @@ class GPT2Cuda {
   // set_params also empties the generation cache (its keys and values belong to the old weights).
   void set_params(const float* host);  // master weights, and the stored parameters rounded from them
   void get_params(float* host) const;  // master weights
+  // The moments of the runs the optimizer owns, concatenated (all of the buffer unless
+  // set_optimizer_shard said otherwise): AdamW::m()'s layout for the same runs.
   void set_moments(const float* m, const float* v);
   void get_moments(float* m, float* v) const;
   std::vector<float> get_grads() const;  // the stored gradients, as fp32
+
+  // ZeRO-1: from now on this rank keeps AdamW moments only for `owned` (ascending runs of the flat
+  // buffer; BucketPlan::owned_by) and adamw_step updates only those parameters; the moments are
+  // reallocated (to the runs' total) and zeroed. The caller all-gathers the updated parameters.
+  void set_optimizer_shard(const std::vector<FlatRange>& owned);
+  // The master weights (fp32) and the stored parameters (precision(); the same buffer in fp32) on the
+  // device, table().total() elements each: what a sharded update all-gathers.
+  float* master_device();
+  void* params_device();
 
   // The flat gradient buffer on the device (precision() elements, table().total() of them): the
   // reducer all-reduces slices of it.
@@ -67,8 +78,11 @@ class GPT2Cuda {
   double grad_sum_squares();
   // Sum of squares of the master weights (deterministic), to check that ranks agree. Synchronous.
   double param_sum_squares();
-  // One AdamW update of every tensor. s.weight_decay applies to the tensors with ParamInfo::decay, the
-  // others get 0; s.step is the 1-based step count. Enqueued.
+  // The same over the run [begin, end) of the flat buffer (a ZeRO-1 shard's piece). Synchronous.
+  double grad_sum_squares(size_t begin, size_t end);
+  double param_sum_squares(size_t begin, size_t end);
+  // One AdamW update of every owned tensor (part). s.weight_decay applies to the tensors with
+  // ParamInfo::decay, the others get 0; s.step is the 1-based step count. Enqueued.
   void adamw_step(const kernels::AdamWStep& s);
 
   // ---- generation with a key/value cache (GPT2::decode_step on the device) ----------------------

@@ -69,10 +69,12 @@ struct CudaRunnerOptions {
   double comm_timeout_s = 600;
   int local_rank = 0, local_size = 1, world_size = 1;
   int micro_batch = 1, seq_len = 1;  // for the device memory check before anything is allocated
+  bool zero1 = false;                // ZeRO-1: plan is cut for world_size shards; opt owns this rank's runs
 };
 
 // CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so). host_comm
-// carries the host-staged buckets of --comm mpi; --comm nccl makes its own NCCL communicator.
+// carries the host-staged buckets of --comm mpi and the small host reductions; --comm nccl makes its
+// own NCCL communicator.
 std::unique_ptr<ModelRunner> make_cuda_runner(GPT2& model, AdamW& opt, Communicator& host_comm, const BucketPlan& plan,
                                               const CudaRunnerOptions& options);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/device_reducer.hpp"
 #include "comm/nccl_communicator.hpp"
@@ -14,6 +15,7 @@
 #include "core/log.hpp"
 #include "train/memory.hpp"
 #include "train/runner.hpp"
+#include "train/zero.hpp"
 
 namespace gpt2 {
 
@@ -38,9 +40,10 @@ double known_peak_tflops(const std::string& name, Precision p) {
 // the weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
 // one micro-batch's activations as DeviceActivations keeps them (this backend keeps every one: the
 // trainer refuses --recompute selective|full on it).
-void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, int device) {
-  const MemoryEstimate d =
-      estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, Recompute::kNone);
+void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, int device,
+                         int optimizer_shards) {
+  MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, Recompute::kNone);
+  d.optimizer /= optimizer_shards;  // ZeRO-1: this rank's moments only
   const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
   const double grads = d.grads, acts = d.activations;
   const double need = d.total();
@@ -62,7 +65,7 @@ void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, in
 class CudaRunner final : public ModelRunner {
  public:
   CudaRunner(GPT2& host, AdamW& opt, Communicator& host_comm, const BucketPlan& plan, const CudaRunnerOptions& o)
-      : host_(host), opt_(opt), comm_kind_(o.comm) {
+      : host_(host), opt_(opt), host_comm_(host_comm), plan_(plan), comm_kind_(o.comm), zero1_(o.zero1) {
     device_ = select_device(o.local_rank, o.local_size, comm_kind_);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -70,15 +73,20 @@ class CudaRunner final : public ModelRunner {
     CudaModelOptions mo;
     mo.precision = o.precision;
     mo.gemm = o.gemm;
-    check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, device_);
+    check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, device_, o.zero1 ? o.world_size : 1);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
+    // ZeRO-1: the device keeps the moments of the runs the host AdamW owns, in the same layout.
+    if (zero1_) model_->set_optimizer_shard(opt.owned());
     if (o.world_size > 1) {
       if (comm_kind_ == Comm::kNccl)
         nccl_ = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, o.comm_timeout_s, stream_->get());
       reducer_ = std::make_unique<DeviceGradReducer>(nccl_ ? *nccl_ : host_comm, plan, model_->grads_device(),
-                                                     mo.precision, stream_->get());
+                                                     mo.precision, stream_->get(),
+                                                     zero1_ ? BucketMode::kReduceScatter : BucketMode::kAllReduce);
     }
+    GPT2_REQUIRE(!zero1_ || o.world_size == 1 || nccl_, "--zero 1 on GPUs needs --comm nccl");
+    precision_ = mo.precision;
     desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + name_of(mo.precision) + " | gemm " +
             name_of(o.gemm) + (o.world_size > 1 ? std::string(" | comm ") + name_of(o.comm) : "");
     peak_ = known_peak_tflops(device_name_, mo.precision);
@@ -105,17 +113,41 @@ class CudaRunner final : public ModelRunner {
   float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) override {
     return model_->forward_eval(inputs, targets, B, T);
   }
-  double grad_sum_squares() override { return model_->grad_sum_squares(); }
-  double param_sum_squares() override { return model_->param_sum_squares(); }
+  // Under ZeRO-1 each rank sums its shard on the device and the partial sums meet on the host.
+  double grad_sum_squares() override {
+    if (!zero1_) return model_->grad_sum_squares();
+    return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->grad_sum_squares(b, e); },
+                               "gradient norm");
+  }
+  double param_sum_squares() override {
+    if (!zero1_) return model_->param_sum_squares();
+    return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->param_sum_squares(b, e); },
+                               "parameter norm");
+  }
   void optimizer_step(float lr, float grad_scale) override {
+    release_gathered_moments();
     opt_.set_step_count(opt_.step_count() + 1);
     const AdamWConfig& c = opt_.config();
     model_->adamw_step({lr, c.beta1, c.beta2, c.eps, c.weight_decay, grad_scale, opt_.step_count()});
+    if (!zero1_ || !nccl_) return;
+    // Every rank updated its pieces: all-gather them on the device, in place. The master weights too
+    // (fp32), so that a checkpoint or the sampler at the end reads the whole model from any rank.
+    gather_pieces(*nccl_, plan_, model_->master_device(), DType::kF32, "updated master weights");
+    if (precision_ == Precision::kBf16)
+      gather_pieces(*nccl_, plan_, model_->params_device(), DType::kBf16, "updated parameters");
   }
   OptimizerState checkpoint_state(bool writer) override {
     OptimizerState s;
     s.config = opt_.config();
     s.step = opt_.step_count();
+    if (zero1_) {  // every rank's moments, gathered on the host (all ranks take part)
+      model_->get_moments(opt_.m().data(), opt_.v().data());
+      gather_moments(host_comm_, plan_, opt_, m_full_, v_full_);
+      if (writer) model_->get_params(host_.params().data());
+      s.m = m_full_.data();
+      s.v = v_full_.data();
+      return s;
+    }
     if (!writer) return s;  // the moments come from this rank's GPU only where they are written
     to_host();
     s.m = opt_.m().data();
@@ -133,9 +165,19 @@ class CudaRunner final : public ModelRunner {
   HostAllocator host_allocator() const override { return {pinned_host_allocate, pinned_host_release}; }
 
  private:
+  void release_gathered_moments() {
+    std::vector<float>().swap(m_full_);
+    std::vector<float>().swap(v_full_);
+  }
+
   GPT2& host_;
   AdamW& opt_;
+  Communicator& host_comm_;
+  const BucketPlan& plan_;
   Comm comm_kind_;
+  bool zero1_;
+  Precision precision_ = Precision::kBf16;
+  std::vector<float> m_full_, v_full_;  // ZeRO-1 checkpoint: the gathered moments
   int device_ = 0;
   std::string device_name_, desc_;
   double peak_ = 0;

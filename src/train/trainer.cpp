@@ -198,9 +198,9 @@ Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
                "--recompute " << recompute_name(cfg.recompute)
                               << " is implemented on the CPU backend only (the CUDA backend keeps every "
                                  "activation): use --recompute none, a smaller --micro-batch, or --device cpu");
-  GPT2_REQUIRE(!on_gpu || cfg.zero == 0,
-               "--zero 1 is implemented on the CPU backend only so far (the CUDA backend keeps the whole AdamW "
-               "state on every GPU): use --zero 0, or --device cpu");
+  GPT2_REQUIRE(!on_gpu || cfg.zero == 0 || be.comm == Comm::kNccl,
+               "--zero 1 on GPUs needs --comm nccl (one GPU per rank); the host-staged --comm mpi path keeps the "
+               "whole optimizer: use --zero 0 there");
   return be;
 }
 
@@ -286,6 +286,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     o.world_size = W;
     o.micro_batch = B;
     o.seq_len = T;
+    o.zero1 = zero1;
     runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {

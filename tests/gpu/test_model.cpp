@@ -145,6 +145,61 @@ TEST_P(ModelStep, MatchesCpuStep) {
   }
 }
 
+// ZeRO-1 on the device: with set_optimizer_shard the model keeps moments for its runs only and
+// adamw_step updates exactly those parameters, as the CPU AdamW given the same runs does; the sums of
+// squares over a run agree with the host's. (The all-gather across ranks needs one GPU per rank; the
+// CPU suite covers the collectives: mpi.zero.)
+TEST_P(ModelStep, ShardedAdamWMatchesCpuShard) {
+  const Param prm = GetParam();
+  if (prm.precision != Precision::kFp32) GTEST_SKIP() << "compared in fp32";
+  kernels::set_cpu_threads(2);
+  const Case& c = kCases[0];
+  const GPT2Config cfg = make_config(c);
+  GPT2 cpu(cfg);
+  cpu.init(77);
+  CudaStream stream;
+  GPT2Cuda gpu(cfg, {prm.precision, prm.gemm}, stream.get());
+  gpu.set_params(cpu.params().data());
+  std::vector<int32_t> in, tg;
+  make_batch(c, 7, &in, &tg);
+  gpu.zero_grad();
+  gpu.forward_train(in.data(), tg.data(), c.B, c.T, 1.0f / (c.B * c.T));
+  gpu.backward();
+  (void)gpu.take_loss_sum();
+  const std::vector<float> g = gpu.get_grads();
+  std::copy(g.begin(), g.end(), cpu.grads().begin());
+  const size_t total = cpu.table().total();
+  // Runs that cut through tensors (as bucket pieces do), one of them the buffer's last elements.
+  const std::vector<FlatRange> owned = {{3, 517}, {total / 3, total / 3 + 4099}, {total - 777, total}};
+  for (const FlatRange& r : owned) {
+    double want = 0;
+    for (size_t i = r.begin; i < r.end; ++i) want += static_cast<double>(g[i]) * g[i];
+    EXPECT_NEAR(gpu.grad_sum_squares(r.begin, r.end), want, 1e-9 + 1e-6 * want) << "run " << r.begin;
+  }
+  const std::vector<float> before = cpu.params();
+  AdamWConfig oc;
+  AdamW opt(cpu.table().segments(), owned, oc);
+  opt.step(cpu.params().data(), cpu.grads().data(), 1e-3f, 0.5f);
+  gpu.set_optimizer_shard(owned);
+  gpu.adamw_step({1e-3f, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, 0.5f, 1});
+  std::vector<float> p_gpu(total);
+  gpu.get_params(p_gpu.data());
+  size_t changed_outside = 0, far_inside = 0;
+  std::vector<bool> in_run(total, false);
+  for (const FlatRange& r : owned)
+    for (size_t i = r.begin; i < r.end; ++i) in_run[i] = true;
+  for (size_t i = 0; i < total; ++i) {
+    if (!in_run[i]) changed_outside += p_gpu[i] != before[i];
+    else far_inside += std::fabs(p_gpu[i] - cpu.params()[i]) > 1e-6f + 1e-5f * std::fabs(cpu.params()[i]);
+  }
+  EXPECT_EQ(changed_outside, 0u) << "parameters outside the shard must not move";
+  EXPECT_EQ(far_inside, 0u) << "parameters of the shard must match the CPU AdamW";
+  std::vector<float> m(total_size(owned)), v(total_size(owned));
+  gpu.get_moments(m.data(), v.data());
+  EXPECT_LE(tensor_rel_err(m, opt.m(), 0, m.size()), 1e-5) << "first moments of the shard";
+  EXPECT_LE(tensor_rel_err(v, opt.v(), 0, v.size()), 1e-5) << "second moments of the shard";
+}
+
 TEST_P(ModelStep, RepeatsBitForBit) {
   const Param prm = GetParam();
   const Case& c = kCases[0];
