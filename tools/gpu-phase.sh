@@ -258,6 +258,14 @@ phase_C() {
     '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
       --max-steps 30 --ckpt-every 10 --resume auto --out '$work/ckpt' 2>&1 | tee /dev/stderr | grep -q 'resumed from .* at step 20' &&
     '$bin/gpt2-sample' --device cuda --ckpt '$work/ckpt' --prompt 'In the beginning' --max-new-tokens 64 --seed 1"
+  # ZeRO-1's device path on one GPU (its shard is the whole buffer, so the losses must be --zero 0's);
+  # the cross-rank collectives need one GPU per rank.
+  gpu_step zero1_one_gpu 120 "losses == --zero 0" bash -c "
+    for z in 0 1; do
+      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
+        --val-every 0 --zero \$z --out '$work/zero'\$z || exit 1
+    done
+    python3 -c \"import json,sys; l=[[r['loss'] for r in map(json.loads, open(f'$work/zero{z}/metrics.jsonl')) if 'loss' in r] for z in (0,1)]; print('losses', l[0][-1], l[1][-1]); sys.exit(l[0] != l[1])\""
   step oracle_transformers 180 "logits within 1e-4" python3 "$repo/tools/gpu/oracle_transformers.py" "$bin" "$work/hf"
   step oracle_tiktoken 120 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
   if command -v ncu >/dev/null; then
@@ -272,6 +280,7 @@ phase_C() {
 }
 figure_cpu_train_2ranks() { loss_figure "$1"; }
 figure_two_ranks_shared_gpu() { loss_figure "$1"; }
+figure_zero1_one_gpu() { grep -m1 '^losses' "$1"; }
 figure_oracle_transformers() { grep -m1 -E '^max \|' "$1"; }
 figure_oracle_tiktoken() { grep -m1 -E 'tokens compared' "$1"; }
 
