@@ -43,6 +43,8 @@ class ModelRunner {
   // every rank (under ZeRO-1 each rank sums its shard and the partial sums are all-reduced: collective).
   virtual double grad_sum_squares() = 0;
   virtual double param_sum_squares() = 0;
+  // This rank's own copy of all the parameters, not reduced: whether the ranks hold the same weights.
+  virtual double local_param_sum_squares() = 0;
   // One AdamW step of the parameters this rank owns: all of them, or under ZeRO-1 its shard, which
   // it then all-gathers so every rank holds the whole updated model (the step count lives in the
   // host AdamW object).

@@ -53,6 +53,9 @@ class CpuRunner final : public ModelRunner {
   }
   double grad_sum_squares() override { return sum_squares(model_.grads().data(), "gradient norm"); }
   double param_sum_squares() override { return sum_squares(model_.params().data(), "parameter norm"); }
+  double local_param_sum_squares() override {
+    return kernels::sum_squares_cpu(model_.params().data(), static_cast<long>(model_.params().size()));
+  }
   void optimizer_step(float lr, float grad_scale) override {
     release_gathered_moments();
     opt_.step(model_.params().data(), model_.grads().data(), lr, grad_scale);

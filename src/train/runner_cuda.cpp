@@ -124,6 +124,7 @@ class CudaRunner final : public ModelRunner {
     return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->param_sum_squares(b, e); },
                                "parameter norm");
   }
+  double local_param_sum_squares() override { return model_->param_sum_squares(); }
   void optimizer_step(float lr, float grad_scale) override {
     release_gathered_moments();
     opt_.set_step_count(opt_.step_count() + 1);

@@ -293,7 +293,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     runner = make_cpu_runner(model, opt, comm, plan, threads, zero1);
   }
   if (W > 1) {  // Every rank must start from the same weights (same seed or same file): check, cheaply.
-    double hi = runner->param_sum_squares();
+    double hi = runner->local_param_sum_squares();  // each rank's own copy: a sharded sum would agree always
     double lo = hi;
     comm.allreduce(&hi, 1, ReduceOp::kMax, "initial weights check (max)");
     comm.allreduce(&lo, 1, ReduceOp::kMin, "initial weights check (min)");
