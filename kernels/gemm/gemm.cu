@@ -706,17 +706,6 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
 // ---------------------------------------------------------------------------------------------------
 // Public entry points.
 
-GemmBackend parse_gemm_backend(const std::string& name) {
-  if (name == "hand") return GemmBackend::kHand;
-  if (name == "cublaslt") return GemmBackend::kCublasLt;
-  GPT2_REQUIRE(false, "unknown GEMM backend '" << name << "' (expected 'hand' or 'cublaslt')");
-  return GemmBackend::kHand;  // not reached
-}
-
-const char* gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::kHand ? "hand" : "cublaslt";
-}
-
 bool gemm_hand_wgmma_available() {
 #if defined(GPT2_HAVE_GEMM_SM90)
   return gemm_detail::wgmma_device_ready();

@@ -30,9 +30,6 @@ enum class GemmEpilogue {
   kDGelu,     // C = (op(A) op(B)) * gelu'(aux)   (aux: the saved pre-activation, same shape as C)
 };
 
-// "hand" | "cublaslt"; anything else is a user error (GPT2_REQUIRE) that names the bad value.
-GemmBackend parse_gemm_backend(const std::string& name);
-const char* gemm_backend_name(GemmBackend backend);
 
 // Which bf16 kernel the hand backend runs.
 //   kAuto:    wgmma where the context enabled it (GemmContext::hand_wgmma_enabled) and TMA takes the

@@ -239,7 +239,7 @@ void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& va
       const Outputs gpu = run_gpu<T>(ctx, g, in, offset, &guard);
       ctx.test_hooks() = GemmTestHooks{};
       const std::string what =
-          std::string(kernels::gemm_backend_name(be)) + " " + v.tag + (offset ? "[offset 1] " : "") + g.str();
+          std::string(name_of(be)) + " " + v.tag + (offset ? "[offset 1] " : "") + g.str();
       compare<T>(gpu, ref, naive, what);
       EXPECT_EQ(guard, 0) << what << ": elements outside C/aux were written";
     }
@@ -345,7 +345,7 @@ void check_linear(GemmBackend be, int rows, int IC, int OC, bool gelu_after, uin
                   const GemmTestHooks& hooks = GemmTestHooks{}) {
   GemmContext ctx(be);
   ctx.test_hooks() = hooks;
-  const std::string tag = std::string(kernels::gemm_backend_name(be)) + " linear " + std::to_string(rows) + "x" +
+  const std::string tag = std::string(name_of(be)) + " linear " + std::to_string(rows) + "x" +
                           std::to_string(IC) + "->" + std::to_string(OC) + " ";
   const size_t n_in = static_cast<size_t>(rows) * IC, n_out = static_cast<size_t>(rows) * OC;
   const auto inp = rnd_t<T>(n_in, seed), w = rnd_t<T>(static_cast<size_t>(IC) * OC, seed + 1),
@@ -430,7 +430,7 @@ TYPED_TEST(GemmTest, Gpt2LmHeadAt256Rows) {
                                 kVp);
   for (GemmBackend be : kBackends) {
     GemmContext ctx(be);
-    const std::string tag = std::string(kernels::gemm_backend_name(be)) + " lm_head ";
+    const std::string tag = std::string(name_of(be)) + " lm_head ";
     const auto logits = gpu_gemm<T>(ctx, std::vector<float>(logits_ref.size(), kNaN), lnf, wte, nullptr, nullptr, rows,
                                     kVp, kC, false, true, false, GemmEpilogue::kNone);
     expect_close<T>(logits, logits_ref, naive_of<T>(logits_ref), (tag + "logits").c_str());
@@ -464,8 +464,8 @@ TYPED_TEST(GemmTest, Deterministic) {
       fwd[r] = gpu_gemm<T>(ctx, std::vector<float>(aux.size(), kNaN), inp, w, &bias, &aux, rows, OC, IC, false, false,
                            false, GemmEpilogue::kBiasGelu);
     }
-    EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0) << kernels::gemm_backend_name(be) << " dw";
-    EXPECT_EQ(bit_mismatches(fwd[0], fwd[1]), 0) << kernels::gemm_backend_name(be) << " forward";
+    EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0) << name_of(be) << " dw";
+    EXPECT_EQ(bit_mismatches(fwd[0], fwd[1]), 0) << name_of(be) << " forward";
   }
 }
 
@@ -607,21 +607,6 @@ TYPED_TEST(GemmTest, BiasBackwardAccumulatesDeterministically) {
       expect_close<T>(got[0], ref, naive_of<T>(ref), tag.c_str());
       EXPECT_EQ(bit_mismatches(got[0], got[1]), 0) << tag << ": two runs differ";
     }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// The backend option.
-
-TEST(GemmBackendOption, ParsesNames) {
-  EXPECT_EQ(kernels::parse_gemm_backend("hand"), GemmBackend::kHand);
-  EXPECT_EQ(kernels::parse_gemm_backend("cublaslt"), GemmBackend::kCublasLt);
-  EXPECT_STREQ(kernels::gemm_backend_name(GemmBackend::kHand), "hand");
-  EXPECT_STREQ(kernels::gemm_backend_name(GemmBackend::kCublasLt), "cublaslt");
-}
-
-TEST(GemmBackendOptionDeathTest, RejectsUnknownNameNamingIt) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
-  EXPECT_EXIT(kernels::parse_gemm_backend("cublas"), ::testing::ExitedWithCode(1), "unknown GEMM backend 'cublas'");
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ const bool kRegistered = [] {
     for (const Layer& l : kLayers)
       for (Pass pass : {Pass::kFwd, Pass::kDinp, Pass::kDw})
         for (k::GemmBackend be : {k::GemmBackend::kHand, k::GemmBackend::kCublasLt}) {
-          const std::string name = std::string("Gemm/bf16/") + k::gemm_backend_name(be) + "/" + l.name + "/" +
+          const std::string name = std::string("Gemm/bf16/") + name_of(be) + "/" + l.name + "/" +
                                    pass_name(pass) + "/BT:" + std::to_string(rows);
           benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, l, pass, rows)
               ->UseManualTime()
