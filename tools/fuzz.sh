@@ -90,7 +90,7 @@ for name in "${names[@]}"; do
   set -e
   if [[ $name == token_file || $name == checkpoint ]]; then
     mkdir -p "$build/artifacts/$name/libhdf5"
-    for f in $(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*'); do
+    for f in $(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*' ! -name 'slow-unit-*'); do
       if inside_libhdf5 "$build/fuzz/fuzz_$name" "$f" "$asan"; then
         echo "fuzz.sh: note: $name: $(basename "$f") crashes inside libhdf5 (not our code): kept in $build/artifacts/$name/libhdf5/"
         mv "$f" "$build/artifacts/$name/libhdf5/"
@@ -98,11 +98,11 @@ for name in "${names[@]}"; do
     done
     rc=0  # -ignore_crashes: what failed is what is left in artifacts/
   fi
-  found=$(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*')
+  found=$(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*' ! -name 'slow-unit-*')
   if [[ $rc -ne 0 || -n "$found" ]]; then
     echo "fuzz.sh: FAIL $name (exit $rc): inputs in $build/artifacts/$name/"; failed+=("$name")
   elif [[ -n "$(ls -A "$build/artifacts/$name")" ]]; then
-    echo "fuzz.sh: note: $name: libhdf5 timeouts/out-of-memory skipped, inputs in $build/artifacts/$name/"
+    echo "fuzz.sh: note: $name: libhdf5 timeouts/out-of-memory/slow inputs skipped, inputs in $build/artifacts/$name/"
   fi
 done
 if [[ ${#failed[@]} -gt 0 ]]; then
