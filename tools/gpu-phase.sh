@@ -266,6 +266,15 @@ phase_C() {
         --val-every 0 --zero \$z --out '$work/zero'\$z || exit 1
     done
     python3 -c \"import json,sys; l=[[r['loss'] for r in map(json.loads, open(f'$work/zero{z}/metrics.jsonl')) if 'loss' in r] for z in (0,1)]; print('losses', l[0][-1], l[1][-1]); sys.exit(l[0] != l[1])\""
+  # --recompute on the device: full reruns each block with the forward's own launches, so its losses
+  # are --recompute none's bit for bit; selective recomputes the GELU with its own kernel, which rounds
+  # differently from cuBLASLt's fused bf16 epilogue: within 1e-3.
+  gpu_step recompute_one_gpu 150 "full == none, selective ~ none" bash -c "
+    for r in none selective full; do
+      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
+        --val-every 0 --recompute \$r --out '$work/recompute_'\$r || exit 1
+    done
+    python3 -c \"import json,sys; l={r: [x['loss'] for x in map(json.loads, open(f'$work/recompute_{r}/metrics.jsonl')) if 'loss' in x] for r in ('none','selective','full')}; print('losses', l['none'][-1], l['selective'][-1], l['full'][-1]); sys.exit(l['full'] != l['none'] or max(abs(a-b)/abs(b) for a,b in zip(l['selective'], l['none'])) > 1e-3)\""
   step oracle_transformers 180 "logits within 1e-4" python3 "$repo/tools/gpu/oracle_transformers.py" "$bin" "$work/hf"
   step oracle_tiktoken 120 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
   if command -v ncu >/dev/null; then
@@ -281,6 +290,7 @@ phase_C() {
 figure_cpu_train_2ranks() { loss_figure "$1"; }
 figure_two_ranks_shared_gpu() { loss_figure "$1"; }
 figure_zero1_one_gpu() { grep -m1 '^losses' "$1"; }
+figure_recompute_one_gpu() { grep -m1 '^losses' "$1"; }
 figure_oracle_transformers() { grep -m1 -E '^max \|' "$1"; }
 figure_oracle_tiktoken() { grep -m1 -E 'tokens compared' "$1"; }
 

@@ -92,10 +92,12 @@ __device__ __forceinline__ void store128(T* p, const Packed128<T>& v) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&v);
 }
 
-// GELU, tanh approximation, in fp32 (shared by the GELU kernels and the GEMM epilogues).
+// GELU, tanh approximation, in fp32 (shared by the GELU kernels and the GEMM epilogues). The one
+// fusable multiply-add is written as an explicit fma, so every caller computes the same bits (the GELU
+// kernel recomputing an epilogue's output under --recompute selective depends on it).
 __device__ __forceinline__ float gelu_f32(float x) {
   constexpr float kS = 0.7978845608028654f;  // sqrt(2/pi)
-  const float u = kS * (x + 0.044715f * x * x * x);
+  const float u = kS * __fmaf_rn(0.044715f * x * x, x, x);
   return 0.5f * x * (1.0f + tanhf(u));
 }
 // d gelu(x) / dx

@@ -11,6 +11,7 @@
 //             partials in block order. Row chunks per block depend on N only -> same bits always.
 //   fallback  any C, any alignment: scalar warp-per-row kernels that re-read the row from global
 //             memory (L1/L2) for each pass, and a channel-per-thread kernel for the partials.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -112,6 +113,13 @@ void with_packs_per_lane(int packs_per_lane, F&& f) {
 
 // ---- forward -----------------------------------------------------------------------------------
 
+// The one place the normalised output is computed: the forward kernels and layernorm_apply_cuda
+// (activation recompute) share it, each operation rounded explicitly so that no kernel's FMA
+// contraction can differ, and a recomputed output is bit-identical to the one the forward wrote.
+__device__ __forceinline__ float normalize(float x, float m, float s, float w, float b) {
+  return __fmaf_rn(__fmul_rn(__fsub_rn(x, m), s), w, b);
+}
+
 // One warp per row, the row in registers as kPacks 16-byte packs per lane (pack p = lane + 32k).
 // kFused: x = round_T(a + b) is computed, stored to `residual`, and normalised from the rounded
 // value; otherwise x = inp (passed as `a`).
@@ -168,7 +176,7 @@ __global__ void __launch_bounds__(RowLaunch::kThreads)
       const Packed128<T> bb = load128(bias + p * V);
       Packed128<T> o;
 #pragma unroll
-      for (int e = 0; e < V; ++e) o[e] = from_f32<T>((to_f32(x[k][e]) - m) * s * to_f32(w[e]) + to_f32(bb[e]));
+      for (int e = 0; e < V; ++e) o[e] = from_f32<T>(normalize(to_f32(x[k][e]), m, s, to_f32(w[e]), to_f32(bb[e])));
       store128(out + off + p * V, o);
     }
   }
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(RowLaunch::kThreads)
   }
   const float s = 1.0f / sqrtf(warp_sum(var) / C + kLayerNormEps);
   for (int c = lane; c < C; c += kWarpSize) {
-    out[off + c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+    out[off + c] = from_f32<T>(normalize(to_f32(x[c]), m, s, to_f32(weight[c]), to_f32(bias[c])));
   }
   if (lane == 0) {
     mean[row] = m;
@@ -235,6 +243,46 @@ void launch_forward(T* residual, T* out, float* mean, float* rstd, const T* a, c
         <<<grid, RowLaunch::kThreads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
   }
   CUDA_CHECK_LAUNCH();
+}
+
+// layernorm_apply_cuda: elementwise, so a thread per 16-byte pack (grid-stride), or per element
+// when C is not a whole number of packs or a pointer is misaligned. Memory-bound: one read of the
+// row, one write, the statistics and parameters from L2.
+constexpr int kApplyThreads = 256;
+
+template <class T>
+__global__ void __launch_bounds__(kApplyThreads)
+    layernorm_apply_vec(T* out, const T* inp, const float* mean, const float* rstd, const T* weight, const T* bias,
+                        int N, int C) {
+  constexpr int V = Packed128<T>::kSize;
+  const int P = C / V;
+  const long total = static_cast<long>(N) * P;
+  for (long i = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long>(gridDim.x) * blockDim.x) {
+    const long row = i / P;
+    const int p = static_cast<int>(i - row * P);
+    const float m = mean[row], s = rstd[row];
+    const Packed128<T> x = load128cs(inp + i * V);
+    const Packed128<T> w = load128(weight + p * V);
+    const Packed128<T> bb = load128(bias + p * V);
+    Packed128<T> o;
+#pragma unroll
+    for (int e = 0; e < V; ++e) o[e] = from_f32<T>(normalize(to_f32(x[e]), m, s, to_f32(w[e]), to_f32(bb[e])));
+    store128(out + i * V, o);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kApplyThreads)
+    layernorm_apply_scalar(T* out, const T* inp, const float* mean, const float* rstd, const T* weight, const T* bias,
+                           int N, int C) {
+  const long total = static_cast<long>(N) * C;
+  for (long i = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long>(gridDim.x) * blockDim.x) {
+    const long row = i / C;
+    const int c = static_cast<int>(i - row * C);
+    out[i] = from_f32<T>(normalize(to_f32(inp[i]), mean[row], rstd[row], to_f32(weight[c]), to_f32(bias[c])));
+  }
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -438,6 +486,26 @@ void residual_layernorm_forward_cuda(T* residual, T* out, float* mean, float* rs
   launch_forward<T, true>(residual, out, mean, rstd, a, b, weight, bias, N, C, stream);
 }
 
+template <class T>
+void layernorm_apply_cuda(T* out, const T* inp, const float* mean, const float* rstd, const T* weight, const T* bias,
+                          int N, int C, cudaStream_t stream) {
+  GPT2_CHECK(N >= 0, "N = " << N);
+  GPT2_CHECK(C >= 1, "C = " << C);
+  if (N == 0) return;
+  GPT2_CHECK(out && inp && mean && rstd && weight && bias, "(a null pointer) N = " << N << " C = " << C);
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = C % V == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
+  const long work = static_cast<long>(N) * (vec ? C / V : C);
+  // Enough blocks to fill any current GPU several times over; the grid-stride loop does the rest.
+  const unsigned grid = static_cast<unsigned>(std::min<long>(ceil_div(work, kApplyThreads), 65536));
+  if (vec) {
+    layernorm_apply_vec<T><<<grid, kApplyThreads, 0, stream>>>(out, inp, mean, rstd, weight, bias, N, C);
+  } else {
+    layernorm_apply_scalar<T><<<grid, kApplyThreads, 0, stream>>>(out, inp, mean, rstd, weight, bias, N, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
 size_t layernorm_backward_scratch_bytes(int N, int C) {
   GPT2_CHECK(N >= 0, "N = " << N);
   GPT2_CHECK(C >= 1, "C = " << C);
@@ -495,6 +563,8 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
   template void layernorm_forward_cuda<T>(T*, float*, float*, const T*, const T*, const T*, int, int, cudaStream_t); \
   template void residual_layernorm_forward_cuda<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*,   \
                                                    int, int, cudaStream_t);                                          \
+  template void layernorm_apply_cuda<T>(T*, const T*, const float*, const float*, const T*, const T*, int, int,     \
+                                        cudaStream_t);                                                              \
   template void layernorm_backward_cuda<T>(T*, T*, T*, void*, const T*, const T*, const T*, const float*,            \
                                            const float*, int, int, cudaStream_t);
 GPT2_INSTANTIATE_LAYERNORM(float)

@@ -36,6 +36,17 @@ template <class T>
 void residual_layernorm_forward_cuda(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
                                      const T* weight, const T* bias, int N, int C, cudaStream_t stream);
 
+// The forward's output from its saved statistics (activation recompute; layernorm_apply_cpu's
+// counterpart): out = (inp - mean) * rstd * weight + bias with the forward kernels' own per-element
+// expression, so given the mean/rstd a forward saved over the same inp, out is bit-identical to
+// the output it wrote.
+//   [in]  inp (N,C), mean (N), rstd (N), weight (C), bias (C)
+//   [out] out (N,C)   (overwritten)
+// N >= 0, C >= 1, any C and alignment (128-bit path when C is a whole number of 16-byte packs).
+template <class T>
+void layernorm_apply_cuda(T* out, const T* inp, const float* mean, const float* rstd, const T* weight, const T* bias,
+                          int N, int C, cudaStream_t stream);
+
 // Bytes of scratch layernorm_backward_cuda needs for (N, C): fp32 per-block partial sums of
 // dweight/dbias. Depends on N and C only (never on the device), so the summation order, and with
 // it every bit of dweight/dbias, is the same on every GPU.

@@ -74,6 +74,11 @@ bool apply_model_preset(const std::string& name, GPT2Config* cfg) {
 
 std::string model_preset_names() { return "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d<N> (L=N, H=N, C=64N)"; }
 
+KeptLayers kept_layers(int L, Recompute r) {
+  const size_t all = static_cast<size_t>(L);
+  return {r == Recompute::kNone ? all : 1, r == Recompute::kNone ? all : 1, r == Recompute::kFull ? 1 : all};
+}
+
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";

@@ -1,6 +1,7 @@
 // GPT-2 model dimensions and the named presets.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace gpt2 {
@@ -40,6 +41,14 @@ bool apply_model_preset(const std::string& name, GPT2Config* cfg);
 //               backward reruns each block's forward, in reverse, into one block's worth of buffers.
 enum class Recompute { kNone, kSelective, kFull };
 const char* recompute_name(Recompute r);
+// How many layers' worth of each kind of activation a forward keeps under a Recompute: L, or 1 (one
+// layer's slot, refilled in backward). The CPU and CUDA models and the memory estimates use it.
+struct KeptLayers {
+  size_t ln;     // layernorm outputs ln1, ln2
+  size_t gelu;   // the GELU output fch_gelu
+  size_t inner;  // everything else inside a block (qkv, attention, residual2, ln2 statistics, fch, ...)
+};
+KeptLayers kept_layers(int L, Recompute r);
 // The list above, for --help and error messages.
 std::string model_preset_names();
 

@@ -20,19 +20,6 @@ GPT2::GPT2(const GPT2Config& cfg) : cfg_(cfg), table_(cfg), params_(table_.total
 void GPT2::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 namespace {
-
-// How many layers' worth of each kind of activation a forward keeps (Activations' [sel]/[full] marks).
-struct KeptLayers {
-  size_t ln;     // ln1, ln2 outputs
-  size_t gelu;   // fch_gelu
-  size_t inner;  // qkv, att, atty, attproj, residual2, ln2 mean/rstd, fch, fcproj
-};
-
-KeptLayers kept_layers(int L, Recompute r) {
-  const size_t all = static_cast<size_t>(L);
-  return {r == Recompute::kNone ? all : 1, r == Recompute::kNone ? all : 1, r == Recompute::kFull ? 1 : all};
-}
-
 // Layer l's slice of an activation holding `per` floats per layer, or the one-layer slot (refilled
 // in backward) when the buffer holds a single layer.
 float* slot(std::vector<float>& v, int l, size_t per) { return v.data() + (v.size() == per ? 0 : l * per); }

@@ -47,21 +47,24 @@ class PinnedBuffer {
 // Activations of one micro-batch (B,T) on the device, kept for backward; the same fields as the CPU
 // model's Activations except `att` (attention never materialises T x T: lse is saved instead) and the
 // projections attproj/fcproj, which live in the scratch `btc` only until the fused residual add.
+// Shapes as kept with --recompute none; [sel] and [full] mark the fields that hold one layer's slot
+// under selective (and full) or full recompute, refilled in backward, as in the CPU model.
 template <class T>
 struct DeviceActivations {
   int B = 0, T_ = 0;
+  Recompute recompute = Recompute::kNone;
   DeviceBuffer<T> encoded;      // (B,T,C)
-  DeviceBuffer<T> ln1;          // (L,B,T,C)
+  DeviceBuffer<T> ln1;          // (L,B,T,C)   [sel]
   DeviceBuffer<float> ln1_mean, ln1_rstd;  // (L,B,T)
-  DeviceBuffer<T> qkv;          // (L,B,T,3C)
-  DeviceBuffer<T> atty;         // (L,B,T,C)   attention output (backward reads it for rowsum(dout*out))
-  DeviceBuffer<float> lse;      // (L,B,NH,T)  log-sum-exp of each query row's scores
-  DeviceBuffer<T> residual2;    // (L,B,T,C)
-  DeviceBuffer<T> ln2;          // (L,B,T,C)
-  DeviceBuffer<float> ln2_mean, ln2_rstd;  // (L,B,T)
-  DeviceBuffer<T> fch;          // (L,B,T,4C)  MLP pre-activation (the GELU epilogue's aux output)
-  DeviceBuffer<T> fch_gelu;     // (L,B,T,4C)
-  DeviceBuffer<T> residual3;    // (L,B,T,C)
+  DeviceBuffer<T> qkv;          // (L,B,T,3C)  [full]
+  DeviceBuffer<T> atty;         // (L,B,T,C)   [full] attention output (backward reads it for rowsum(dout*out))
+  DeviceBuffer<float> lse;      // (L,B,NH,T)  [full] log-sum-exp of each query row's scores
+  DeviceBuffer<T> residual2;    // (L,B,T,C)   [full]
+  DeviceBuffer<T> ln2;          // (L,B,T,C)   [sel]
+  DeviceBuffer<float> ln2_mean, ln2_rstd;  // (L,B,T) [full]
+  DeviceBuffer<T> fch;          // (L,B,T,4C)  [full] MLP pre-activation (the GELU epilogue's aux output)
+  DeviceBuffer<T> fch_gelu;     // (L,B,T,4C)  [sel]
+  DeviceBuffer<T> residual3;    // (L,B,T,C)   block outputs, always all of them
   DeviceBuffer<T> lnf;          // (B,T,C)
   DeviceBuffer<float> lnf_mean, lnf_rstd;  // (B,T)
   DeviceBuffer<T> logits;       // (B,T,Vp)    after a training forward: dlogits
@@ -114,6 +117,7 @@ class GPT2Cuda::Impl {
   virtual float* master_device() = 0;
   virtual void* params_device() = 0;
   virtual void adamw_step(const kernels::AdamWStep& s) = 0;
+  virtual void set_recompute(Recompute r) = 0;
   virtual const float* decode_step(int32_t token) = 0;
   virtual void reset_cache() = 0;
   virtual int cache_len() const = 0;
@@ -131,6 +135,15 @@ namespace {
 
 template <class T>
 class ModelImpl final : public GPT2Cuda::Impl {
+  // The parameter table's pointers, typed for T (the table itself hands out float pointers).
+  struct BlockT {
+    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  };
+  struct ModelTensorsT {
+    T *wte, *wpe, *lnfw, *lnfb;
+    std::vector<BlockT> blocks;
+  };
+
  public:
   ModelImpl(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t s) : Impl(cfg, opt, s) {
     const size_t n = table_.total();
@@ -187,27 +200,35 @@ class ModelImpl final : public GPT2Cuda::Impl {
   void zero_grad() override { grads_.zero(stream_); }
 
   // ---- forward ---------------------------------------------------------------------------------
+  void set_recompute(Recompute r) override {
+    if (r == recompute_) return;
+    recompute_ = r;
+    have_dlogits_ = false;  // the activations are laid out anew at the next forward
+  }
+
   void ensure_activations(int B, int T_) {
     DeviceActivations<T>& a = acts_;
-    if (a.B == B && a.T_ == T_) return;
+    if (a.B == B && a.T_ == T_ && a.recompute == recompute_) return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers may be in use by enqueued work
     const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
     const size_t N = static_cast<size_t>(B) * T_, NC = N * C;
+    const KeptLayers k = kept_layers(cfg_.n_layer, recompute_);
     a.B = B;
     a.T_ = T_;
+    a.recompute = recompute_;
     a.encoded.resize(NC);
-    a.ln1.resize(L * NC);
+    a.ln1.resize(k.ln * NC);
     a.ln1_mean.resize(L * N);
     a.ln1_rstd.resize(L * N);
-    a.qkv.resize(L * 3 * NC);
-    a.atty.resize(L * NC);
-    a.lse.resize(L * N * NH);
-    a.residual2.resize(L * NC);
-    a.ln2.resize(L * NC);
-    a.ln2_mean.resize(L * N);
-    a.ln2_rstd.resize(L * N);
-    a.fch.resize(L * 4 * NC);
-    a.fch_gelu.resize(L * 4 * NC);
+    a.qkv.resize(k.inner * 3 * NC);
+    a.atty.resize(k.inner * NC);
+    a.lse.resize(k.inner * N * NH);
+    a.residual2.resize(k.inner * NC);
+    a.ln2.resize(k.ln * NC);
+    a.ln2_mean.resize(k.inner * N);
+    a.ln2_rstd.resize(k.inner * N);
+    a.fch.resize(k.inner * 4 * NC);
+    a.fch_gelu.resize(k.gelu * 4 * NC);
     a.residual3.resize(L * NC);
     a.lnf.resize(NC);
     a.lnf_mean.resize(N);
@@ -268,49 +289,69 @@ class ModelImpl final : public GPT2Cuda::Impl {
     staging_free_->record(stream_);
   }
 
+  // Layer l's slice of an activation holding `per` elements per layer, or the one-layer slot
+  // (refilled in backward) when the buffer holds a single layer: the CPU model's slot().
+  template <class E>
+  static E* slot(DeviceBuffer<E>& b, int l, size_t per) {
+    return b.data() + (b.size() == per ? 0 : static_cast<size_t>(l) * per);
+  }
+
   void forward(int B, int T_) {
     DeviceActivations<T>& a = acts_;
-    const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
+    const int L = cfg_.n_layer, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size();
     const int N = B * T_;
     const size_t NC = static_cast<size_t>(N) * C;
     const ModelTensorsT p = tensors(params());
     kernels::encoder_forward_cuda<T>(a.encoded.data(), a.inputs.data(), p.wte, p.wpe, B, T_, C, stream_);
-    kernels::layernorm_forward_cuda<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(),
+    kernels::layernorm_forward_cuda<T>(slot(a.ln1, 0, NC), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(),
                                        p.blocks[0].ln1w, p.blocks[0].ln1b, N, C, stream_);
-    for (int l = 0; l < L; ++l) {
-      const BlockT& w = p.blocks[l];
-      const T* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * NC;
-      T* ln1 = a.ln1.data() + l * NC;
-      T* qkv = a.qkv.data() + l * 3 * NC;
-      T* atty = a.atty.data() + l * NC;
-      float* lse = a.lse.data() + static_cast<size_t>(l) * N * NH;
-      T* residual2 = a.residual2.data() + l * NC;
-      T* ln2 = a.ln2.data() + l * NC;
-      T* fch = a.fch.data() + l * 4 * NC;
-      T* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
-      T* residual3 = a.residual3.data() + l * NC;
-
-      matmul(qkv, ln1, w.qkvw, w.qkvb, nullptr, N, 3 * C, C, false, false, false, GemmEpilogue::kBias);  // -> (B,T,3C)
-      kernels::attention_forward_cuda<T>(atty, lse, qkv, B, T_, C, NH, stream_);                        // -> (B,T,C)
-      matmul(a.btc.data(), atty, w.attprojw, w.attprojb, nullptr, N, C, C, false, false, false,
-             GemmEpilogue::kBias);                                                                      // -> (B,T,C)
-      kernels::residual_layernorm_forward_cuda<T>(residual2, ln2, a.ln2_mean.data() + l * N,
-                                                  a.ln2_rstd.data() + l * N, residual, a.btc.data(), w.ln2w, w.ln2b,
-                                                  N, C, stream_);
-      // MLP up-projection with GELU fused into the epilogue: fch keeps the pre-activation for backward.
-      matmul(fch_gelu, ln2, w.fcw, w.fcb, fch, N, 4 * C, C, false, false, false, GemmEpilogue::kBiasGelu);
-      matmul(a.btc.data(), fch_gelu, w.fcprojw, w.fcprojb, nullptr, N, C, 4 * C, false, false, false,
-             GemmEpilogue::kBias);                                                                      // -> (B,T,C)
-      // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
-      const bool last = l + 1 == L;
-      kernels::residual_layernorm_forward_cuda<T>(
-          residual3, last ? a.lnf.data() : a.ln1.data() + (l + 1) * NC,
-          last ? a.lnf_mean.data() : a.ln1_mean.data() + (l + 1) * N,
-          last ? a.lnf_rstd.data() : a.ln1_rstd.data() + (l + 1) * N, residual2, a.btc.data(),
-          last ? p.lnfw : p.blocks[l + 1].ln1w, last ? p.lnfb : p.blocks[l + 1].ln1b, N, C, stream_);
-    }
+    for (int l = 0; l < L; ++l) forward_block(p, l, /*rerun=*/false);
     // Tied LM head: logits (N,Vp) = lnf (N,C) @ wte^T, wte stored (Vp,C).
     matmul(a.logits.data(), a.lnf.data(), p.wte, nullptr, nullptr, N, Vp, C, false, true, false, GemmEpilogue::kNone);
+  }
+
+  // Block l's forward from its input (GPT2::forward_block). rerun: backward is recomputing it (full
+  // recompute): ln_1 is re-applied from the saved statistics, and it stops after the MLP
+  // up-projection, the last activation backward reads; otherwise it goes on to the residual add
+  // fused with the next layernorm. Same launches on the same inputs: the same bits both times.
+  void forward_block(const ModelTensorsT& p, int l, bool rerun) {
+    DeviceActivations<T>& a = acts_;
+    const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head;
+    const int B = a.B, T_ = a.T_, N = B * T_;
+    const size_t NC = static_cast<size_t>(N) * C;
+    const BlockT& w = p.blocks[l];
+    const T* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * NC;
+    T* ln1 = slot(a.ln1, l, NC);
+    T* qkv = slot(a.qkv, l, 3 * NC);
+    T* atty = slot(a.atty, l, NC);
+    float* lse = slot(a.lse, l, static_cast<size_t>(N) * NH);
+    T* residual2 = slot(a.residual2, l, NC);
+    T* ln2 = slot(a.ln2, l, NC);
+    T* fch = slot(a.fch, l, 4 * NC);
+    T* fch_gelu = slot(a.fch_gelu, l, 4 * NC);
+    T* residual3 = a.residual3.data() + l * NC;
+
+    // ln_1 of block l was written by the previous block's fused residual add (or by forward()).
+    if (rerun)
+      kernels::layernorm_apply_cuda<T>(ln1, residual, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, w.ln1w,
+                                       w.ln1b, N, C, stream_);
+    matmul(qkv, ln1, w.qkvw, w.qkvb, nullptr, N, 3 * C, C, false, false, false, GemmEpilogue::kBias);  // -> (B,T,3C)
+    kernels::attention_forward_cuda<T>(atty, lse, qkv, B, T_, C, NH, stream_);                        // -> (B,T,C)
+    matmul(a.btc.data(), atty, w.attprojw, w.attprojb, nullptr, N, C, C, false, false, false,
+           GemmEpilogue::kBias);                                                                      // -> (B,T,C)
+    kernels::residual_layernorm_forward_cuda<T>(residual2, ln2, slot(a.ln2_mean, l, N), slot(a.ln2_rstd, l, N),
+                                                residual, a.btc.data(), w.ln2w, w.ln2b, N, C, stream_);
+    // MLP up-projection with GELU fused into the epilogue: fch keeps the pre-activation for backward.
+    matmul(fch_gelu, ln2, w.fcw, w.fcb, fch, N, 4 * C, C, false, false, false, GemmEpilogue::kBiasGelu);
+    if (rerun) return;  // residual3 (block l's output) and what follows from it are kept
+    matmul(a.btc.data(), fch_gelu, w.fcprojw, w.fcprojb, nullptr, N, C, 4 * C, false, false, false,
+           GemmEpilogue::kBias);                                                                      // -> (B,T,C)
+    // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
+    const bool last = l + 1 == L;
+    kernels::residual_layernorm_forward_cuda<T>(
+        residual3, last ? a.lnf.data() : slot(a.ln1, l + 1, NC), last ? a.lnf_mean.data() : a.ln1_mean.data() + (l + 1) * N,
+        last ? a.lnf_rstd.data() : a.ln1_rstd.data() + (l + 1) * N, residual2, a.btc.data(),
+        last ? p.lnfw : p.blocks[l + 1].ln1w, last ? p.lnfb : p.blocks[l + 1].ln1b, N, C, stream_);
   }
 
   void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T_, float dloss) override {
@@ -404,13 +445,27 @@ class ModelImpl final : public GPT2Cuda::Impl {
       const BlockT& w = p.blocks[l];
       const BlockT& dw = g.blocks[l];
       const T* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * NC;
-      const T* ln1 = a.ln1.data() + l * NC;
-      const T* qkv = a.qkv.data() + l * 3 * NC;
-      const T* atty = a.atty.data() + l * NC;
-      const float* lse = a.lse.data() + static_cast<size_t>(l) * N * NH;
-      const T* ln2 = a.ln2.data() + l * NC;
-      T* fch = a.fch.data() + l * 4 * NC;
-      const T* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
+      T* ln1 = slot(a.ln1, l, NC);
+      const T* qkv = slot(a.qkv, l, 3 * NC);
+      const T* atty = slot(a.atty, l, NC);
+      const float* lse = slot(a.lse, l, static_cast<size_t>(N) * NH);
+      const T* residual2 = slot(a.residual2, l, NC);
+      T* ln2 = slot(a.ln2, l, NC);
+      const float* ln2_mean = slot(a.ln2_mean, l, N);
+      const float* ln2_rstd = slot(a.ln2_rstd, l, N);
+      T* fch = slot(a.fch, l, 4 * NC);
+      T* fch_gelu = slot(a.fch_gelu, l, 4 * NC);
+      // Refill what the forward dropped, with the forward's kernels, so the gradients do not change
+      // (selective under cuBLASLt in bf16 excepted: its fused GELU epilogue rounds differently from
+      // the GELU kernel that recomputes it; see --recompute in the README).
+      if (a.recompute == Recompute::kFull) {
+        forward_block(p, l, /*rerun=*/true);  // ln1 .. fch_gelu of block l from its input
+      } else if (a.recompute == Recompute::kSelective) {
+        kernels::layernorm_apply_cuda<T>(ln2, residual2, ln2_mean, ln2_rstd, w.ln2w, w.ln2b, N, C, stream_);
+        kernels::layernorm_apply_cuda<T>(ln1, residual, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, w.ln1w,
+                                         w.ln1b, N, C, stream_);
+        kernels::gelu_forward_cuda<T>(fch_gelu, fch, 4 * static_cast<long>(NC), stream_);
+      }
       T* dres = a.dresidual.data();
       // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
       // MLP down-projection: d(fch) = (dresidual @ fcprojw^T) * gelu'(fch), GELU backward fused.
@@ -422,9 +477,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
              GemmEpilogue::kNone);
       matmul(dw.fcw, ln2, a.dbt4c.data(), nullptr, nullptr, C, 4 * C, N, true, false, true, GemmEpilogue::kNone);
       bias_backward(dw.fcb, a.dbt4c.data(), 4 * C);
-      kernels::layernorm_backward_cuda<T>(dres, dw.ln2w, dw.ln2b, ws, a.btc.data(), a.residual2.data() + l * NC,
-                                          w.ln2w, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, N, C,
-                                          stream_);
+      kernels::layernorm_backward_cuda<T>(dres, dw.ln2w, dw.ln2b, ws, a.btc.data(), residual2, w.ln2w, ln2_mean,
+                                          ln2_rstd, N, C, stream_);
       // dresidual now holds d(residual2[l]). Attention projection:
       matmul(a.btc.data(), dres, w.attprojw, nullptr, nullptr, N, C, C, false, true, false, GemmEpilogue::kNone);
       matmul(dw.attprojw, atty, dres, nullptr, nullptr, C, C, N, true, false, true, GemmEpilogue::kNone);
@@ -563,14 +617,6 @@ class ModelImpl final : public GPT2Cuda::Impl {
   }
 
  private:
-  // The parameter table's pointers, typed for T (the table itself hands out float pointers).
-  struct BlockT {
-    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-  };
-  struct ModelTensorsT {
-    T *wte, *wpe, *lnfw, *lnfb;
-    std::vector<BlockT> blocks;
-  };
   ModelTensorsT tensors(T* base) const {
     // The table's order is fixed (model/params.cpp): wte, wpe, 12 tensors per block, ln_f.weight, ln_f.bias.
     const std::vector<ParamInfo>& info = table_.params();
@@ -607,6 +653,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   int pending_ = 0, pending_n_ = 0, loss_slots_ = 4;
   double loss_carry_ = 0;
   bool have_dlogits_ = false;
+  Recompute recompute_ = Recompute::kNone;  // what the next forward keeps (set_recompute)
 };
 
 }  // namespace
@@ -646,6 +693,7 @@ void* GPT2Cuda::params_device() { return impl_->params_device(); }
 void GPT2Cuda::adamw_step(const kernels::AdamWStep& s) { impl_->adamw_step(s); }
 const float* GPT2Cuda::decode_step(int32_t token) { return impl_->decode_step(token); }
 void GPT2Cuda::reset_cache() { impl_->reset_cache(); }
+void GPT2Cuda::set_recompute(Recompute r) { impl_->set_recompute(r); }
 int GPT2Cuda::cache_len() const { return impl_->cache_len(); }
 
 }  // namespace gpt2

@@ -62,6 +62,11 @@ class GPT2Cuda {
   void* grads_device();
 
   void zero_grad();
+  // What the next training forward keeps for backward (default kNone), as GPT2::set_recompute: the
+  // dropped activations are recomputed in backward by the forward's own kernels. The gradients are the
+  // same bits, except under selective with cuBLASLt in bf16 (its fused GELU epilogue rounds
+  // differently from the GELU kernel that recomputes it: within bf16 rounding).
+  void set_recompute(Recompute r);
   // Training forward: as GPT2::forward_train, but enqueued: the mean loss is collected on the host
   // and returned by take_loss_sum(). inputs/targets are host arrays (B,T), validated here.
   void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);

@@ -43,8 +43,9 @@ MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int 
   const double n = approx_param_count(m), elem = bf16 ? 2.0 : 4.0;
   const double L = m.n_layer, C = m.n_embd, NH = m.n_head, Vp = m.padded_vocab_size();
   const double BT = static_cast<double>(micro_batch) * seq_len, f32 = sizeof(float);
-  // Layers of each kind kept, as in the CPU model (GPT2::activation_bytes).
-  const double ln = recompute == Recompute::kNone ? L : 1, gelu = ln, inner = recompute == Recompute::kFull ? 1 : L;
+  // Layers of each kind kept, as in both models (GPT2::activation_bytes, GPT2Cuda's ensure_activations).
+  const KeptLayers k = kept_layers(m.n_layer, recompute);
+  const double ln = k.ln, gelu = k.gelu, inner = k.inner;
   MemoryEstimate e;
   e.params = n * elem + (bf16 ? n * f32 : 0.0);
   e.grads = n * elem;

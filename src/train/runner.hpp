@@ -72,6 +72,7 @@ struct CudaRunnerOptions {
   int local_rank = 0, local_size = 1, world_size = 1;
   int micro_batch = 1, seq_len = 1;  // for the device memory check before anything is allocated
   bool zero1 = false;                // ZeRO-1: plan is cut for world_size shards; opt owns this rank's runs
+  Recompute recompute = Recompute::kNone;  // activations dropped in forward and recomputed in backward
 };
 
 // CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so). host_comm

@@ -38,11 +38,10 @@ double known_peak_tflops(const std::string& name, Precision p) {
 // Prints this rank's device memory estimate and refuses, before GPT2Cuda allocates anything, a run the
 // GPU cannot hold, with the numbers (issue 11). estimate_device_memory counts the device's own buffers:
 // the weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
-// one micro-batch's activations as DeviceActivations keeps them (this backend keeps every one: the
-// trainer refuses --recompute selective|full on it).
-void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, int device,
-                         int optimizer_shards) {
-  MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, Recompute::kNone);
+// one micro-batch's activations as DeviceActivations keeps them under --recompute.
+void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, Recompute recompute,
+                         int device, int optimizer_shards) {
+  MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, recompute);
   d.optimizer /= optimizer_shards;  // ZeRO-1: this rank's moments only
   const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
   const double grads = d.grads, acts = d.activations;
@@ -73,9 +72,11 @@ class CudaRunner final : public ModelRunner {
     CudaModelOptions mo;
     mo.precision = o.precision;
     mo.gemm = o.gemm;
-    check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, device_, o.zero1 ? o.world_size : 1);
+    check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, o.recompute, device_,
+                        o.zero1 ? o.world_size : 1);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
+    model_->set_recompute(o.recompute);
     // ZeRO-1: the device keeps the moments of the runs the host AdamW owns, in the same layout.
     if (zero1_) model_->set_optimizer_shard(opt.owned());
     if (o.world_size > 1) {
@@ -88,7 +89,8 @@ class CudaRunner final : public ModelRunner {
     GPT2_REQUIRE(!zero1_ || o.world_size == 1 || nccl_, "--zero 1 on GPUs needs --comm nccl");
     precision_ = mo.precision;
     desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + name_of(mo.precision) + " | gemm " +
-            name_of(o.gemm) + (o.world_size > 1 ? std::string(" | comm ") + name_of(o.comm) : "");
+            name_of(o.gemm) + (o.recompute != Recompute::kNone ? std::string(" | recompute ") + recompute_name(o.recompute) : "") +
+            (o.world_size > 1 ? std::string(" | comm ") + name_of(o.comm) : "");
     peak_ = known_peak_tflops(device_name_, mo.precision);
   }
 

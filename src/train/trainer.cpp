@@ -192,12 +192,6 @@ Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
                "--precision " << name_of(be.precision) << " needs --device cuda (the CPU backend is fp32)");
   GPT2_REQUIRE(on_gpu || be.comm == Comm::kMpi,
                "--comm " << name_of(be.comm) << " needs --device cuda (the CPU backend uses --comm mpi)");
-  // The CUDA model keeps every activation; taking the option and not honouring it would hide an OOM
-  // the user believes they avoided.
-  GPT2_REQUIRE(!on_gpu || cfg.recompute == Recompute::kNone,
-               "--recompute " << recompute_name(cfg.recompute)
-                              << " is implemented on the CPU backend only (the CUDA backend keeps every "
-                                 "activation): use --recompute none, a smaller --micro-batch, or --device cpu");
   GPT2_REQUIRE(!on_gpu || cfg.zero == 0 || be.comm == Comm::kNccl,
                "--zero 1 on GPUs needs --comm nccl (one GPU per rank); the host-staged --comm mpi path keeps the "
                "whole optimizer: use --zero 0 there");
@@ -287,6 +281,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     o.micro_batch = B;
     o.seq_len = T;
     o.zero1 = zero1;
+    o.recompute = cfg.recompute;
     runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {

@@ -1,5 +1,6 @@
 // GPU layernorm (kernels/layernorm/layernorm.cu) against the CPU reference (layernorm_cpu.cpp): forward,
-// forward fused with the residual add, backward (+= into dinp, dweight, dbias), in fp32 and bf16.
+// forward fused with the residual add, apply from saved statistics (recompute), backward (+= into dinp,
+// dweight, dbias), in fp32 and bf16.
 // The shape sweep takes every path: the 128-bit register path with several packs-per-lane counts, and
 // the scalar fallbacks (C not a multiple of the 16-byte pack, misaligned pointers, rows too wide for
 // registers / for the backward's shared memory). Determinism: two backward runs give the same bits.
@@ -150,6 +151,44 @@ void check_residual_forward(int N, int C, size_t offset) {
   EXPECT_TRUE(same_bits(d_rstd2.download(), g_rstd)) << "rstd differs from layernorm(stored residual)";
 }
 
+// layernorm_apply_cuda (activation recompute) from the statistics a forward saved: every bit of the
+// forward's output, on both forward forms (plain over x, fused over the stored residual) and every
+// path; and the CPU layernorm_apply over the same statistics within the usual rule.
+template <class T>
+void check_apply(int N, int C, size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
+  const size_t n = static_cast<size_t>(N) * C;
+  const auto x = round_to<T>(affine(random_vec(n, seed_of(N, C, 11)), 0.5f));
+  const auto y = round_to<T>(random_vec(n, seed_of(N, C, 12), 0.5f));
+  const auto w = round_to<T>(affine(random_vec(C, seed_of(N, C, 13), 0.2f), 1.0f));
+  const auto b = round_to<T>(random_vec(C, seed_of(N, C, 14), 0.2f));
+  OffsetBuffer<T> d_x(x, offset), d_y(y, offset), d_w(w, offset), d_b(b, offset);
+  OffsetBuffer<T> d_out(n, offset), d_res(n, offset), d_again(n, offset);
+  OffsetBuffer<float> d_mean(N, 0), d_rstd(N, 0);
+  CudaStream stream;
+
+  kernels::layernorm_forward_cuda<T>(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), N, C,
+                                     stream.get());
+  kernels::layernorm_apply_cuda<T>(d_again.get(), d_x.get(), d_mean.get(), d_rstd.get(), d_w.get(), d_b.get(), N, C,
+                                   stream.get());
+  stream.sync();
+  const auto g_out = d_out.download();
+  EXPECT_TRUE(same_bits(d_again.download(), g_out)) << "apply differs from the forward's output";
+
+  // The CPU reference from the same statistics.
+  const auto mean = d_mean.download(), rstd = d_rstd.download();
+  std::vector<float> ref(n);
+  kernels::layernorm_apply_cpu(ref.data(), x.data(), mean.data(), rstd.data(), w.data(), b.data(), N, C);
+  expect_close<T>(d_again.download(), ref, round_to<T>(ref), "apply");
+
+  kernels::residual_layernorm_forward_cuda<T>(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(),
+                                              d_y.get(), d_w.get(), d_b.get(), N, C, stream.get());
+  kernels::layernorm_apply_cuda<T>(d_again.get(), d_res.get(), d_mean.get(), d_rstd.get(), d_w.get(), d_b.get(), N,
+                                   C, stream.get());
+  stream.sync();
+  EXPECT_TRUE(same_bits(d_again.download(), d_out.download())) << "apply differs from the fused forward's output";
+}
+
 template <class T>
 void check_backward(int N, int C, size_t offset) {
   SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
@@ -231,6 +270,11 @@ TYPED_TEST(LayerNormCuda, ResidualForwardMisalignedTakesScalarPath) {
   for (int C : {72, 768}) check_residual_forward<TypeParam>(37, C, 1);
 }
 
+TYPED_TEST(LayerNormCuda, ApplyReproducesForwardBits) {
+  for (const Shape& s : kShapes) check_apply<TypeParam>(s.N, s.C, 0);
+  for (int C : {72, 768}) check_apply<TypeParam>(37, C, 1);
+}
+
 TYPED_TEST(LayerNormCuda, BackwardMatchesCpuAndIsDeterministic) {
   for (const Shape& s : kShapes) check_backward<TypeParam>(s.N, s.C, 0);
 }
@@ -248,6 +292,7 @@ TYPED_TEST(LayerNormCuda, NoRowsIsANoOp) {
                                                       nullptr, 0, 768, nullptr);
   kernels::layernorm_backward_cuda<TypeParam>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                               nullptr, 0, 768, nullptr);
+  kernels::layernorm_apply_cuda<TypeParam>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 768, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -1,7 +1,8 @@
 // A full training step on the GPU against the CPU backend (the executable specification):
 //   fp32: loss to 1e-5 relative, every gradient tensor to 1e-4 (norm-wise relative), AdamW update to 1e-5;
 //   bf16: loss to 1e-2 relative, gradients correlated with the CPU's (cosine > 0.99);
-//   the GPU step repeats bit for bit; += gradient accumulation over micro-steps; both GEMM backends.
+//   the GPU step repeats bit for bit; += gradient accumulation over micro-steps; both GEMM backends;
+//   --recompute selective|full gives the gradients of --recompute none.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -227,6 +228,58 @@ TEST_P(ModelStep, RepeatsBitForBit) {
       size_t diff = 0;
       for (size_t i = 0; i < g.size(); ++i) diff += g[i] != first[i];
       EXPECT_EQ(diff, 0u) << "gradient elements that differ between two identical runs";
+    }
+  }
+}
+
+// --recompute selective|full on the device: the activations the forward drops are recomputed in
+// backward by the forward's own kernels, so two micro-steps (the second accumulating, an eval between
+// them reusing the one-layer slots) give the same loss and the same gradient bits as --recompute none.
+// One exception, stated in GPT2Cuda::set_recompute: selective under cuBLASLt in bf16 recomputes the
+// GELU with the GELU kernel, which rounds differently from cuBLASLt's fused epilogue: close, not equal.
+TEST_P(ModelStep, RecomputeGivesSameGradients) {
+  const Param prm = GetParam();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const GPT2Config cfg = make_config(c);
+    GPT2 cpu(cfg);
+    cpu.init(4321);
+    std::vector<float> ref;
+    double ref_loss = 0;
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(recompute_name(r));
+      CudaStream stream;
+      GPT2Cuda gpu(cfg, {prm.precision, prm.gemm}, stream.get());
+      gpu.set_recompute(r);
+      gpu.set_params(cpu.params().data());
+      gpu.zero_grad();
+      const float dloss = 1.0f / (2.0f * c.B * c.T);
+      for (int m = 0; m < 2; ++m) {
+        std::vector<int32_t> in, tg;
+        make_batch(c, 300 + m, &in, &tg);
+        gpu.forward_train(in.data(), tg.data(), c.B, c.T, dloss);
+        gpu.backward();
+        if (m == 0) gpu.forward_eval(in.data(), tg.data(), c.B, c.T);
+      }
+      const double loss = gpu.take_loss_sum();
+      const std::vector<float> g = gpu.get_grads();
+      if (r == Recompute::kNone) {
+        ref = g;
+        ref_loss = loss;
+        continue;
+      }
+      EXPECT_EQ(loss, ref_loss) << "the forward does not depend on what it keeps";
+      ASSERT_EQ(g.size(), ref.size());
+      const bool exact = !(r == Recompute::kSelective && prm.precision == Precision::kBf16 &&
+                           prm.gemm == kernels::GemmBackend::kCublasLt);
+      if (exact) {
+        size_t diff = 0;
+        for (size_t i = 0; i < g.size(); ++i) diff += g[i] != ref[i];
+        EXPECT_EQ(diff, 0u) << "gradient elements that differ from --recompute none";
+      } else {
+        for (const ParamInfo& p : cpu.table().params())
+          EXPECT_GE(cosine(g, ref, p.offset, p.numel), 0.999) << "gradient of " << p.name;
+      }
     }
   }
 }
