@@ -52,13 +52,25 @@ trap 'rm -rf "$TMPDIR"' EXIT
 # tries a prefix of what a faster one tried. A run of one harness is random unless GPT2_FUZZ_SEED is set.
 seed=${GPT2_FUZZ_SEED:-}
 [[ -z "$seed" && ${#names[@]} -gt 1 ]] && seed=1
-# inside_libhdf5 BINARY INPUT ASAN_OPTIONS: replays a crash; true when the innermost stack frame that
-# is not a sanitizer interceptor lies in libhdf5.
+# inside_libhdf5 BINARY INPUT ASAN_OPTIONS: replays a crash; true when it is libhdf5's own. Every stack
+# the report prints must have its innermost frame (past sanitizer interceptors, the allocator and libc's
+# mem*/str* routines) in libhdf5: the crash itself, and for a memory error also where the memory was
+# allocated or freed, or the stack frame that holds it. So one of our buffers overrun inside an HDF5
+# read counts as ours.
 inside_libhdf5() {
-  local frame
-  frame=$(ASAN_OPTIONS=$3 timeout 60 "$1" "$2" 2>&1 | grep -E '^\s+#[0-9]+ 0x' |
-          grep -v -E ' in (__interceptor_|__asan|__sanitizer|__ubsan)' | head -1)
-  [[ $frame == *libhdf5* ]]
+  local report
+  report=$(ASAN_OPTIONS=$3 timeout 60 "$1" "$2" 2>&1) || true  # it crashes: that is the point
+  awk '
+    /^[[:space:]]+#[0-9]+ 0x/ {
+      if (!in_stack) { in_stack = 1; open = 1; stacks++ }
+      if (open && $0 !~ / in (__interceptor_[^ ]*|__asan[^ ]*|__sanitizer[^ ]*|__ubsan[^ ]*|operator new|operator delete|malloc|calloc|realloc|free|__(mem|str)[a-z0-9_]*|(mem|str)[a-z]*)[ ([]/) {
+        open = 0
+        if ($0 !~ /libhdf5/) ours++
+      }
+      next
+    }
+    { in_stack = 0 }
+    END { exit !(stacks > 0 && ours == 0) }' <<<"$report"
 }
 
 failed=()
@@ -85,9 +97,15 @@ for name in "${names[@]}"; do
   fi
   set +e
   ASAN_OPTIONS=$asan "$build/fuzz/fuzz_$name" "${flags[@]}" "$build/corpus/$name" "tests/fuzz/corpus/$name" 2>&1 |
+    tee "$build/artifacts/$name.log" |
     grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|^\s+NEW_FUNC|# Uses: [0-9]+$|^###### (Recommended dictionary|End of recommended)'
   rc=${PIPESTATUS[0]}
   set -e
+  # libFuzzer's last words ("Done N runs", or in fork mode "INFO: exiting: ... time:") say it fuzzed for
+  # its time; without them the harness did not run (a missing library, a crash at start-up), whatever
+  # the exit status says.
+  completed=true
+  grep -q -E '^Done [0-9]+ runs in|^INFO: exiting: [0-9]+ time:' "$build/artifacts/$name.log" || completed=false
   if [[ $name == token_file || $name == checkpoint ]]; then
     mkdir -p "$build/artifacts/$name/libhdf5"
     for f in $(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*' ! -name 'slow-unit-*'); do
@@ -96,10 +114,12 @@ for name in "${names[@]}"; do
         mv "$f" "$build/artifacts/$name/libhdf5/"
       fi
     done
-    rc=0  # -ignore_crashes: what failed is what is left in artifacts/
+    rc=0  # -ignore_crashes: fork mode exits non-zero after any; what failed is what is left in artifacts/
   fi
   found=$(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*' ! -name 'slow-unit-*')
-  if [[ $rc -ne 0 || -n "$found" ]]; then
+  if ! $completed; then
+    echo "fuzz.sh: FAIL $name: libFuzzer did not run to the end (log: $build/artifacts/$name.log)"; failed+=("$name")
+  elif [[ $rc -ne 0 || -n "$found" ]]; then
     echo "fuzz.sh: FAIL $name (exit $rc): inputs in $build/artifacts/$name/"; failed+=("$name")
   elif [[ -n "$(ls -A "$build/artifacts/$name")" ]]; then
     echo "fuzz.sh: note: $name: libhdf5 timeouts/out-of-memory/slow inputs skipped, inputs in $build/artifacts/$name/"

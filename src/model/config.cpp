@@ -1,5 +1,6 @@
 #include "model/config.hpp"
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -8,14 +9,18 @@
 namespace gpt2 {
 
 long long GPT2Config::num_params() const {
-  const long long C = n_embd, L = n_layer;
-  const long long per_block = 2 * C            // ln_1
-                              + C * 3 * C + 3 * C  // c_attn
-                              + C * C + C          // attn.c_proj
-                              + 2 * C              // ln_2
-                              + C * 4 * C + 4 * C  // c_fc
-                              + 4 * C * C + C;     // mlp.c_proj
-  return static_cast<long long>(vocab_size) * C + static_cast<long long>(max_seq_len) * C + L * per_block + 2 * C;
+  // In 128 bits, clamped: a corrupt checkpoint header (found by fuzz_checkpoint) or an absurd option
+  // may ask for n_embd ~ 2^31 and n_layer ~ 2^31, whose count overflows 64 bits.
+  using Wide = __int128;
+  const Wide C = n_embd, L = n_layer;
+  const Wide per_block = 2 * C            // ln_1
+                         + C * 3 * C + 3 * C  // c_attn
+                         + C * C + C          // attn.c_proj
+                         + 2 * C              // ln_2
+                         + C * 4 * C + 4 * C  // c_fc
+                         + 4 * C * C + C;     // mlp.c_proj
+  const Wide n = static_cast<Wide>(vocab_size) * C + static_cast<Wide>(max_seq_len) * C + L * per_block + 2 * C;
+  return n > static_cast<Wide>(LLONG_MAX) ? LLONG_MAX : static_cast<long long>(n);
 }
 
 std::string GPT2Config::validate() const {

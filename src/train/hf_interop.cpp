@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 #include "train/checkpoint.hpp"
 #include "train/safetensors.hpp"
 
@@ -77,27 +78,6 @@ const SafetensorsTensor& require_param(const SafetensorsFile& f, const std::stri
   GPT2_REQUIRE(t != nullptr, "safetensors file " << f.path() << " has no tensor '" << name << "' (nor '" << kPrefix
                                                  << name << "'): not a GPT-2 model, or a different number of layers");
   return *t;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  fsync(fd);
-  close(fd);
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    GPT2_REQUIRE(os.good(), "cannot write " << tmp);
-    os << text;
-    os.flush();
-    GPT2_REQUIRE(os.good(), "cannot write " << tmp << " (disk full?)");
-  }
-  fsync_path(tmp);
-  GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
-  fsync_path(dir_of(path));
 }
 
 // n_head (and a consistency check of the other dimensions) from the config.json beside `path`.
@@ -211,7 +191,7 @@ void export_hf(const std::string& ckpt_path, const std::string& dir) {
     tensors.push_back(
         {p.name, std::vector<int64_t>(p.hf_shape.begin(), p.hf_shape.end()), model.params().data() + p.offset});
   write_safetensors_f32(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_text_atomically(dir + "/config.json", hf_config_json(cfg));
+  write_file_atomic(dir + "/config.json", hf_config_json(cfg));
 }
 
 bool is_safetensors(const std::string& path) {

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 #include "core/json.hpp"
 
 namespace gpt2 {
@@ -53,13 +54,6 @@ uint64_t read_u64_le(const unsigned char* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  fsync(fd);
-  close(fd);
 }
 
 }  // namespace
@@ -244,30 +238,21 @@ void write_safetensors_f32(const std::string& path, const std::vector<Safetensor
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    GPT2_REQUIRE(os.good(), "cannot write " << tmp);
-    unsigned char len[8];
-    uint64_t n = header.size();
-    for (unsigned char& b : len) {
-      b = static_cast<unsigned char>(n & 0xFF);
-      n >>= 8;
-    }
-    os.write(reinterpret_cast<const char*>(len), 8);
-    os.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const SafetensorsF32Tensor& t : tensors) {
-      uint64_t numel = 1;
-      for (const int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-      os.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * sizeof(float)));
-    }
-    os.flush();
-    GPT2_REQUIRE(os.good(), "cannot write " << tmp << " (disk full?)");
+  AtomicFileWriter os(path);
+  unsigned char len[8];
+  uint64_t n = header.size();
+  for (unsigned char& b : len) {
+    b = static_cast<unsigned char>(n & 0xFF);
+    n >>= 8;
   }
-  fsync_path(tmp);
-  GPT2_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename " << tmp << " to " << path);
-  const size_t slash = path.rfind('/');
-  fsync_path(slash == std::string::npos ? "." : path.substr(0, slash));
+  os.write(len, 8);
+  os.write(header.data(), header.size());
+  for (const SafetensorsF32Tensor& t : tensors) {
+    uint64_t numel = 1;
+    for (const int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    os.write(t.data, numel * sizeof(float));
+  }
+  os.commit();
 }
 
 // ---- 16-bit floats ---------------------------------------------------------------------------------

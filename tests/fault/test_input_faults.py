@@ -206,6 +206,79 @@ def sample_streams(work):
         p.wait()
 
 
+def fatal_error_mid_training_leaves_flight_records(work):
+    """A fatal error that is not a timeout (half the token file is out of range: the rank that reads a bad
+    window stops) ends the 2-rank job with the project's message, and that rank writes its flight record
+    (the collectives so far, all completed, and the timeout in force: the default) beside the run, as a
+    timeout does."""
+    import h5py
+    import numpy as np
+    path = write_tokens(os.path.join(work, "bad_half.h5"), 20000)
+    with h5py.File(path, "a") as f:
+        tokens = f["tokens"][...]
+        tokens[10000:] = 300
+        f["tokens"][...] = tokens
+    out = os.path.join(work, "run")
+    res = run(mpi(2, TRAIN, *TINY, "--max-steps", "50", "--train-data", path, "--out", out), timeout=60)
+    expect(res, rc=1, max_s=30, message=r"\[gpt2 rank (\d) host [^\]]+\] error: token id 300 at index \d+ of "
+                                        r"\S*bad_half\.h5 is >= the file's vocab_size 256")
+    no_crash(res)
+    rank = re.search(r"\[gpt2 rank (\d) host [^\]]+\] error: token id 300", res.out).group(1)
+    flight = os.path.join(out, f"flight_rank{rank}.json")
+    expect(res, message=rf"\[gpt2 rank {rank}\] flight record of the last collectives: \S*flight_rank{rank}\.json")
+    try:
+        with open(flight) as f:
+            rec = json.load(f)
+    except (OSError, ValueError) as e:
+        raise Failure(f"no readable flight record of the failing rank {rank}: {e}; {os.listdir(out)}")
+    if rec["rank"] != int(rank) or "fatal error" not in rec["reason"] or not rec["collectives"]:
+        raise Failure(f"{flight}: rank {rec['rank']}, reason {rec['reason']!r}, {len(rec['collectives'])} collectives")
+    if any(c["end"] is None for c in rec["collectives"]):
+        raise Failure(f"{flight}: a collective is marked incomplete, but none was waiting: {rec['collectives'][-3:]}")
+    # No --comm-timeout-s was given: the default is 10 minutes, as PyTorch's NCCL watchdog.
+    if rec["timeout_s"] != 600:
+        raise Failure(f"{flight}: timeout_s {rec['timeout_s']}, expected the default 600")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+
+
+def sample_memory_is_bounded(work):
+    """A generation far longer than the context keeps only the newest tokens: resident memory does not grow
+    while millions of tokens stream out (a context kept whole would grow 4 bytes per token)."""
+    out = os.path.join(work, "run")
+    expect(run([TRAIN, *TINY, "--train-data", data(work), "--out", out], timeout=120), rc=0, max_s=60)
+    p = faultlib.start([f"{BIN}/gpt2-sample", "--ckpt", out, "--max-new-tokens", "1000000000", "--device", "cpu",
+                        "--prompt", "x", "--temperature", "0"])
+    fd = p.stdout.fileno()
+    got = 0
+
+    def drain(seconds, until_bytes=None):
+        nonlocal got
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and p.poll() is None and (until_bytes is None or got < until_bytes):
+            if select.select([fd], [], [], 0.5)[0]:
+                got += len(os.read(fd, 1 << 16))
+
+    try:
+        drain(30, until_bytes=200_000)  # past start-up and the first context refills
+        rss0, got0 = rss_kib(p.pid), got
+        drain(60, until_bytes=got0 + 1_000_000)
+        rss1, tokens = rss_kib(p.pid), got - got0  # the byte tokenizer: one token is at least one byte
+        if p.poll() is not None:
+            raise Failure(f"gpt2-sample ended (status {p.returncode}) during a 10^9-token generation")
+        if tokens < 500_000:  # 2 MB of context kept whole: well above the 1 MiB allowed
+            raise Failure(f"only {tokens} tokens in 60 s: too slow to tell whether memory grows")
+        if rss1 - rss0 > 1024:
+            raise Failure(f"resident memory grew by {rss1 - rss0} KiB over {tokens} tokens (from {rss0} KiB)")
+        print(f"      {tokens} tokens: resident memory {rss0} -> {rss1} KiB")
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 def sample_options(work):
     ckpt = os.path.join(work, "none.h5")  # never read: the options are checked first
     for t in ("-1", "nan", "inf"):
@@ -218,5 +291,6 @@ def sample_options(work):
 if __name__ == "__main__":
     faultlib.run_cases([global_batch_tokens_2pow37, n_embd_2e9, micro_batch_int_max, bad_alloc_reaches_main_every_rank,
                         bad_alloc_in_sample_and_data, memory_estimate_in_banner, float_options, count_options,
-                        config_is_directory, data_options, val_loss_same_on_1_and_2_ranks, sample_streams,
+                        config_is_directory, data_options, val_loss_same_on_1_and_2_ranks,
+                        fatal_error_mid_training_leaves_flight_records, sample_streams, sample_memory_is_bounded,
                         sample_options], WORK)

@@ -203,6 +203,14 @@ def signal_mpirun_during_training(work, sig, grace_s, env=None):
     # mpirun 4.1 exits 1 after SIGTERM/SIGINT even when every rank exits 75 (ORTE sets its status to 1).
     faultlib.expect(r, nonzero=True, max_s=2 * grace_s + 60,
                     message=r"received signal 15: checkpointing and exiting for requeue \(status 75\)")
+    # The ranks learned the grace period from mpirun's MCA parameter (not a default or a guess), or
+    # from GPT2_KILL_GRACE_S where that is shorter.
+    if env and "GPT2_KILL_GRACE_S" in env:
+        faultlib.expect(r, message=r"preemption: the launcher sends SIGKILL [0-9.]+ s after SIGTERM "
+                                   r"\(GPT2_KILL_GRACE_S\)")
+    else:
+        faultlib.expect(r, message=rf"preemption: the launcher sends SIGKILL {grace_s:.1f} s after SIGTERM "
+                                   r"\(mpirun's odls_base_sigkill_timeout\)")
     step = int(re.search(r"step +(\d+) \| received signal 15", r.out).group(1))
     faultlib.check_checkpoints_load(BIN, out)
     return r, out, prev, step

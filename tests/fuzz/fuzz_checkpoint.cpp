@@ -1,6 +1,6 @@
-// libFuzzer harness: the checkpoint reader (src/train/checkpoint.cpp) on an arbitrary file: the model
-// configuration, then, for a model small enough to build here, the parameters, the optimizer state
-// and the train state. Like fuzz_token_file, this checks our side of the HDF5 boundary: clean errors,
+// libFuzzer harness: the checkpoint reader (src/train/checkpoint.cpp) on an arbitrary file: the resume
+// probe (checkpoint_problem), the model configuration, then, for a model small enough to build here,
+// the parameters, the optimizer state and the train state. Like fuzz_token_file, this checks our side of the HDF5 boundary: clean errors,
 // shapes checked before reading into our buffers, no HDF5 identifier left open.
 #include "model/gpt2.hpp"
 #include "optim/adamw.hpp"
@@ -10,6 +10,10 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gpt2::fuzz::install_reject_hook();
   const std::string path = gpt2::fuzz::write_input("checkpoint", data, size);
+  // --resume auto's probe reads the same untrusted files and promises an answer, never an error that
+  // ends the job: anything it throws (even our own rejection) escapes this harness as a finding.
+  (void)gpt2::checkpoint_problem(path);
+  gpt2::fuzz::check_no_open_hdf5_ids();
   try {
     const gpt2::GPT2Config cfg = gpt2::read_checkpoint_config(path);
     // The seed checkpoints hold ~10k parameters; a mutated header may ask for billions.
