@@ -384,6 +384,22 @@ def ranks_see_different_data(work):
     expect(r, message=r"rank 1: \S*other\.h5: 12000 tokens.*\n\s*rank 0: \S*train\.h5: 20000 tokens")
 
 
+def ranks_see_different_validation_attributes(work):
+    """The same validation file name and tokens on both ranks, one attribute apart (another eot_token: a
+    copy re-tokenised on one node): caught for validation data as for training data, by the attribute."""
+    for d, eot in (("a", 10), ("b", 32)):
+        os.makedirs(f"{work}/{d}")
+        write_tokens(f"{work}/{d}/val.h5", 4000)
+        with h5py.File(f"{work}/{d}/val.h5", "a") as f:
+            f.attrs["eot_token"] = eot
+    common = [*TINY, "--max-steps", "2", "--train-data", f"{data_dir}/train.h5", "--val-data", "val.h5"]
+    r = run([mpiexec, "--oversubscribe", "-n", "1", "-wdir", f"{work}/a", f"{bin_dir}/gpt2-train", *common, "--out",
+             f"{work}/a/run", ":", "-n", "1", "-wdir", f"{work}/b", f"{bin_dir}/gpt2-train", *common, "--out",
+             f"{work}/b/run"], timeout=120)
+    expect(r, nonzero=True, max_s=60, message=r"rank 1 sees other validation data files than rank 0 for 'val\.h5'")
+    expect(r, message=r"rank 1: val\.h5: 4000 tokens.*eot_token 32.*\n\s*rank 0: val\.h5: 4000 tokens.*eot_token 10")
+
+
 def main():
     os.makedirs(work, exist_ok=True)
     os.makedirs(data_dir, exist_ok=True)
@@ -393,7 +409,7 @@ def main():
              disk_full_at_checkpoint, export_hf_disk_full, metrics_write_fails,
              non_finite_loss_stops_before_update, diverging_update_stops_before_checkpoint,
              diverging_after_checkpoints_keeps_them, init_from_run_directory, hdf5_wrong_object_kinds,
-             ranks_see_different_data]
+             ranks_see_different_data, ranks_see_different_validation_attributes]
     run_cases(cases, os.path.join(work, "cases"))
 
 
