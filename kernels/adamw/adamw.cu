@@ -1,5 +1,6 @@
 // AdamW on the GPU over fp32 master weights and fp32 moments, refreshing the T working copy of the
 // parameters. Memory-bound: 128-bit accesses to every array over the aligned body, scalar tail.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -120,7 +121,97 @@ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Multi-tensor: block b updates chunk b (a grid-stride loop over chunks when there are more than the
+// grid). Weight decay is the only per-chunk coefficient: decay_on for chunks that take it, 1 (lr * 0
+// subtracted from 1, as adamw_update_cuda computes it for weight_decay 0) for the others.
+// vec_ok: the base pointers are 16-byte aligned, so a chunk is vectorised when its offsets are whole
+// 128-bit groups of every array (flat % K for master, params, grads; moment % 4 for m and v).
+template <class T>
+__global__ void __launch_bounds__(AdamWLaunch::kThreads)
+    adamw_update_multi(float* __restrict__ master, T* __restrict__ params, const T* __restrict__ grads,
+                       float* __restrict__ m, float* __restrict__ v, const AdamWChunk* __restrict__ chunks,
+                       int num_chunks, AdamWCoeffs c, float decay_on, bool vec_ok) {
+  constexpr int K = Packed128<T>::kSize;
+  for (int b = blockIdx.x; b < num_chunks; b += gridDim.x) {
+    const AdamWChunk ch = chunks[b];
+    AdamWCoeffs cc = c;
+    cc.decay = ch.decay ? decay_on : c.decay;
+    float* mp = master + ch.flat;
+    T* pp = params != nullptr ? params + ch.flat : nullptr;
+    const T* gp = grads + ch.flat;
+    float* mm = m + ch.moment;
+    float* vv = v + ch.moment;
+    const int n = ch.n;
+    const bool vec = vec_ok && ch.flat % K == 0 && ch.moment % 4 == 0;
+    const int vec_count = vec ? n / K : 0;
+    for (int i = threadIdx.x; i < vec_count; i += blockDim.x) {
+      const int e = i * K;
+      const Packed128<T> g = cuda::load128cs(gp + e);
+      float p[K], m1[K], v1[K];
+      load_floats<K>(mp + e, p);
+      load_floats<K>(mm + e, m1);
+      load_floats<K>(vv + e, v1);
+#pragma unroll
+      for (int k = 0; k < K; ++k) adamw_element(p[k], m1[k], v1[k], to_f32(g[k]), cc);
+      store_floats<K>(mp + e, p);
+      store_floats<K>(mm + e, m1);
+      store_floats<K>(vv + e, v1);
+      if (pp != nullptr) {
+        Packed128<T> q;
+#pragma unroll
+        for (int k = 0; k < K; ++k) q[k] = from_f32<T>(p[k]);
+        cuda::store128(pp + e, q);
+      }
+    }
+    for (int i = vec_count * K + threadIdx.x; i < n; i += blockDim.x) {
+      float p = mp[i], mi = mm[i], vi = vv[i];
+      adamw_element(p, mi, vi, to_f32(gp[i]), cc);
+      mp[i] = p;
+      mm[i] = mi;
+      vv[i] = vi;
+      if (pp != nullptr) pp[i] = from_f32<T>(p);
+    }
+  }
+}
+
 }  // namespace
+
+std::vector<AdamWChunk> adamw_chunks(const std::vector<OwnedPiece>& pieces) {
+  std::vector<AdamWChunk> out;
+  for (const OwnedPiece& p : pieces) {
+    for (size_t done = 0; done < p.size; done += kAdamWChunkElems) {
+      const size_t n = std::min<size_t>(kAdamWChunkElems, p.size - done);
+      out.push_back({static_cast<int64_t>(p.flat + done), static_cast<int64_t>(p.local + done), static_cast<int32_t>(n),
+                     p.decay ? 1 : 0});
+    }
+  }
+  return out;
+}
+
+template <class T>
+void adamw_update_multi_cuda(float* master, T* params, const T* grads, float* m, float* v, const AdamWChunk* chunks,
+                             int num_chunks, const AdamWStep& s, cudaStream_t stream) {
+  GPT2_CHECK(num_chunks >= 0, "num_chunks=" << num_chunks);
+  GPT2_CHECK(s.step >= 1, "step=" << s.step << " (1-based)");
+  if (num_chunks == 0) return;
+  GPT2_CHECK(master != nullptr && params != nullptr && grads != nullptr && m != nullptr && v != nullptr &&
+                 chunks != nullptr,
+             "a null pointer among master, params, grads, m, v, chunks");
+  const bool params_are_master = static_cast<void*>(params) == static_cast<void*>(master);
+  constexpr bool kFloatParams = std::is_same_v<T, float>;
+  GPT2_CHECK(!params_are_master || kFloatParams, "bf16 params must not be the fp32 master weights");
+  T* params_out = params_are_master ? nullptr : params;
+  const bool vec_ok = aligned16(master) && aligned16(grads) && aligned16(m) && aligned16(v) &&
+                      (params_out == nullptr || aligned16(params_out));
+  AdamWStep no_decay = s;
+  no_decay.weight_decay = 0.0f;
+  const AdamWCoeffs c = make_coeffs(no_decay);
+  const float decay_on = make_coeffs(s).decay;
+  const long blocks = num_chunks < AdamWLaunch::kMaxBlocks ? num_chunks : AdamWLaunch::kMaxBlocks;
+  adamw_update_multi<T><<<static_cast<unsigned>(blocks), AdamWLaunch::kThreads, 0, stream>>>(
+      master, params_out, grads, m, v, chunks, num_chunks, c, decay_on, vec_ok);
+  CUDA_CHECK_LAUNCH();
+}
 
 template <class T>
 void adamw_update_cuda(float* master, T* params, const T* grads, float* m, float* v, long n, const AdamWStep& s,
@@ -151,5 +242,9 @@ void adamw_update_cuda(float* master, T* params, const T* grads, float* m, float
 template void adamw_update_cuda<float>(float*, float*, const float*, float*, float*, long, const AdamWStep&,
                                        cudaStream_t);
 template void adamw_update_cuda<bf16>(float*, bf16*, const bf16*, float*, float*, long, const AdamWStep&, cudaStream_t);
+template void adamw_update_multi_cuda<float>(float*, float*, const float*, float*, float*, const AdamWChunk*, int,
+                                             const AdamWStep&, cudaStream_t);
+template void adamw_update_multi_cuda<bf16>(float*, bf16*, const bf16*, float*, float*, const AdamWChunk*, int,
+                                            const AdamWStep&, cudaStream_t);
 
 }  // namespace gpt2::kernels

@@ -157,7 +157,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     grads_.zero(stream_);
     m_.zero(stream_);
     v_.zero(stream_);
-    pieces_ = owned_pieces(table_.segments(), {{0, n}});
+    set_pieces(owned_pieces(table_.segments(), {{0, n}}));
     result_.resize(1);
     staging_free_ = std::make_unique<CudaEvent>();
     staging_free_->record(stream_);
@@ -589,7 +589,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   }
   void set_optimizer_shard(const std::vector<FlatRange>& owned) override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    pieces_ = owned_pieces(table_.segments(), owned);
+    set_pieces(owned_pieces(table_.segments(), owned));
     m_.resize(total_size(owned));
     v_.resize(total_size(owned));
     m_.zero(stream_);
@@ -607,13 +607,21 @@ class ModelImpl final : public GPT2Cuda::Impl {
     return r;
   }
 
+  // What adamw_step updates, as the chunk table of one multi-tensor launch (uploaded once here, not
+  // every step). Synchronous.
+  void set_pieces(const std::vector<OwnedPiece>& pieces) {
+    const std::vector<kernels::AdamWChunk> chunks = kernels::adamw_chunks(pieces);
+    chunks_.resize(chunks.size());
+    if (!chunks.empty())
+      CUDA_CHECK(cudaMemcpy(chunks_.data(), chunks.data(), chunks.size() * sizeof(kernels::AdamWChunk),
+                            cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());  // as in set_params: the pageable copy may land after it returns
+  }
+
+  // One launch for every owned piece of every tensor (kernels::adamw_update_multi_cuda).
   void adamw_step(const kernels::AdamWStep& step) override {
-    for (const OwnedPiece& p : pieces_) {
-      kernels::AdamWStep s = step;
-      if (!p.decay) s.weight_decay = 0.0f;
-      kernels::adamw_update_cuda<T>(master_.data() + p.flat, params() + p.flat, grads_.data() + p.flat,
-                                    m_.data() + p.local, v_.data() + p.local, static_cast<long>(p.size), s, stream_);
-    }
+    kernels::adamw_update_multi_cuda<T>(master_.data(), params(), grads_.data(), m_.data(), v_.data(), chunks_.data(),
+                                        static_cast<int>(chunks_.size()), step, stream_);
   }
 
  private:
@@ -640,7 +648,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   DeviceBuffer<T> params_;      // (total) the weights the kernels read (unused for fp32: master_ is used)
   DeviceBuffer<T> grads_;       // (total)
   DeviceBuffer<float> m_, v_;   // AdamW moments of the owned runs (all: total), concatenated
-  std::vector<OwnedPiece> pieces_;  // what adamw_step updates: the owned part of each tensor
+  DeviceBuffer<kernels::AdamWChunk> chunks_;  // what adamw_step updates: the owned part of each tensor
   DeviceBuffer<double> result_; // one reduction result
   DeviceBuffer<char> scratch_;  // reductions outside a step's workspace
   DeviceActivations<T> acts_;

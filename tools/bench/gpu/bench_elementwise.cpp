@@ -3,6 +3,7 @@
 // rows. GB/s counts each tensor read and each tensor written once (what HBM must move at least);
 // compare it with the device's peak (H100 SXM: 3.35 TB/s).
 //   build/bin/bench_gpu_kernels --benchmark_filter='Gelu|Softmax|AdamW|SumSquares|Scale'
+// BM_AdamWModel: the 124M step's 148 per-tensor launches against one multi-tensor launch.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -102,6 +103,59 @@ void BM_AdamW(benchmark::State& state) {
       0, bytes);
 }
 
+// The model's optimizer step as the trainer issues it: 124M's 148 tensors with their own weight
+// decay, either one launch per tensor (Arg 0) or one multi-tensor launch over the chunk table (Arg 1).
+// Same bytes as BM_AdamW; the difference is the launches and the small tensors' tails.
+template <class T>
+void BM_AdamWModel(benchmark::State& state) {
+  const bool multi = state.range(0) == 1;
+  std::vector<gpt2::OwnedPiece> pieces;
+  size_t off = 0;
+  auto add = [&](size_t n, bool decay) {
+    pieces.push_back({off, off, n, decay});
+    off += n;
+  };
+  add(kVp * kC, true);    // wte
+  add(kMaxT * kC, true);  // wpe
+  for (long l = 0; l < kL; ++l) {
+    for (const auto& [n, decay] : std::vector<std::pair<long, bool>>{{kC, false},          {kC, false},
+                                                                     {kC * 3 * kC, true},  {3 * kC, false},
+                                                                     {kC * kC, true},      {kC, false},
+                                                                     {kC, false},          {kC, false},
+                                                                     {kC * 4 * kC, true},  {4 * kC, false},
+                                                                     {4 * kC * kC, true},  {kC, false}})
+      add(static_cast<size_t>(n), decay);
+  }
+  add(kC, false);  // ln_f
+  add(kC, false);
+  const long n = kParams;
+  if (static_cast<long>(off) != n) state.SkipWithError("the 124M tensor list does not add up");
+  auto master = zeros<float>(n), m = zeros<float>(n), v = zeros<float>(n);
+  auto grads = zeros<T>(n), params = zeros<T>(n);
+  const std::vector<k::AdamWChunk> chunks = k::adamw_chunks(pieces);
+  DeviceBuffer<k::AdamWChunk> d_chunks(chunks.size());
+  CUDA_CHECK(cudaMemcpy(d_chunks.data(), chunks.data(), chunks.size() * sizeof(chunks[0]), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const k::AdamWStep step{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10};
+  const double bytes = n * (6.0 * sizeof(float) + 2.0 * sizeof(T));
+  gpt2::bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        if (multi) {
+          k::adamw_update_multi_cuda<T>(master.data(), params.data(), grads.data(), m.data(), v.data(),
+                                        d_chunks.data(), static_cast<int>(chunks.size()), step, s);
+          return;
+        }
+        for (const gpt2::OwnedPiece& p : pieces) {
+          k::AdamWStep ps = step;
+          if (!p.decay) ps.weight_decay = 0.0f;
+          k::adamw_update_cuda<T>(master.data() + p.flat, params.data() + p.flat, grads.data() + p.flat,
+                                  m.data() + p.local, v.data() + p.local, static_cast<long>(p.size), ps, s);
+        }
+      },
+      0, bytes);
+}
+
 // Global gradient norm: sum of squares over all gradients.
 template <class T>
 void BM_SumSquares(benchmark::State& state) {
@@ -132,6 +186,7 @@ BENCHMARK_TEMPLATE(BM_SoftmaxXent, bf16)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_AdamW, bf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_AdamW, float)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_AdamWModel, bf16)->ArgName("multi")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_SumSquares, bf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_SumSquares, float)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_Scale, bf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
