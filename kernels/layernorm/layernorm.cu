@@ -346,15 +346,18 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
         }
       }
     }
-    const float dn_mean = warp_sum(dn_sum) / C;
-    const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
-
-    Packed128<T> di[kPacks];  // all dinp loads in flight together, before any store
+    // The residual gradient this row adds into: its loads go out now, before the two warp reductions,
+    // so their latency hides behind the shuffles instead of following them (the registers are needed
+    // until the stores below either way).
+    Packed128<T> di[kPacks];
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = lane + k * kWarpSize;
       if (p < P) di[k] = load128(dinp + off + p * V);
     }
+    const float dn_mean = warp_sum(dn_sum) / C;
+    const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
+
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = lane + k * kWarpSize;
