@@ -34,6 +34,10 @@ class CommRequest {
   bool test();
   void wait();
   int64_t seq() const { return seq_; }
+  // A device communicator's collective: the cudaEvent_t recorded on its stream right after it, which
+  // another stream can wait on (cudaStreamWaitEvent) to read the result without the host waiting.
+  // nullptr for host (MPI) collectives. Valid while this request lives.
+  virtual void* device_event() const { return nullptr; }
 
  protected:
   CommRequest(Communicator& comm, int64_t seq) : comm_(comm), seq_(seq) {}

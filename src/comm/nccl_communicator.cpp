@@ -92,6 +92,7 @@ class NcclRequest final : public CommRequest {
     CUDA_CHECK(cudaStreamWaitEvent(state_.stream(), ready_.get(), 0));
   }
   void enqueued() { done_.record(state_.stream()); }
+  void* device_event() const override { return done_.get(); }
 
  private:
   bool poll() override {

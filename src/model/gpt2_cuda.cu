@@ -118,6 +118,7 @@ class GPT2Cuda::Impl {
   virtual void* params_device() = 0;
   virtual void adamw_step(const kernels::AdamWStep& s) = 0;
   virtual void set_recompute(Recompute r) = 0;
+  virtual void set_param_arrivals(std::vector<GPT2Cuda::ParamArrival> arrivals) = 0;
   virtual const float* decode_step(int32_t token) = 0;
   virtual void reset_cache() = 0;
   virtual int cache_len() const = 0;
@@ -169,8 +170,22 @@ class ModelImpl final : public GPT2Cuda::Impl {
     else return params_.data();
   }
 
+  void set_param_arrivals(std::vector<GPT2Cuda::ParamArrival> arrivals) override { arrivals_ = std::move(arrivals); }
+  // The stream waits for the parameters of [begin, end) that are still arriving (set_param_arrivals),
+  // and those entries are done with.
+  void wait_params(size_t begin, size_t end) {
+    size_t kept = 0;
+    for (const GPT2Cuda::ParamArrival& a : arrivals_) {
+      if (a.range.begin < end && begin < a.range.end) CUDA_CHECK(cudaStreamWaitEvent(stream_, a.ready, 0));
+      else arrivals_[kept++] = a;
+    }
+    arrivals_.resize(kept);
+  }
+  void wait_all_params() { wait_params(0, table_.total()); }
+
   void set_params(const float* host) override {
     const size_t n = table_.total();
+    wait_all_params();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(master_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice));
     if constexpr (!std::is_same_v<T, float>) params_.upload(host, n);
@@ -178,6 +193,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     dec_.len = 0;                         // cached keys and values came from the old weights
   }
   void get_params(float* host) const override {
+    GPT2_CHECK(arrivals_.empty(), "get_params while parameters are still arriving (wait for the all-gather)");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(host, master_.data(), master_.bytes(), cudaMemcpyDeviceToHost));
   }
@@ -302,10 +318,17 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const int N = B * T_;
     const size_t NC = static_cast<size_t>(N) * C;
     const ModelTensorsT p = tensors(params());
+    wait_params(0, table_.block_begin(1));  // wte, wpe (the LM head's too) and block 0's ln_1 below
     kernels::encoder_forward_cuda<T>(a.encoded.data(), a.inputs.data(), p.wte, p.wpe, B, T_, C, stream_);
     kernels::layernorm_forward_cuda<T>(slot(a.ln1, 0, NC), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(),
                                        p.blocks[0].ln1w, p.blocks[0].ln1b, N, C, stream_);
-    for (int l = 0; l < L; ++l) forward_block(p, l, /*rerun=*/false);
+    for (int l = 0; l < L; ++l) {
+      // Block l reads its own tensors and, in its fused residual add, the next layernorm's (block l+1's
+      // ln_1, or ln_f).
+      wait_params(table_.block_begin(l), l + 2 <= L ? table_.block_begin(l + 2) : table_.total());
+      forward_block(p, l, /*rerun=*/false);
+    }
+    wait_all_params();  // nothing else should be left; whatever is, is waited for before the head
     // Tied LM head: logits (N,Vp) = lnf (N,C) @ wte^T, wte stored (Vp,C).
     matmul(a.logits.data(), a.lnf.data(), p.wte, nullptr, nullptr, N, Vp, C, false, true, false, GemmEpilogue::kNone);
   }
@@ -416,6 +439,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   void backward(const GradReadyFn& on_ready) override {
     GPT2_CHECK(have_dlogits_, "backward() needs a forward_train() first");
     have_dlogits_ = false;
+    wait_all_params();
     DeviceActivations<T>& a = acts_;
     const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
     const int B = a.B, T_ = a.T_, N = B * T_;
@@ -524,6 +548,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, hs = C / NH, V = cfg_.vocab_size;
     const int maxT = cfg_.max_seq_len, Vp = cfg_.padded_vocab_size();
     ensure_decode_state();
+    wait_all_params();
     DeviceDecodeState<T>& d = dec_;
     const int pos = d.len;
     GPT2_REQUIRE(pos < maxT, "the key/value cache is full (" << maxT << " tokens)");
@@ -620,6 +645,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
 
   // One launch for every owned piece of every tensor (kernels::adamw_update_multi_cuda).
   void adamw_step(const kernels::AdamWStep& step) override {
+    wait_all_params();  // the update must not race the gather still writing the parameters
     kernels::adamw_update_multi_cuda<T>(master_.data(), params(), grads_.data(), m_.data(), v_.data(), chunks_.data(),
                                         static_cast<int>(chunks_.size()), step, stream_);
   }
@@ -662,6 +688,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   double loss_carry_ = 0;
   bool have_dlogits_ = false;
   Recompute recompute_ = Recompute::kNone;  // what the next forward keeps (set_recompute)
+  std::vector<GPT2Cuda::ParamArrival> arrivals_;  // parameters still arriving (set_param_arrivals)
 };
 
 }  // namespace
@@ -702,6 +729,7 @@ void GPT2Cuda::adamw_step(const kernels::AdamWStep& s) { impl_->adamw_step(s); }
 const float* GPT2Cuda::decode_step(int32_t token) { return impl_->decode_step(token); }
 void GPT2Cuda::reset_cache() { impl_->reset_cache(); }
 void GPT2Cuda::set_recompute(Recompute r) { impl_->set_recompute(r); }
+void GPT2Cuda::set_param_arrivals(std::vector<ParamArrival> arrivals) { impl_->set_param_arrivals(std::move(arrivals)); }
 int GPT2Cuda::cache_len() const { return impl_->cache_len(); }
 
 }  // namespace gpt2

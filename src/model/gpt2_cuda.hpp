@@ -57,6 +57,19 @@ class GPT2Cuda {
   float* master_device();
   void* params_device();
 
+  // ZeRO-1 with the all-gather overlapped: parameters still arriving on another stream (the all-gather
+  // of the last update). Each entry is a run of the flat buffer and an event recorded after its data
+  // lands there. The next forward makes the stream wait for an event just before the first layer that
+  // reads its run, so the gather of later layers overlaps the compute of earlier ones; everything else
+  // that reads or writes the parameters waits for all of them first. The events must stay valid until
+  // the entries are consumed or replaced (set_param_arrivals({}) drops them: once the caller has waited
+  // for the gathers on the host and ordered stream() after them, nothing is left to wait for).
+  struct ParamArrival {
+    FlatRange range;
+    cudaEvent_t ready;
+  };
+  void set_param_arrivals(std::vector<ParamArrival> arrivals);
+
   // The flat gradient buffer on the device (precision() elements, table().total() of them): the
   // reducer all-reduces slices of it.
   void* grads_device();

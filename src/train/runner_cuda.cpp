@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,11 +95,18 @@ class CudaRunner final : public ModelRunner {
     peak_ = known_peak_tflops(device_name_, mo.precision);
   }
 
+  // A run that ends right after an update (no final checkpoint, no sample) still waits for its
+  // all-gathers before the communicator goes.
+  ~CudaRunner() override {
+    if (std::uncaught_exceptions() == 0) finish_param_gathers();
+  }
+
   std::string describe() const override { return desc_; }
   double default_peak_tflops() const override { return peak_; }
   void zero_grad() override { model_->zero_grad(); }
   void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) override {
-    model_->forward_train(inputs, targets, B, T, dloss);
+    model_->forward_train(inputs, targets, B, T, dloss);  // waits on the device, layer by layer
+    finish_param_gathers();  // the forward is enqueued: now the host may wait (with the timeout)
   }
   double take_loss_sum() override { return model_->take_loss_sum(); }
   void backward(bool communicate) override {
@@ -113,6 +121,7 @@ class CudaRunner final : public ModelRunner {
     return reducer_->finish();
   }
   float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) override {
+    finish_param_gathers();
     return model_->forward_eval(inputs, targets, B, T);
   }
   // Under ZeRO-1 each rank sums its shard on the device and the partial sums meet on the host.
@@ -121,25 +130,44 @@ class CudaRunner final : public ModelRunner {
     return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->grad_sum_squares(b, e); },
                                "gradient norm");
   }
+  // Under ZeRO-1 this sums the master weights of this rank's own pieces, which the all-gather in
+  // flight does not change: the check after each update need not wait for it.
   double param_sum_squares() override {
     if (!zero1_) return model_->param_sum_squares();
     return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->param_sum_squares(b, e); },
                                "parameter norm");
   }
-  double local_param_sum_squares() override { return model_->param_sum_squares(); }
+  double local_param_sum_squares() override {
+    finish_param_gathers();
+    return model_->param_sum_squares();
+  }
   void optimizer_step(float lr, float grad_scale) override {
+    finish_param_gathers();
     release_gathered_moments();
     opt_.set_step_count(opt_.step_count() + 1);
     const AdamWConfig& c = opt_.config();
     model_->adamw_step({lr, c.beta1, c.beta2, c.eps, c.weight_decay, grad_scale, opt_.step_count()});
     if (!zero1_ || !nccl_) return;
-    // Every rank updated its pieces: all-gather them on the device, in place. The master weights too
-    // (fp32), so that a checkpoint or the sampler at the end reads the whole model from any rank.
-    gather_pieces(*nccl_, plan_, model_->master_device(), DType::kF32, "updated master weights");
-    if (precision_ == Precision::kBf16)
-      gather_pieces(*nccl_, plan_, model_->params_device(), DType::kBf16, "updated parameters");
+    // Every rank updated its pieces: all-gather them on the device, in place, without waiting. The
+    // parameters the forward reads go first, bucket by bucket in the order the forward reads them, and
+    // the next forward waits on the device for each just before its first layer that needs it (the
+    // gather of later layers overlaps the compute of earlier ones); the master weights (fp32: a
+    // checkpoint or the sampler at the end reads the whole model from any rank) follow them. For fp32
+    // the parameters are the master weights: one gather.
+    const bool bf16 = precision_ == Precision::kBf16;
+    pending_ = gather_pieces_async(*nccl_, plan_, bf16 ? model_->params_device() : model_->master_device(),
+                                   bf16 ? DType::kBf16 : DType::kF32, "updated parameters");
+    std::vector<GPT2Cuda::ParamArrival> arrivals;
+    for (const PendingGather& g : pending_)
+      arrivals.push_back({g.range, static_cast<cudaEvent_t>(g.request->device_event())});
+    model_->set_param_arrivals(std::move(arrivals));
+    if (bf16)
+      for (PendingGather& g : gather_pieces_async(*nccl_, plan_, model_->master_device(), DType::kF32,
+                                                  "updated master weights"))
+        pending_.push_back(std::move(g));
   }
   OptimizerState checkpoint_state(bool writer) override {
+    finish_param_gathers();
     OptimizerState s;
     s.config = opt_.config();
     s.step = opt_.step_count();
@@ -158,16 +186,27 @@ class CudaRunner final : public ModelRunner {
     return s;
   }
   void to_host() override {
+    finish_param_gathers();
     model_->get_params(host_.params().data());
     model_->get_moments(opt_.m().data(), opt_.v().data());
   }
   void from_host() override {
+    finish_param_gathers();
     model_->set_params(host_.params().data());
     model_->set_moments(opt_.m().data(), opt_.v().data());
   }
   HostAllocator host_allocator() const override { return {pinned_host_allocate, pinned_host_release}; }
 
  private:
+  // The host waits for the all-gathers of the last update (the timeout holds: a hung peer ends the job
+  // here) and orders the compute stream after them; the model has nothing left to wait for.
+  void finish_param_gathers() {
+    if (pending_.empty()) return;
+    for (PendingGather& g : pending_) g.request->wait();
+    model_->set_param_arrivals({});
+    pending_.clear();
+  }
+
   void release_gathered_moments() {
     std::vector<float>().swap(m_full_);
     std::vector<float>().swap(v_full_);
@@ -189,6 +228,9 @@ class CudaRunner final : public ModelRunner {
   std::unique_ptr<Communicator> nccl_;  // --comm nccl: the device communicator (before the reducer using it)
   std::unique_ptr<DeviceGradReducer> reducer_;
   bool communicating_ = false;
+  // ZeRO-1 all-gathers of the last update, not yet waited for (declared last: destroyed first, before
+  // the communicator they belong to).
+  std::vector<PendingGather> pending_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "train/zero.hpp"
 
+#include <algorithm>
 #include <memory>
 
 namespace gpt2 {
@@ -17,18 +18,29 @@ double sharded_sum_squares(Communicator& comm, const BucketPlan& plan,
   return s;
 }
 
-void gather_pieces(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype, const std::string& what) {
-  if (comm.size() == 1) return;
+std::vector<PendingGather> gather_pieces_async(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype,
+                                               const std::string& what) {
+  std::vector<PendingGather> out;
+  if (comm.size() == 1) return out;
   char* base = static_cast<char*>(buf);
   const size_t eb = dtype_bytes(dtype), n = plan.buckets().size();
-  std::vector<std::unique_ptr<CommRequest>> inflight;
-  for (size_t i = 0; i < n; ++i) {
+  std::vector<size_t> order;  // buckets by where they start: backward made them last-layer first
+  for (size_t i = 0; i < n; ++i)
+    if (plan.split(i).chunk > 0) order.push_back(i);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return plan.buckets()[a].begin < plan.buckets()[b].begin; });
+  for (const size_t i : order) {
     const BucketPlan::Split sp = plan.split(i);
-    if (sp.chunk == 0) continue;
-    inflight.push_back(comm.iallgather(base + sp.piece(comm.rank()).begin * eb, base + sp.scattered * eb, sp.chunk,
-                                       dtype, what + " bucket " + std::to_string(i) + "/" + std::to_string(n)));
+    const FlatRange filled{sp.scattered, sp.scattered + sp.chunk * static_cast<size_t>(comm.size())};
+    out.push_back({filled, comm.iallgather(base + sp.piece(comm.rank()).begin * eb, base + sp.scattered * eb,
+                                           sp.chunk, dtype,
+                                           what + " bucket " + std::to_string(i) + "/" + std::to_string(n))});
   }
-  for (auto& r : inflight) r->wait();
+  return out;
+}
+
+void gather_pieces(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype, const std::string& what) {
+  for (PendingGather& g : gather_pieces_async(comm, plan, buf, dtype, what)) g.request->wait();
 }
 
 void gather_moments(Communicator& comm, const BucketPlan& plan, const AdamW& opt, std::vector<float>& m_full,

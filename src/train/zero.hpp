@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,17 @@ double sharded_sum_squares(Communicator& comm, const BucketPlan& plan,
 // Every rank's piece of every bucket of buf (elements of dtype) all-gathered in place, so every rank
 // holds all of buf. The replicated head is alike on every rank already.
 void gather_pieces(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype, const std::string& what);
+
+// The same, not waited for: one all-gather per bucket, issued in ascending order of the buffer (the
+// order a forward reads the parameters in), each with the run of the buffer it fills. The caller waits
+// for every request (wait(): the timeout holds) before it reads or writes those runs on the host, or
+// on a device stream that did not wait for the request's device_event().
+struct PendingGather {
+  FlatRange range;
+  std::unique_ptr<CommRequest> request;
+};
+std::vector<PendingGather> gather_pieces_async(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype,
+                                               const std::string& what);
 
 // opt's moments (this rank's runs) in the flat layout on every rank, for a checkpoint: each rank
 // exports its runs into m_full and v_full (resized to plan.total()) and the pieces are all-gathered.
