@@ -88,6 +88,30 @@ inline void pinned_host_release(void* p) {
   if (p) cudaFreeHost(p);  // no CHECK: may run while a fatal error unwinds
 }
 
+// n elements of E in page-locked host memory (pinned_host_allocate), grown on demand: staging for
+// asynchronous copies. Contents are lost when it grows; the caller makes sure no copy still uses them.
+template <class E>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { pinned_host_release(p_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void resize(size_t n) {
+    if (n <= n_) return;
+    pinned_host_release(p_);
+    p_ = nullptr;  // stays null if the allocation below fails
+    p_ = static_cast<E*>(pinned_host_allocate(n * sizeof(E)));
+    n_ = n;
+  }
+  E* data() { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  E* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 class CudaStream {
  public:
   // priority: lower numbers run first (cudaDeviceGetStreamPriorityRange); 0 is the default.

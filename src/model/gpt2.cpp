@@ -33,13 +33,13 @@ double GPT2::activation_bytes(const GPT2Config& cfg, int B, int T, Recompute rec
   const double ln = k.ln, gelu = k.gelu, inner = k.inner;
   const double layers = ln * BT * C * 2                     // ln1, ln2
                         + gelu * BT * 4 * C                 // fch_gelu
-                        + inner * (BT * C * 4               // atty, attproj, residual2, fcproj
+                        + inner * (BT * C * 2               // atty, residual2
                                    + BT * 2                 // ln2 mean and rstd
                                    + BT * 3 * C             // qkv
                                    + BT * 4 * C             // fch
                                    + static_cast<double>(B) * NH * T * T)  // att
                         + L * (BT * C + BT * 2);            // residual3, ln1 mean and rstd
-  const double once = BT * C * 4               // encoded, lnf, dresidual, dbtc
+  const double once = BT * C * 4               // encoded, lnf, dresidual, btc
                       + BT * 3                 // lnf mean and rstd, losses
                       + BT * Vp                // logits
                       + BT * 3 * C + BT * 4 * C;  // dqkv, dbt4c
@@ -70,14 +70,12 @@ void GPT2::ensure_activations(int B, int T) {
   a.qkv.assign(k.inner * BT * 3 * C, 0.0f);
   a.att.assign(k.inner * B * NH * T * T, 0.0f);
   a.atty.assign(k.inner * BT * C, 0.0f);
-  a.attproj.assign(k.inner * BT * C, 0.0f);
   a.residual2.assign(k.inner * BT * C, 0.0f);
   a.ln2.assign(k.ln * BT * C, 0.0f);
   a.ln2_mean.assign(k.inner * BT, 0.0f);
   a.ln2_rstd.assign(k.inner * BT, 0.0f);
   a.fch.assign(k.inner * BT * 4 * C, 0.0f);
   a.fch_gelu.assign(k.gelu * BT * 4 * C, 0.0f);
-  a.fcproj.assign(k.inner * BT * C, 0.0f);
   a.residual3.assign(L * BT * C, 0.0f);
   a.lnf.assign(BT * C, 0.0f);
   a.lnf_mean.assign(BT, 0.0f);
@@ -85,7 +83,7 @@ void GPT2::ensure_activations(int B, int T) {
   a.logits.assign(BT * Vp, 0.0f);
   a.losses.assign(BT, 0.0f);
   a.dresidual.assign(BT * C, 0.0f);
-  a.dbtc.assign(BT * C, 0.0f);
+  a.btc.assign(BT * C, 0.0f);
   a.dqkv.assign(BT * 3 * C, 0.0f);
   a.dbt4c.assign(BT * 4 * C, 0.0f);
 }
@@ -124,14 +122,16 @@ void GPT2::forward_block(int l, bool rerun) {
   float* qkv = slot(a.qkv, l, 3 * BTC);
   float* att = slot(a.att, l, static_cast<size_t>(B) * NH * T * T);
   float* atty = slot(a.atty, l, BTC);
-  float* attproj = slot(a.attproj, l, BTC);
   float* residual2 = slot(a.residual2, l, BTC);
   float* ln2 = slot(a.ln2, l, BTC);
   float* ln2_mean = slot(a.ln2_mean, l, N);
   float* ln2_rstd = slot(a.ln2_rstd, l, N);
   float* fch = slot(a.fch, l, 4 * BTC);
   float* fch_gelu = slot(a.fch_gelu, l, 4 * BTC);
-  float* fcproj = slot(a.fcproj, l, BTC);
+  // The projections go to the scratch btc: only the residual add after each reads them (in backward,
+  // btc is free whenever a block is rerun: its last reader, the block above's ln_1 backward, is done).
+  float* attproj = a.btc.data();
+  float* fcproj = a.btc.data();
   float* residual3 = a.residual3.data() + l * BTC;
 
   // ln_1 of block l was written by the previous block's fused residual add (or by forward()).
@@ -256,9 +256,9 @@ void GPT2::backward(const GradReadyFn& on_ready) {
   };
 
   // LM head (tied): dwte gets its first contribution here; its last comes from the encoder below.
-  lm_head_backward_cpu(a.dbtc.data(), g.wte, a.logits.data(), a.lnf.data(), p.wte, N, C, Vp);
+  lm_head_backward_cpu(a.btc.data(), g.wte, a.logits.data(), a.lnf.data(), p.wte, N, C, Vp);
   std::fill(a.dresidual.begin(), a.dresidual.end(), 0.0f);
-  layernorm_backward_cpu(a.dresidual.data(), g.lnfw, g.lnfb, a.dbtc.data(), a.residual3.data() + (L - 1) * BTC,
+  layernorm_backward_cpu(a.dresidual.data(), g.lnfw, g.lnfb, a.btc.data(), a.residual3.data() + (L - 1) * BTC,
                          p.lnfw, a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
   ready(table_.block_begin(L));
 
@@ -283,16 +283,16 @@ void GPT2::backward(const GradReadyFn& on_ready) {
     // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
     linear_backward_cpu(a.dbt4c.data(), dw.fcprojw, dw.fcprojb, a.dresidual.data(), fch_gelu, w.fcprojw, N, 4 * C, C);
     gelu_backward_cpu(a.dbt4c.data(), fch, a.dbt4c.data(), 4 * static_cast<long>(BTC));
-    linear_backward_cpu(a.dbtc.data(), dw.fcw, dw.fcb, a.dbt4c.data(), ln2, w.fcw, N, C, 4 * C);
-    layernorm_backward_cpu(a.dresidual.data(), dw.ln2w, dw.ln2b, a.dbtc.data(), slot(a.residual2, l, BTC), w.ln2w,
+    linear_backward_cpu(a.btc.data(), dw.fcw, dw.fcb, a.dbt4c.data(), ln2, w.fcw, N, C, 4 * C);
+    layernorm_backward_cpu(a.dresidual.data(), dw.ln2w, dw.ln2b, a.btc.data(), slot(a.residual2, l, BTC), w.ln2w,
                            ln2_mean, ln2_rstd, N, C);
     // dresidual now holds d(residual2[l])
-    linear_backward_cpu(a.dbtc.data(), dw.attprojw, dw.attprojb, a.dresidual.data(), slot(a.atty, l, BTC),
+    linear_backward_cpu(a.btc.data(), dw.attprojw, dw.attprojb, a.dresidual.data(), slot(a.atty, l, BTC),
                         w.attprojw, N, C, C);
-    attention_backward_cpu(a.dqkv.data(), a.dbtc.data(), slot(a.qkv, l, 3 * BTC),
+    attention_backward_cpu(a.dqkv.data(), a.btc.data(), slot(a.qkv, l, 3 * BTC),
                            slot(a.att, l, static_cast<size_t>(B) * NH * T * T), B, T, C, NH);
-    linear_backward_cpu(a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), ln1, w.qkvw, N, C, 3 * C);
-    layernorm_backward_cpu(a.dresidual.data(), dw.ln1w, dw.ln1b, a.dbtc.data(), residual, w.ln1w,
+    linear_backward_cpu(a.btc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), ln1, w.qkvw, N, C, 3 * C);
+    layernorm_backward_cpu(a.dresidual.data(), dw.ln1w, dw.ln1b, a.btc.data(), residual, w.ln1w,
                            a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, N, C);
     // dresidual now holds d(residual entering block l)
     ready(table_.block_begin(l));

@@ -25,23 +25,22 @@ struct Activations {
   std::vector<float> qkv;       // (L,B,T,3C)  [full]
   std::vector<float> att;       // (L,B,NH,T,T) [full] softmax probabilities (causal; upper triangle 0)
   std::vector<float> atty;      // (L,B,T,C)   [full] attention output before its projection
-  std::vector<float> attproj;   // (L,B,T,C)   [full]
   std::vector<float> residual2; // (L,B,T,C)   [full] residual + attention branch
   std::vector<float> ln2;       // (L,B,T,C)   [sel]
   std::vector<float> ln2_mean;  // (L,B,T)     [full]
   std::vector<float> ln2_rstd;  // (L,B,T)     [full]
   std::vector<float> fch;       // (L,B,T,4C)  [full] MLP pre-activation
   std::vector<float> fch_gelu;  // (L,B,T,4C)  [sel]
-  std::vector<float> fcproj;    // (L,B,T,C)   [full]
   std::vector<float> residual3; // (L,B,T,C)   block output = the next block's input (the last: ln_f's)
   std::vector<float> lnf;       // (B,T,C)
   std::vector<float> lnf_mean;  // (B,T)
   std::vector<float> lnf_rstd;  // (B,T)
   std::vector<float> logits;    // (B,T,Vp)    after a training forward: dlogits
   std::vector<float> losses;    // (B,T)
-  // backward scratch
+  // scratch
   std::vector<float> dresidual; // (B,T,C)
-  std::vector<float> dbtc;      // (B,T,C)
+  std::vector<float> btc;       // (B,T,C)   forward: a projection (attention's, then the MLP's) before
+                                //           its residual add, which is all that reads it; backward: d(LN input)
   std::vector<float> dqkv;      // (B,T,3C)
   std::vector<float> dbt4c;     // (B,T,4C)
 };

@@ -19,34 +19,8 @@ namespace gpt2 {
 
 using kernels::GemmEpilogue;
 
-// Pinned host memory (page-locked, so cudaMemcpyAsync really is asynchronous).
-template <class E>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (p_) cudaFreeHost(p_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  void resize(size_t n) {  // contents lost; the caller makes sure no copy is using the old buffer
-    if (n <= n_) return;
-    if (p_) cudaFreeHost(p_);
-    p_ = nullptr;
-    CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(E)));
-    n_ = n;
-  }
-  E* data() { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  E* p_ = nullptr;
-  size_t n_ = 0;
-};
-
 // Activations of one micro-batch (B,T) on the device, kept for backward; the same fields as the CPU
-// model's Activations except `att` (attention never materialises T x T: lse is saved instead) and the
-// projections attproj/fcproj, which live in the scratch `btc` only until the fused residual add.
+// model's Activations except `att` (attention never materialises T x T: lse is saved instead).
 // Shapes as kept with --recompute none; [sel] and [full] mark the fields that hold one layer's slot
 // under selective (and full) or full recompute, refilled in backward, as in the CPU model.
 template <class T>

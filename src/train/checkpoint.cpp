@@ -1,13 +1,18 @@
 #include "train/checkpoint.hpp"
 
 #include <dirent.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -158,12 +163,19 @@ GPT2Config read_checkpoint_config(const std::string& path) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::Id f = h5::open_read(path);
   GPT2_REQUIRE(h5::has_object(f.get(), "model"), path << " is not a checkpoint: it has no /model group");
+  // Each dimension in [1, 2^30] before it becomes an int: a corrupt 2^32 + 12 must not read as 12.
+  auto dim = [&](const char* name) {
+    const int64_t v = h5::read_attr_i64(f.get(), name, path);
+    GPT2_REQUIRE(v >= 1 && v <= (int64_t{1} << 30),
+                 "checkpoint " << path << " has an invalid model: attribute " << name << " is " << v);
+    return static_cast<int>(v);
+  };
   GPT2Config c;
-  c.n_layer = static_cast<int>(h5::read_attr_i64(f.get(), "n_layer", path));
-  c.n_head = static_cast<int>(h5::read_attr_i64(f.get(), "n_head", path));
-  c.n_embd = static_cast<int>(h5::read_attr_i64(f.get(), "n_embd", path));
-  c.vocab_size = static_cast<int>(h5::read_attr_i64(f.get(), "vocab_size", path));
-  c.max_seq_len = static_cast<int>(h5::read_attr_i64(f.get(), "max_seq_len", path));
+  c.n_layer = dim("n_layer");
+  c.n_head = dim("n_head");
+  c.n_embd = dim("n_embd");
+  c.vocab_size = dim("vocab_size");
+  c.max_seq_len = dim("max_seq_len");
   const std::string err = c.validate();
   GPT2_REQUIRE(err.empty(), "checkpoint " << path << " has an invalid model: " << err);
   return c;
@@ -238,8 +250,13 @@ void prune_checkpoints(const std::string& out_dir, int keep, const std::string& 
     if (names[i] != current_name) std::remove((dir + "/" + names[i]).c_str());
 }
 
-std::string checkpoint_problem(const std::string& path) {
-  std::lock_guard<std::mutex> lock(hdf5_mutex());
+namespace {
+
+// How long the probe may take before the file counts as corrupt (libhdf5 can spin on a corrupt length).
+constexpr int kProbeTimeoutS = 60;
+
+// checkpoint_problem's work, in the calling process; the caller holds hdf5_mutex().
+std::string probe_checkpoint(const std::string& path) {
   h5::quiet_errors();
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return std::string("cannot stat it: ") + os_error_text(errno);
@@ -270,6 +287,75 @@ std::string checkpoint_problem(const std::string& path) {
   }
   return problem;
 }
+
+}  // namespace
+
+std::string checkpoint_problem_in_process(const std::string& path) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  return probe_checkpoint(path);
+}
+
+std::string checkpoint_problem(const std::string& path) {
+  // No other thread is inside HDF5 while we fork (the child inherits this lock held, and never takes it).
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  int fds[2];
+  if (pipe(fds) != 0) return probe_checkpoint(path);  // no pipe: probe here, unprotected
+  std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return probe_checkpoint(path);
+  }
+  if (pid == 0) {  // the child: answer through the pipe and leave without atexit handlers (MPI, HDF5)
+    close(fds[0]);
+    std::string answer;
+    try {
+      answer = "=" + probe_checkpoint(path);
+    } catch (const std::exception& e) {
+      answer = std::string("=cannot be probed: ") + e.what();
+    }
+    for (size_t done = 0; done < answer.size();) {
+      const ssize_t n = write(fds[1], answer.data() + done, answer.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string answer;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kProbeTimeoutS);
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int r = poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the child is done (or died)
+    answer.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out)
+    return "libhdf5 did not finish reading its metadata within " + std::to_string(kProbeTimeoutS) +
+           " s (a corrupt file)";
+  if (WIFSIGNALED(status))
+    return std::string("libhdf5 crashed reading it (") + strsignal(WTERMSIG(status)) + "): a corrupt file";
+  if (answer.empty() || answer[0] != '=') return "cannot be probed (the probe process ended without an answer)";
+  return answer.substr(1);
+}
+
 
 std::string find_resume_checkpoint(const std::string& out_dir) {
   const std::string latest_file = out_dir + "/ckpt/latest";

@@ -50,8 +50,12 @@ void write_latest(const std::string& out_dir, const std::string& path);
 // The checkpoint <out>/ckpt/latest names, or "" if it is missing or empty (not checked further).
 std::string read_latest(const std::string& out_dir);
 // Why `path` is not a checkpoint that load_checkpoint would accept (not HDF5, truncated, attributes
-// or tensors missing or misshapen), or "" when it is. Reads metadata only, never ends the job.
+// or tensors missing or misshapen), or "" when it is. Reads metadata only, never ends the job: the
+// probe runs in a child process, because libhdf5 1.10 itself crashes on some corrupt files (found by
+// fuzz_checkpoint) and can spin on others; a crash or 60 s without an answer is reported as the problem.
 std::string checkpoint_problem(const std::string& path);
+// The same probe in this process (what the child runs; the fuzzer calls it to see its memory errors).
+std::string checkpoint_problem_in_process(const std::string& path);
 // The checkpoint to resume <out> from: the one ckpt/latest names when it loads; otherwise (latest
 // missing, empty or naming a file that does not load) the newest step_*.h5 that loads, with a
 // warning. "" when the run has no checkpoints; an error when it has some but none loads, so a

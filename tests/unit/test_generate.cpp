@@ -88,9 +88,9 @@ TEST(MemoryEstimate, ActivationBytesMatchAllocation) {
     const Activations& a = model.activations();
     size_t floats = 0;
     for (const std::vector<float>* v :
-         {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.attproj, &a.residual2, &a.ln2,
-          &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.fcproj, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
-          &a.logits, &a.losses, &a.dresidual, &a.dbtc, &a.dqkv, &a.dbt4c})
+         {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.residual2, &a.ln2,
+          &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
+          &a.logits, &a.losses, &a.dresidual, &a.btc, &a.dqkv, &a.dbt4c})
       floats += v->size();
     EXPECT_EQ(GPT2::activation_bytes(model.config(), B, T, r), static_cast<double>(floats * sizeof(float)))
         << recompute_name(r);

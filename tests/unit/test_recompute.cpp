@@ -80,9 +80,9 @@ TEST(Recompute, GradientsAndLossBitIdenticalToNone) {
 size_t allocated_bytes(const Activations& a) {
   size_t floats = 0;
   for (const std::vector<float>* v :
-       {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.attproj, &a.residual2, &a.ln2,
-        &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.fcproj, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
-        &a.logits, &a.losses, &a.dresidual, &a.dbtc, &a.dqkv, &a.dbt4c})
+       {&a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.residual2, &a.ln2,
+        &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.residual3, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
+        &a.logits, &a.losses, &a.dresidual, &a.btc, &a.dqkv, &a.dbt4c})
     floats += v->size();
   return floats * sizeof(float);
 }
@@ -109,7 +109,7 @@ TEST(Recompute, ActivationsAllocateLess) {
   }
   const size_t f = sizeof(float);
   const size_t selective_saves = (L - 1) * BT * (C + C + 4 * C) * f;
-  const size_t inner = BT * (3 * C + C + C + C + 2 + 4 * C + C) + B * NH * T * T;  // qkv..fcproj, att
+  const size_t inner = BT * (3 * C + C + C + 2 + 4 * C) + B * NH * T * T;  // qkv, atty, residual2, ln2 stats, fch, att
   const size_t full_saves = selective_saves + (L - 1) * inner * f;
   EXPECT_EQ(bytes[0] - bytes[1], selective_saves);
   EXPECT_EQ(bytes[0] - bytes[2], full_saves);
