@@ -2,7 +2,7 @@
 # One phase of the GPU verification (../shared/GPU.md), made to be one `device` call on a bare machine:
 #
 #   tools/gpu-bundle.sh                      here: build and pack .gpubundle/gpt2-bundle.tar.xz
-#   device run, carry [".gpubundle"]:        bash tools/gpu-phase.sh A     (then B, then C)
+#   device run, carry [".gpubundle"]:        bash tools/gpu-phase.sh A     (then B, then C, then D)
 #
 #   A  probe and correctness: the machine (os, glibc, driver, libraries), every bundled binary's
 #      libraries resolve, the GPU test suites, compute-sanitizer memcheck/racecheck on small filters
@@ -10,6 +10,8 @@
 #      ceiling and target, 124M training steps with cuBLASLt and the hand GEMM at micro-batch 16/32
 #   C  training and oracles: gpu.train (incl. 2 ranks sharing the GPU), checkpoint + resume,
 #      gpt2-sample --device cuda, transformers logits on export-hf, tiktoken ids, ncu on hot kernels
+#   D  memory: --recompute none|selective|full at 124M (tokens/s, device memory measured after the
+#      first step), and the 1558M preset at the micro-batch its config says fits on 80 GB
 #
 # Every step runs under `timeout`, inside a global deadline (--deadline-s, default 480 s, so a phase
 # ends within a 9-minute call); it prints one line when it finishes. On exit (even when killed by the
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "gpu-phase: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ $phase == A || $phase == B || $phase == C ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $phase == A || $phase == B || $phase == C || $phase == D ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 OUT=${OUT:-/tmp/gpt2-phase-$phase}
 mkdir -p "$OUT"
@@ -296,4 +298,25 @@ figure_oracle_tiktoken() { grep -m1 -E 'tokens compared' "$1"; }
 
 export B bin repo work nccl_dir cublas_dir
 export -f probe ldd_check gtest
+# ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
+phase_D() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  # What recompute costs at 124M (tokens/s) and saves (device memory measured after the first step).
+  gpu_step recompute_cost 150 "tok/s and memory per mode" bash -c "
+    for r in none selective full; do
+      '$bin/gpt2-train' --model gpt2-124m --device cuda --benchmark --max-steps 8 --log-every 1 --micro-batch 16 \
+        --seq-len 1024 --global-batch-tokens 16384 --recompute \$r --out '$work/recompute_cost_'\$r > '$work/rc_'\$r.log 2>&1 || exit 1
+      echo \"\$r: \$(grep -E '^step +[0-9]+/' '$work/rc_'\$r.log | tail -1 | cut -d'|' -f6) |\" \
+        \"\$(grep -o 'after the first step: [0-9.]* [GM]iB' '$work/rc_'\$r.log)\"
+    done"
+  # The largest preset at the micro-batch configs/gpt2-1558m.ini says fits on 80 GB with no recompute:
+  # two steps run, and the memory measured after the first is printed next to the estimate.
+  gpu_step preset_1558m_fits 240 "2 steps at micro-batch 16" bash -c "
+    '$bin/gpt2-train' --model gpt2-1558m --device cuda --benchmark --max-steps 2 --log-every 1 --micro-batch 16 \
+      --seq-len 1024 --global-batch-tokens 16384 --out '$work/preset_1558m' 2>&1 | tee '$work/p1558.log' | tail -20 &&
+    grep -q 'after the first step' '$work/p1558.log'"
+}
+figure_recompute_cost() { grep -E '^(none|selective|full):' "$1" | tr -s ' ' | paste -sd ';' -; }
+figure_preset_1558m_fits() { grep -m1 -o 'after the first step: .*' "$1" | cut -c1-90; }
+
 "phase_$phase"

@@ -7,12 +7,12 @@
 # budget, the table printed last.
 #
 #   tools/gpu-rehearse.sh                        packs from build/ (tools/test.sh's CUDA build)
-#   tools/gpu-rehearse.sh --build-dir DIR [--phases "A B C"] [--no-pack] [-- GPU_BUNDLE_ARGS...]
+#   tools/gpu-rehearse.sh --build-dir DIR [--phases "A B C D"] [--no-pack] [-- GPU_BUNDLE_ARGS...]
 #   (CI: --build-dir build -- --fast --max-mib 100: its build holds sm_80 and sm_90, so only the
 #    size of the real, sm_90-only bundle is held to the 40 MiB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_dir=build phases="A B C" pack=1 bundle_args=()
+build_dir=build phases="A B C D" pack=1 bundle_args=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build_dir=$2; shift 2 ;;

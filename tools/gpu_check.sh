@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FALLBACK ONLY: the first choice is tools/gpu-bundle.sh here + tools/gpu-phase.sh A|B|C there (built
+# FALLBACK ONLY: the first choice is tools/gpu-bundle.sh here + tools/gpu-phase.sh A|B|C|D there (built
 # here, nothing compiled on the device). This script builds on the device from carried .debs instead.
 # One call that verifies the project on the lent GPU machine (../shared/GPU.md): probes the machine,
 # unpacks the carried Debian packages into a prefix (never into /), builds Release with CUDA, runs

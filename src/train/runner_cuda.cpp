@@ -39,9 +39,10 @@ double known_peak_tflops(const std::string& name, Precision p) {
 // Prints this rank's device memory estimate and refuses, before GPT2Cuda allocates anything, a run the
 // GPU cannot hold, with the numbers (issue 11). estimate_device_memory counts the device's own buffers:
 // the weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
-// one micro-batch's activations as DeviceActivations keeps them under --recompute.
-void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, Recompute recompute,
-                         int device, int optimizer_shards) {
+// one micro-batch's activations as DeviceActivations keeps them under --recompute. Returns the
+// estimate, and the free memory before anything was allocated in *free_before.
+double check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, Recompute recompute,
+                           int device, int optimizer_shards, size_t* free_before) {
   MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, recompute);
   d.optimizer /= optimizer_shards;  // ZeRO-1: this rank's moments only
   const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
@@ -49,6 +50,7 @@ void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, in
   const double need = d.total();
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  *free_before = free_b;
   log_info("device memory per rank (estimate): weights %s + master %s + gradients %s + optimizer %s + "
            "activations %s = %s of %s free on cuda:%d\n",
            format_bytes(weights).c_str(), format_bytes(master).c_str(), format_bytes(grads).c_str(),
@@ -60,6 +62,7 @@ void check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, in
                                               << format_bytes(static_cast<double>(total_b))
                                               << ": lower --micro-batch (gradient accumulation keeps the global "
                                                  "batch) or use more GPUs");
+  return need;
 }
 
 class CudaRunner final : public ModelRunner {
@@ -73,8 +76,8 @@ class CudaRunner final : public ModelRunner {
     CudaModelOptions mo;
     mo.precision = o.precision;
     mo.gemm = o.gemm;
-    check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, o.recompute, device_,
-                        o.zero1 ? o.world_size : 1);
+    memory_estimate_ = check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, o.recompute,
+                                           device_, o.zero1 ? o.world_size : 1, &free_before_);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
     model_->set_recompute(o.recompute);
@@ -147,6 +150,7 @@ class CudaRunner final : public ModelRunner {
     opt_.set_step_count(opt_.step_count() + 1);
     const AdamWConfig& c = opt_.config();
     model_->adamw_step({lr, c.beta1, c.beta2, c.eps, c.weight_decay, grad_scale, opt_.step_count()});
+    report_memory_once();
     if (!zero1_ || !nccl_) return;
     // Every rank updated its pieces: all-gather them on the device, in place, without waiting. The
     // parameters the forward reads go first, bucket by bucket in the order the forward reads them, and
@@ -207,6 +211,20 @@ class CudaRunner final : public ModelRunner {
     pending_.clear();
   }
 
+  // After the first step everything is allocated (activations, workspaces, cuBLASLt's, NCCL's): the
+  // memory this run took, next to the estimate the run was admitted on, so a user sizing a bigger model
+  // or micro-batch sees how far the estimate is off on this machine.
+  void report_memory_once() {
+    if (memory_reported_) return;
+    memory_reported_ = true;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double used = static_cast<double>(free_before_) - static_cast<double>(free_b);
+    log_info("device memory after the first step: %s in use by this run on cuda:%d (estimate %s; the estimate "
+             "leaves out workspaces and communication buffers)\n",
+             format_bytes(used).c_str(), device_, format_bytes(memory_estimate_).c_str());
+  }
+
   void release_gathered_moments() {
     std::vector<float>().swap(m_full_);
     std::vector<float>().swap(v_full_);
@@ -221,6 +239,9 @@ class CudaRunner final : public ModelRunner {
   Precision precision_ = Precision::kBf16;
   std::vector<float> m_full_, v_full_;  // ZeRO-1 checkpoint: the gathered moments
   int device_ = 0;
+  double memory_estimate_ = 0;  // bytes: check_device_memory's estimate
+  size_t free_before_ = 0;      // device memory free before this run allocated anything
+  bool memory_reported_ = false;
   std::string device_name_, desc_;
   double peak_ = 0;
   std::unique_ptr<CudaStream> stream_;
