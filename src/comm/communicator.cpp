@@ -184,6 +184,7 @@ int64_t Communicator::begin_collective(const char* kind, const std::string& labe
   poll_side_channel();
   const int64_t seq = next_seq_++;
   if (tracing_) trace_.push_back(trace_line);
+  std::lock_guard<std::timed_mutex> lock(flight_mutex_);
   FlightEntry& e = flight_[static_cast<size_t>(seq) % kFlightEntries];
   e.seq = seq;
   e.step = g_step;
@@ -203,6 +204,7 @@ const Communicator::FlightEntry* Communicator::entry(int64_t seq) const {
 void Communicator::complete(CommRequest& r) {
   r.on_complete();
   r.done_ = true;
+  std::lock_guard<std::timed_mutex> lock(flight_mutex_);
   FlightEntry& e = flight_[static_cast<size_t>(r.seq_) % kFlightEntries];
   if (e.seq == r.seq_) e.t_end = since_epoch_s();
 }
@@ -356,6 +358,10 @@ std::string Communicator::write_flight_record(const std::string& reason) {
     }
     f << "],\n\"collectives\":[";
     first = true;
+    // See flight_mutex_: a fatal error may have been raised while this thread held it (then the wait
+    // times out and the ring is read as it is).
+    std::unique_lock<std::timed_mutex> ring(flight_mutex_, std::defer_lock);
+    (void)ring.try_lock_for(std::chrono::milliseconds(200));
     const int64_t from = std::max<int64_t>(0, next_seq_ - static_cast<int64_t>(kFlightEntries));
     for (int64_t s = from; s < next_seq_; ++s) {  // oldest first
       const FlightEntry* e = entry(s);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,10 @@ class Communicator {
   double timeout_s_;
   int64_t next_seq_ = 0;
   std::vector<FlightEntry> flight_;  // ring of kFlightEntries, indexed by seq % kFlightEntries
+  // Guards flight_'s entries: a fatal error on another thread (the batch prefetcher) writes the flight
+  // record while this rank's main thread may be filling an entry. Timed: the writer gives up waiting
+  // after a moment (the error may have been raised while the lock was held) and writes what it sees.
+  mutable std::timed_mutex flight_mutex_;
   std::vector<Notice> last_notice_;  // per rank: the newest "waiting in" notice received
   std::deque<Outgoing> outgoing_;
   bool dumped_ = false;
