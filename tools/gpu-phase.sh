@@ -238,7 +238,12 @@ phase_B() {
         --micro-batch "$mb" --seq-len 1024 --global-batch-tokens $((mb * 1024)) --out "$work/train_${gemm}_$mb"
     done
   done
+  # The same step replayed as a CUDA Graph (--cuda-graph): what ~250 launches per step cost.
+  gpu_step train_124m_cublaslt_mb16_graph 150 "faster than without" \
+    "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt --cuda-graph --max-steps 12 \
+    --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_graph_16"
 }
+figure_train_124m_cublaslt_mb16_graph() { train_figure "$1"; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$OUT/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU

@@ -80,7 +80,11 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("recompute", po::value<std::string>(&recompute)->default_value("none"),
        "none | selective | full: activations dropped in forward and recomputed in backward, trading compute "
        "for memory with bit-identical gradients. selective: the layernorm and GELU outputs; full: everything "
-       "but each block's input (backward reruns each block's forward). CPU backend only for now")
+       "but each block's input (backward reruns each block's forward). Both backends")
+      ("cuda-graph", po::bool_switch(&c.cuda_graph),
+       "GPU: replay each micro-step's forward and backward as one CUDA Graph (captured at the second micro-step "
+       "of a shape; the first runs eagerly) instead of ~20 launches per layer. Micro-steps that communicate "
+       "gradients, and the first forward after a ZeRO-1 update, run eagerly; the bits are the same either way")
       ("zero", po::value<int>(&c.zero)->default_value(0),
        "0 | 1: ZeRO stage. 1 shards the AdamW state (fp32 moments) over the ranks: gradients are "
        "reduce-scattered in buckets during backward, each rank updates its 1/W of the parameters, and "

@@ -138,6 +138,9 @@ class ModelImpl final : public GPT2Cuda::Impl {
     staging_free_->record(stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  ~ModelImpl() override {
+    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);  // no CHECK: may run while an error unwinds
+  }
 
   T* params() {
     if constexpr (std::is_same_v<T, float>) return master_.data();
@@ -192,6 +195,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   // ---- forward ---------------------------------------------------------------------------------
   void set_recompute(Recompute r) override {
     if (r == recompute_) return;
+    flush_deferred();
     recompute_ = r;
     have_dlogits_ = false;  // the activations are laid out anew at the next forward
   }
@@ -200,6 +204,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     DeviceActivations<T>& a = acts_;
     if (a.B == B && a.T_ == T_ && a.recompute == recompute_) return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers may be in use by enqueued work
+    ++layout_;  // a graph captured over the old buffers is stale
     const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
     const size_t N = static_cast<size_t>(B) * T_, NC = N * C;
     const KeptLayers k = kept_layers(cfg_.n_layer, recompute_);
@@ -352,13 +357,60 @@ class ModelImpl final : public GPT2Cuda::Impl {
   }
 
   void forward_train(const int32_t* inputs, const int32_t* targets, int B, int T_, float dloss) override {
+    flush_deferred();  // a forward_train not followed by backward(): it still counts, as when eager
     upload_batch(inputs, targets, B, T_, /*with_plan=*/true);
-    forward(B, T_);
-    const int N = B * T_;
-    kernels::softmax_xent_cuda<T>(acts_.losses.data(), acts_.logits.data(), acts_.targets.data(), N, cfg_.vocab_size,
-                                  cfg_.padded_vocab_size(), dloss, /*write_grad=*/true, stream_);
-    queue_losses(N);
     have_dlogits_ = true;
+    if (opt_.cuda_graph && arrivals_.empty()) {  // the device work waits for backward(): one graph, or eager
+      deferred_ = {B, T_, dloss};
+      have_deferred_ = true;
+      return;
+    }
+    forward_with_loss(B, T_, dloss);
+    queue_losses(B * T_);
+  }
+
+  // The forward and the loss (with dlogits) of the uploaded batch.
+  void forward_with_loss(int B, int T_, float dloss) {
+    forward(B, T_);
+    kernels::softmax_xent_cuda<T>(acts_.losses.data(), acts_.logits.data(), acts_.targets.data(), B * T_,
+                                  cfg_.vocab_size, cfg_.padded_vocab_size(), dloss, /*write_grad=*/true, stream_);
+  }
+
+  // ---- CUDA Graph of a micro-step (CudaModelOptions::cuda_graph) --------------------------------
+  // What a captured graph was made for: the shape, the loss weight (a kernel argument) and the buffers.
+  struct GraphKey {
+    int B = 0, T_ = 0;
+    float dloss = 0;
+    uint64_t layout = 0;
+    bool operator==(const GraphKey& o) const {
+      return B == o.B && T_ == o.T_ && dloss == o.dloss && layout == o.layout;
+    }
+  };
+  // forward_with_loss and the backward of every block (not the encoder: its launch depends on the
+  // batch's token plan), as one graph launch; the first micro-step of a key runs eagerly instead.
+  void run_step_graph(const GraphKey& key) {
+    auto device_work = [&] {
+      forward_with_loss(key.B, key.T_, key.dloss);
+      backward_blocks({});
+    };
+    if (graph_exec_ == nullptr || !(graph_key_ == key)) {
+      if (!(warm_key_ == key)) {  // warm-up: allocations, cuBLASLt heuristics, kernel attributes
+        warm_key_ = key;
+        device_work();
+        return;
+      }
+      if (graph_exec_ != nullptr) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+      graph_exec_ = nullptr;
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+      device_work();
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      const cudaError_t inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
+      cudaGraphDestroy(graph);
+      CUDA_CHECK(inst);
+      graph_key_ = key;
+    }
+    CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
   }
 
   // The per-token losses go to pinned host memory asynchronously; take_loss_sum() adds them up after
@@ -386,7 +438,17 @@ class ModelImpl final : public GPT2Cuda::Impl {
     }
     return total;
   }
+  // A forward_train whose device work is still deferred (CUDA Graph mode, no backward() yet) runs now,
+  // eagerly: its loss is asked for, or something else is about to use the activations.
+  void flush_deferred() {
+    if (!have_deferred_) return;
+    have_deferred_ = false;
+    forward_with_loss(deferred_.B, deferred_.T_, deferred_.dloss);
+    queue_losses(deferred_.B * deferred_.T_);
+  }
+
   double take_loss_sum() override {
+    flush_deferred();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const double s = loss_carry_ + (pending_ ? sum_pending(pending_n_) : 0.0);
     loss_carry_ = 0;
@@ -395,6 +457,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   }
 
   float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T_) override {
+    flush_deferred();
     upload_batch(inputs, targets, B, T_, /*with_plan=*/false);
     have_dlogits_ = false;
     forward(B, T_);
@@ -414,6 +477,26 @@ class ModelImpl final : public GPT2Cuda::Impl {
     GPT2_CHECK(have_dlogits_, "backward() needs a forward_train() first");
     have_dlogits_ = false;
     wait_all_params();
+    if (have_deferred_) {
+      have_deferred_ = false;
+      const Deferred d = deferred_;
+      if (on_ready) {  // gradients communicated as they are ready: host callbacks, so eager
+        forward_with_loss(d.B, d.T_, d.dloss);
+        backward_blocks(on_ready);
+      } else {
+        run_step_graph({d.B, d.T_, d.dloss, layout_});
+      }
+      backward_encoder(on_ready);
+      queue_losses(d.B * d.T_);
+      return;
+    }
+    backward_blocks(on_ready);
+    backward_encoder(on_ready);
+  }
+
+  // Backward from dlogits through every block: the LM head, ln_f, blocks L-1 .. 0, calling on_ready
+  // as each is enqueued (GPT2::backward's order). The encoder is backward_encoder's.
+  void backward_blocks(const GradReadyFn& on_ready) {
     DeviceActivations<T>& a = acts_;
     const int L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
     const int B = a.B, T_ = a.T_, N = B * T_;
@@ -492,8 +575,13 @@ class ModelImpl final : public GPT2Cuda::Impl {
       // dresidual now holds d(residual entering block l)
       ready(table_.block_begin(l));
     }
-    kernels::encoder_backward_cuda<T>(g.wte, g.wpe, a.dresidual.data(), a.plan.data(), num_unique_, B, T_, C, stream_);
-    ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
+  }
+
+  void backward_encoder(const GradReadyFn& on_ready) {
+    const ModelTensorsT g = tensors(grads_.data());
+    kernels::encoder_backward_cuda<T>(g.wte, g.wpe, acts_.dresidual.data(), acts_.plan.data(), num_unique_, acts_.B,
+                                      acts_.T_, cfg_.n_embd, stream_);
+    if (on_ready) on_ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
   }
 
   // ---- generation --------------------------------------------------------------------------------
@@ -662,6 +750,15 @@ class ModelImpl final : public GPT2Cuda::Impl {
   double loss_carry_ = 0;
   bool have_dlogits_ = false;
   Recompute recompute_ = Recompute::kNone;  // what the next forward keeps (set_recompute)
+  // CUDA Graph mode: forward_train's device work deferred to backward(); the graph and its key.
+  struct Deferred {
+    int B = 0, T_ = 0;
+    float dloss = 0;
+  } deferred_;
+  bool have_deferred_ = false;
+  uint64_t layout_ = 0;  // bumped whenever the activations are reallocated
+  GraphKey graph_key_, warm_key_;
+  cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<GPT2Cuda::ParamArrival> arrivals_;  // parameters still arriving (set_param_arrivals)
 };
 

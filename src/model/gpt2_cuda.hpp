@@ -22,6 +22,12 @@ namespace gpt2 {
 struct CudaModelOptions {
   Precision precision = Precision::kBf16;
   kernels::GemmBackend gemm = kernels::GemmBackend::kCublasLt;
+  // A training micro-step (forward_train then backward() without a callback) replays a CUDA Graph of its
+  // device work: captured at the second micro-step of a (B, T, dloss, layout), the first runs eagerly so
+  // that every lazy allocation and cuBLASLt's algorithm choice happen outside the capture. The inputs are
+  // uploaded and the encoder backward (its plan's size changes with the batch) runs outside the graph.
+  // A backward() with a callback (gradients communicated as they are ready) runs eagerly.
+  bool cuda_graph = false;
 };
 
 class GPT2Cuda {

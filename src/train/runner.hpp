@@ -73,6 +73,7 @@ struct CudaRunnerOptions {
   int micro_batch = 1, seq_len = 1;  // for the device memory check before anything is allocated
   bool zero1 = false;                // ZeRO-1: plan is cut for world_size shards; opt owns this rank's runs
   Recompute recompute = Recompute::kNone;  // activations dropped in forward and recomputed in backward
+  bool cuda_graph = false;                 // micro-steps replayed as a CUDA Graph where they allow it
 };
 
 // CUDA backend (only in builds with CUDA; elsewhere it ends the job with an error saying so). host_comm

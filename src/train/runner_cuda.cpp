@@ -76,6 +76,7 @@ class CudaRunner final : public ModelRunner {
     CudaModelOptions mo;
     mo.precision = o.precision;
     mo.gemm = o.gemm;
+    mo.cuda_graph = o.cuda_graph;
     memory_estimate_ = check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, o.recompute,
                                            device_, o.zero1 ? o.world_size : 1, &free_before_);
     stream_ = std::make_unique<CudaStream>();
@@ -94,6 +95,7 @@ class CudaRunner final : public ModelRunner {
     precision_ = mo.precision;
     desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + name_of(mo.precision) + " | gemm " +
             name_of(o.gemm) + (o.recompute != Recompute::kNone ? std::string(" | recompute ") + recompute_name(o.recompute) : "") +
+            (o.cuda_graph ? " | cuda graph" : "") +
             (o.world_size > 1 ? std::string(" | comm ") + name_of(o.comm) : "");
     peak_ = known_peak_tflops(device_name_, mo.precision);
   }

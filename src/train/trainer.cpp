@@ -192,6 +192,7 @@ Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
                "--precision " << name_of(be.precision) << " needs --device cuda (the CPU backend is fp32)");
   GPT2_REQUIRE(on_gpu || be.comm == Comm::kMpi,
                "--comm " << name_of(be.comm) << " needs --device cuda (the CPU backend uses --comm mpi)");
+  GPT2_REQUIRE(on_gpu || !cfg.cuda_graph, "--cuda-graph needs --device cuda");
   GPT2_REQUIRE(!on_gpu || cfg.zero == 0 || be.comm == Comm::kNccl,
                "--zero 1 on GPUs needs --comm nccl (one GPU per rank); the host-staged --comm mpi path keeps the "
                "whole optimizer: use --zero 0 there");
@@ -282,6 +283,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     o.seq_len = T;
     o.zero1 = zero1;
     o.recompute = cfg.recompute;
+    o.cuda_graph = cfg.cuda_graph;
     runner = make_cuda_runner(model, opt, comm, plan, o);
     runner->from_host();
   } else {

@@ -40,6 +40,7 @@ struct TrainConfig {
   std::optional<Precision> precision; // auto: bf16 on cuda, fp32 on cpu
   GemmBackend gemm = GemmBackend::kCublasLt;
   Recompute recompute = Recompute::kNone;  // activations dropped in forward, recomputed in backward
+  bool cuda_graph = false;            // GPU: micro-steps replayed as a CUDA Graph
   int zero = 0;                       // 0: every rank holds the whole optimizer; 1: ZeRO-1, sharded over ranks
   std::optional<Comm> comm;           // auto: nccl on cuda with a GPU per rank, else mpi
   double comm_timeout_s = 600;        // a bucket all-reduce slower than this means a lost peer
