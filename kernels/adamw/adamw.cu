@@ -79,15 +79,15 @@ __device__ __forceinline__ void store_floats(float* p, const float (&f)[K]) {
   }
 }
 
-// Groups [0, vec_count) of K = 16/sizeof(T) elements through 128-bit accesses, elements
-// [vec_count*K, n) one by one. params == nullptr: the parameters are the master weights themselves.
+// Elements [0, n) of one run, shared by this launch's threads (thread `tid` of `stride`): groups
+// [0, vec_count) of K = 16/sizeof(T) elements through 128-bit accesses, elements [vec_count*K, n) one
+// by one. params == nullptr: the parameters are the master weights themselves. Both kernels below.
 template <class T>
-__global__ void __launch_bounds__(AdamWLaunch::kThreads)
-    adamw_update_vec128(float* __restrict__ master, T* __restrict__ params, const T* __restrict__ grads,
-                        float* __restrict__ m, float* __restrict__ v, long n, long vec_count, AdamWCoeffs c) {
+__device__ __forceinline__ void adamw_run(float* __restrict__ master, T* __restrict__ params,
+                                          const T* __restrict__ grads, float* __restrict__ m,
+                                          float* __restrict__ v, long n, long vec_count, const AdamWCoeffs& c,
+                                          long tid, long stride) {
   constexpr int K = Packed128<T>::kSize;
-  const long stride = static_cast<long>(gridDim.x) * blockDim.x;
-  const long tid = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (long i = tid; i < vec_count; i += stride) {
     const long e = i * K;
     const Packed128<T> g = cuda::load128cs(grads + e);
@@ -117,6 +117,15 @@ __global__ void __launch_bounds__(AdamWLaunch::kThreads)
   }
 }
 
+// One run over the whole grid (adamw_update_cuda).
+template <class T>
+__global__ void __launch_bounds__(AdamWLaunch::kThreads)
+    adamw_update_vec128(float* __restrict__ master, T* __restrict__ params, const T* __restrict__ grads,
+                        float* __restrict__ m, float* __restrict__ v, long n, long vec_count, AdamWCoeffs c) {
+  adamw_run<T>(master, params, grads, m, v, n, vec_count, c, static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x,
+               static_cast<long>(gridDim.x) * blockDim.x);
+}
+
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -141,36 +150,8 @@ __global__ void __launch_bounds__(AdamWLaunch::kThreads)
     const T* gp = grads + ch.flat;
     float* mm = m + ch.moment;
     float* vv = v + ch.moment;
-    const int n = ch.n;
     const bool vec = vec_ok && ch.flat % K == 0 && ch.moment % 4 == 0;
-    const int vec_count = vec ? n / K : 0;
-    for (int i = threadIdx.x; i < vec_count; i += blockDim.x) {
-      const int e = i * K;
-      const Packed128<T> g = cuda::load128cs(gp + e);
-      float p[K], m1[K], v1[K];
-      load_floats<K>(mp + e, p);
-      load_floats<K>(mm + e, m1);
-      load_floats<K>(vv + e, v1);
-#pragma unroll
-      for (int k = 0; k < K; ++k) adamw_element(p[k], m1[k], v1[k], to_f32(g[k]), cc);
-      store_floats<K>(mp + e, p);
-      store_floats<K>(mm + e, m1);
-      store_floats<K>(vv + e, v1);
-      if (pp != nullptr) {
-        Packed128<T> q;
-#pragma unroll
-        for (int k = 0; k < K; ++k) q[k] = from_f32<T>(p[k]);
-        cuda::store128(pp + e, q);
-      }
-    }
-    for (int i = vec_count * K + threadIdx.x; i < n; i += blockDim.x) {
-      float p = mp[i], mi = mm[i], vi = vv[i];
-      adamw_element(p, mi, vi, to_f32(gp[i]), cc);
-      mp[i] = p;
-      mm[i] = mi;
-      vv[i] = vi;
-      if (pp != nullptr) pp[i] = from_f32<T>(p);
-    }
+    adamw_run<T>(mp, pp, gp, mm, vv, ch.n, vec ? ch.n / K : 0, cc, threadIdx.x, blockDim.x);
   }
 }
 

@@ -351,7 +351,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
     // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
     const bool last = l + 1 == L;
     kernels::residual_layernorm_forward_cuda<T>(
-        residual3, last ? a.lnf.data() : slot(a.ln1, l + 1, NC), last ? a.lnf_mean.data() : a.ln1_mean.data() + (l + 1) * N,
+        residual3, last ? a.lnf.data() : slot(a.ln1, l + 1, NC),
+        last ? a.lnf_mean.data() : a.ln1_mean.data() + (l + 1) * N,
         last ? a.lnf_rstd.data() : a.ln1_rstd.data() + (l + 1) * N, residual2, a.btc.data(),
         last ? p.lnfw : p.blocks[l + 1].ln1w, last ? p.lnfb : p.blocks[l + 1].ln1b, N, C, stream_);
   }
@@ -800,7 +801,9 @@ void GPT2Cuda::adamw_step(const kernels::AdamWStep& s) { impl_->adamw_step(s); }
 const float* GPT2Cuda::decode_step(int32_t token) { return impl_->decode_step(token); }
 void GPT2Cuda::reset_cache() { impl_->reset_cache(); }
 void GPT2Cuda::set_recompute(Recompute r) { impl_->set_recompute(r); }
-void GPT2Cuda::set_param_arrivals(std::vector<ParamArrival> arrivals) { impl_->set_param_arrivals(std::move(arrivals)); }
+void GPT2Cuda::set_param_arrivals(std::vector<ParamArrival> arrivals) {
+  impl_->set_param_arrivals(std::move(arrivals));
+}
 int GPT2Cuda::cache_len() const { return impl_->cache_len(); }
 
 }  // namespace gpt2

@@ -332,7 +332,8 @@ std::string checkpoint_problem(const std::string& path) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kProbeTimeoutS);
   bool timed_out = false;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;

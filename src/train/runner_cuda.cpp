@@ -94,7 +94,8 @@ class CudaRunner final : public ModelRunner {
     GPT2_REQUIRE(!zero1_ || o.world_size == 1 || nccl_, "--zero 1 on GPUs needs --comm nccl");
     precision_ = mo.precision;
     desc_ = "cuda:" + std::to_string(device_) + " " + device_name_ + " | " + name_of(mo.precision) + " | gemm " +
-            name_of(o.gemm) + (o.recompute != Recompute::kNone ? std::string(" | recompute ") + recompute_name(o.recompute) : "") +
+            name_of(o.gemm) +
+            (o.recompute != Recompute::kNone ? std::string(" | recompute ") + recompute_name(o.recompute) : "") +
             (o.cuda_graph ? " | cuda graph" : "") +
             (o.world_size > 1 ? std::string(" | comm ") + name_of(o.comm) : "");
     peak_ = known_peak_tflops(device_name_, mo.precision);

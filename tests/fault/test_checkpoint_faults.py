@@ -184,6 +184,16 @@ class Tmpfs:
     def __enter__(self):
         return self
 
+    def usable(self):
+        """Whether the tmpfs is mounted. CI runs as root on a machine where it can be: there a failed mount
+        is a failure, not a case quietly passed; elsewhere (not root) the case says it is skipped."""
+        if self.error is None:
+            return True
+        if os.environ.get("CI") == "true":
+            raise Failure(f"setup: cannot mount a tmpfs ({self.error}); CI needs it for the disk-full cases")
+        print(f"skip  (cannot mount a tmpfs here: {self.error})")
+        return False
+
     def __exit__(self, *exc):
         if self.error is None:
             subprocess.run(["umount", self.path], check=False)
@@ -207,12 +217,7 @@ def disk_full(work, leave, message):
     step 3: that write must fail with the file, strerror and a non-zero exit, the step-2 checkpoint
     and `latest` stay intact, and once space is freed --resume auto continues from step 2."""
     with Tmpfs(f"{work}/disk", "4m") as disk:
-        if disk.error is not None:
-            # CI runs as root on a machine where this works: there a failed mount is a failure, not a
-            # case quietly passed. Elsewhere (not root) the case is reported as skipped.
-            if os.environ.get("CI") == "true":
-                raise Failure(f"setup: cannot mount a tmpfs ({disk.error}); CI needs it for the disk-full cases")
-            print(f"skip  (cannot mount a tmpfs here: {disk.error})")
+        if not disk.usable():
             return
         out = f"{work}/disk/run"
         kept = trained_run(out, steps=2)
@@ -247,10 +252,7 @@ def export_hf_disk_full(work):
     src = f"{work}/src"
     trained_run(src, steps=1)
     with Tmpfs(f"{work}/disk", "4m") as disk:
-        if disk.error is not None:
-            if os.environ.get("CI") == "true":
-                raise Failure(f"setup: cannot mount a tmpfs ({disk.error}); CI needs it for the disk-full cases")
-            print(f"skip  (cannot mount a tmpfs here: {disk.error})")
+        if not disk.usable():
             return
         hf = f"{disk.path}/hf"
         export = [f"{bin_dir}/gpt2-data", "export-hf", ckpt(src, 1), hf]

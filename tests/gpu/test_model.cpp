@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +80,14 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b, size_t o
     bb += static_cast<double>(b[i]) * b[i];
   }
   return (aa == 0 && bb == 0) ? 1.0 : ab / std::sqrt(aa * bb + 1e-300);
+}
+
+// Elements whose bits differ (a size mismatch counts every element of the longer one).
+size_t elements_that_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
 }
 
 class ModelStep : public testing::TestWithParam<Param> {};
@@ -227,9 +236,7 @@ TEST_P(ModelStep, RepeatsBitForBit) {
       first_loss = loss;
     } else {
       EXPECT_EQ(loss, first_loss);
-      size_t diff = 0;
-      for (size_t i = 0; i < g.size(); ++i) diff += g[i] != first[i];
-      EXPECT_EQ(diff, 0u) << "gradient elements that differ between two identical runs";
+      EXPECT_EQ(elements_that_differ(g, first), 0u) << "gradient elements that differ between two identical runs";
     }
   }
 }
@@ -275,9 +282,7 @@ TEST_P(ModelStep, RecomputeGivesSameGradients) {
       const bool exact = !(r == Recompute::kSelective && prm.precision == Precision::kBf16 &&
                            prm.gemm == kernels::GemmBackend::kCublasLt);
       if (exact) {
-        size_t diff = 0;
-        for (size_t i = 0; i < g.size(); ++i) diff += g[i] != ref[i];
-        EXPECT_EQ(diff, 0u) << "gradient elements that differ from --recompute none";
+        EXPECT_EQ(elements_that_differ(g, ref), 0u) << "gradient elements that differ from --recompute none";
       } else {
         for (const ParamInfo& p : cpu.table().params())
           EXPECT_GE(cosine(g, ref, p.offset, p.numel), 0.999) << "gradient of " << p.name;
@@ -337,9 +342,7 @@ TEST_P(ModelStep, WaitsForParamsStillArriving) {
       continue;
     }
     EXPECT_EQ(loss, ref_loss);
-    size_t diff = 0;
-    for (size_t i = 0; i < g.size(); ++i) diff += g[i] != ref[i];
-    EXPECT_EQ(diff, 0u) << "gradient elements that differ when the parameters arrive late";
+    EXPECT_EQ(elements_that_differ(g, ref), 0u) << "gradient elements that differ when parameters arrive late";
   }
 }
 
@@ -383,9 +386,8 @@ TEST_P(ModelStep, CudaGraphMatchesEager) {
       gpu.get_params(params[graph].data());
     }
     EXPECT_EQ(losses[1], losses[0]) << "losses (train, eval per step) with and without the graph";
-    size_t diff = 0;
-    for (size_t i = 0; i < params[0].size(); ++i) diff += params[1][i] != params[0][i];
-    EXPECT_EQ(diff, 0u) << "parameters that differ after 3 steps with and without the graph";
+    EXPECT_EQ(elements_that_differ(params[1], params[0]), 0u)
+        << "parameters that differ after 3 steps with and without the graph";
   }
 }
 
