@@ -537,6 +537,18 @@ std::unique_ptr<CommRequest> MpiCommunicator::iallgather(const void* send, void*
   return req;
 }
 
+std::unique_ptr<CommRequest> MpiCommunicator::igather(const void* send, void* recv, size_t n, DType t, int root,
+                                                      const std::string& label) {
+  const int64_t seq = begin_collective("gather", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
+                                       msg() << "gather " << dtype_name(t) << " n=" << n << " root=" << root);
+  auto req = std::make_unique<MpiRequest>(*this, seq, nullptr, 0, t, 0);
+  const bool in_place = rank() == root &&
+                        send == static_cast<const char*>(recv) + static_cast<size_t>(root) * n * dtype_bytes(t);
+  MPI_CHECK(MPI_Igather(in_place ? MPI_IN_PLACE : send, checked_count(n), mpi_type(t), recv, checked_count(n),
+                        mpi_type(t), root, comm_, req->handle()));
+  return req;
+}
+
 std::unique_ptr<CommRequest> MpiCommunicator::ibroadcast(void* buf, size_t bytes, int root, const std::string& label) {
   const int64_t seq = begin_collective("broadcast", label, bytes, msg() << "broadcast bytes=" << bytes << " root=" << root);
   auto req = std::make_unique<MpiRequest>(*this, seq, nullptr, 0, DType::kI32, 0);

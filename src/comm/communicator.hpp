@@ -81,6 +81,10 @@ class Communicator {
   // send holds n elements; recv (size()*n elements) becomes every rank's send, in rank order.
   virtual std::unique_ptr<CommRequest> iallgather(const void* send, void* recv, size_t n, DType t,
                                                   const std::string& label) = 0;
+  // The same, received on `root` only: recv (size()*n elements) matters there and is not touched
+  // elsewhere (it may be null there). In place on root when send is recv's block root.
+  virtual std::unique_ptr<CommRequest> igather(const void* send, void* recv, size_t n, DType t, int root,
+                                               const std::string& label) = 0;
   virtual std::unique_ptr<CommRequest> ibroadcast(void* buf, size_t bytes, int root, const std::string& label) = 0;
   virtual std::unique_ptr<CommRequest> ibarrier(const std::string& label) = 0;
 
@@ -181,6 +185,8 @@ class MpiCommunicator final : public Communicator {
                                                const std::string& label) override;
   std::unique_ptr<CommRequest> iallgather(const void* send, void* recv, size_t n, DType t,
                                           const std::string& label) override;
+  std::unique_ptr<CommRequest> igather(const void* send, void* recv, size_t n, DType t, int root,
+                                       const std::string& label) override;
   std::unique_ptr<CommRequest> ibroadcast(void* buf, size_t bytes, int root, const std::string& label) override;
   std::unique_ptr<CommRequest> ibarrier(const std::string& label) override;
 

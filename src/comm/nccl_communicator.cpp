@@ -157,6 +157,32 @@ std::unique_ptr<CommRequest> NcclCommunicator::iallgather(const void* send, void
   return req;
 }
 
+// NCCL has no gather: root receives every rank's block by point-to-point in one group (its own block
+// copied on the device unless in place).
+std::unique_ptr<CommRequest> NcclCommunicator::igather(const void* send, void* recv, size_t n, DType t, int root,
+                                                       const std::string& label) {
+  const size_t bytes = n * dtype_bytes(t);
+  const int64_t seq = begin_collective("gather", label, bytes * static_cast<size_t>(size()),
+                                       msg() << "gather " << dtype_name(t) << " n=" << n << " root=" << root);
+  auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
+  NCCL_CHECK(ncclGroupStart());
+  if (rank() == root) {
+    char* out = static_cast<char*>(recv);
+    for (int r = 0; r < size(); ++r) {
+      if (r == root) continue;
+      NCCL_CHECK(ncclRecv(out + static_cast<size_t>(r) * bytes, n, nccl_type(t), r, state_->comm(), state_->stream()));
+    }
+  } else {
+    NCCL_CHECK(ncclSend(send, n, nccl_type(t), root, state_->comm(), state_->stream()));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  if (rank() == root && send != static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes)
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(root) * bytes, send, bytes,
+                               cudaMemcpyDeviceToDevice, state_->stream()));
+  req->enqueued();
+  return req;
+}
+
 std::unique_ptr<CommRequest> NcclCommunicator::ibroadcast(void* buf, size_t bytes, int root, const std::string& label) {
   const int64_t seq = begin_collective("broadcast", label, bytes, msg() << "broadcast bytes=" << bytes << " root=" << root);
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());

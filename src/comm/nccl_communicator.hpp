@@ -32,6 +32,8 @@ class NcclCommunicator final : public Communicator {
                                                const std::string& label) override;
   std::unique_ptr<CommRequest> iallgather(const void* send, void* recv, size_t n, DType t,
                                           const std::string& label) override;
+  std::unique_ptr<CommRequest> igather(const void* send, void* recv, size_t n, DType t, int root,
+                                       const std::string& label) override;
   std::unique_ptr<CommRequest> ibroadcast(void* buf, size_t bytes, int root, const std::string& label) override;
   std::unique_ptr<CommRequest> ibarrier(const std::string& label) override;
 

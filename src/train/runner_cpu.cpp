@@ -61,7 +61,7 @@ class CpuRunner final : public ModelRunner {
     opt_.step(model_.params().data(), model_.grads().data(), lr, grad_scale);
     if (zero1_) gather_pieces(comm_, plan_, model_.params().data(), DType::kF32, "updated parameters");
   }
-  OptimizerState checkpoint_state(bool /*writer: the host state is current on every rank*/) override {
+  OptimizerState checkpoint_state(bool writer) override {
     OptimizerState s;
     s.config = opt_.config();
     s.step = opt_.step_count();
@@ -70,7 +70,9 @@ class CpuRunner final : public ModelRunner {
       s.v = opt_.v().data();
       return s;
     }
-    gather_moments(comm_, plan_, opt_, m_full_, v_full_);  // all ranks take part; the writer uses it
+    // All ranks take part; only the writer (rank 0) receives, and only it needs the state.
+    gather_moments(comm_, plan_, opt_, 0, m_full_, v_full_);
+    if (!writer) return s;
     s.m = m_full_.data();
     s.v = v_full_.data();
     return s;

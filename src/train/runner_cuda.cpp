@@ -178,10 +178,11 @@ class CudaRunner final : public ModelRunner {
     OptimizerState s;
     s.config = opt_.config();
     s.step = opt_.step_count();
-    if (zero1_) {  // every rank's moments, gathered on the host (all ranks take part)
+    if (zero1_) {  // every rank's moments, gathered on the writer's host (all ranks take part)
       model_->get_moments(opt_.m().data(), opt_.v().data());
-      gather_moments(host_comm_, plan_, opt_, m_full_, v_full_);
-      if (writer) model_->get_params(host_.params().data());
+      gather_moments(host_comm_, plan_, opt_, 0, m_full_, v_full_);
+      if (!writer) return s;
+      model_->get_params(host_.params().data());
       s.m = m_full_.data();
       s.v = v_full_.data();
       return s;

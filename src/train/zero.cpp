@@ -1,5 +1,7 @@
 #include "train/zero.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <memory>
 
@@ -43,13 +45,45 @@ void gather_pieces(Communicator& comm, const BucketPlan& plan, void* buf, DType 
   for (PendingGather& g : gather_pieces_async(comm, plan, buf, dtype, what)) g.request->wait();
 }
 
-void gather_moments(Communicator& comm, const BucketPlan& plan, const AdamW& opt, std::vector<float>& m_full,
-                    std::vector<float>& v_full) {
-  m_full.assign(plan.total(), 0.0f);
-  v_full.assign(plan.total(), 0.0f);
-  opt.export_moments(m_full.data(), v_full.data());
-  gather_pieces(comm, plan, m_full.data(), DType::kF32, "Adam first moments (checkpoint)");
-  gather_pieces(comm, plan, v_full.data(), DType::kF32, "Adam second moments (checkpoint)");
+void gather_moments(Communicator& comm, const BucketPlan& plan, const AdamW& opt, int root,
+                    std::vector<float>& m_full, std::vector<float>& v_full) {
+  const bool is_root = comm.rank() == root;
+  m_full.clear();
+  v_full.clear();
+  if (is_root) {
+    m_full.assign(plan.total(), 0.0f);
+    v_full.assign(plan.total(), 0.0f);
+    opt.export_moments(m_full.data(), v_full.data());
+  }
+  if (comm.size() == 1) return;
+  // Where a flat index of this rank's runs sits in its compact moment buffers (the runs concatenated).
+  const std::vector<FlatRange>& runs = opt.owned();
+  auto local = [&](size_t flat) {
+    size_t before = 0;
+    for (const FlatRange& r : runs) {
+      if (flat >= r.begin && flat < r.end) return before + (flat - r.begin);
+      before += r.size();
+    }
+    fatal(msg() << "gather_moments: element " << flat << " is not in this rank's runs");
+  };
+  const size_t n = plan.buckets().size();
+  std::vector<std::unique_ptr<CommRequest>> inflight;
+  for (size_t i = 0; i < n; ++i) {
+    const BucketPlan::Split sp = plan.split(i);
+    if (sp.chunk == 0) continue;
+    const size_t mine = sp.piece(comm.rank()).begin;
+    const std::string where = " bucket " + std::to_string(i) + "/" + std::to_string(n);
+    for (int k = 0; k < 2; ++k) {  // first moments, then second
+      std::vector<float>& full = k == 0 ? m_full : v_full;
+      const float* compact = (k == 0 ? opt.m() : opt.v()).data();
+      float* recv = is_root ? full.data() + sp.scattered : nullptr;
+      const float* send = is_root ? full.data() + mine : compact + local(mine);
+      inflight.push_back(comm.igather(send, recv, sp.chunk, DType::kF32, root,
+                                      std::string(k == 0 ? "Adam first" : "Adam second") + " moments (checkpoint)" +
+                                          where));
+    }
+  }
+  for (auto& r : inflight) r->wait();
 }
 
 }  // namespace gpt2

@@ -34,9 +34,11 @@ struct PendingGather {
 std::vector<PendingGather> gather_pieces_async(Communicator& comm, const BucketPlan& plan, void* buf, DType dtype,
                                                const std::string& what);
 
-// opt's moments (this rank's runs) in the flat layout on every rank, for a checkpoint: each rank
-// exports its runs into m_full and v_full (resized to plan.total()) and the pieces are all-gathered.
-void gather_moments(Communicator& comm, const BucketPlan& plan, const AdamW& opt, std::vector<float>& m_full,
-                    std::vector<float>& v_full);
+// Every rank's moments (opt's runs) in the flat layout on `root` only, for a checkpoint that root
+// writes: root exports its runs into m_full and v_full (resized to plan.total()) and receives the other
+// ranks' pieces bucket by bucket; the others send their pieces straight from opt's compact buffers and
+// leave m_full and v_full empty, so no rank but the writer ever holds the unsharded optimizer state.
+void gather_moments(Communicator& comm, const BucketPlan& plan, const AdamW& opt, int root,
+                    std::vector<float>& m_full, std::vector<float>& v_full);
 
 }  // namespace gpt2

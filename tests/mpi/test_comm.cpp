@@ -182,6 +182,31 @@ TEST(Communicator, SumAndAverageAreExact) {
 
 // Reduce-scatter then all-gather of small integers: exact, and together an all-reduce. The expected
 // values are summed here element by element, not by the collective's own formula.
+// Gather: every rank's block lands on the root in rank order, copied from a separate buffer or in place
+// (the ZeRO-1 checkpoint gathers each bucket's pieces onto the writer); nothing is written elsewhere.
+TEST(Communicator, GatherReachesTheRootOnly) {
+  const int rank = world_rank(), W = world_size();
+  gpt2::MpiCommunicator comm;
+  for (int root : {0, W - 1}) {
+    for (size_t n : {size_t{1}, size_t{1000}}) {
+      std::vector<int> mine(n), all(n * W, -1);
+      for (size_t i = 0; i < n; ++i) mine[i] = rank * 1000 + static_cast<int>(i);
+      comm.igather(mine.data(), all.data(), n, gpt2::DType::kI32, root, "gather")->wait();
+      for (int r = 0; r < W; ++r)
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(all[r * n + i], rank == root ? r * 1000 + static_cast<int>(i) : -1)
+              << "root " << root << " n=" << n << " block " << r;
+      std::vector<int> in_place(n * W, -1);
+      for (size_t i = 0; i < n; ++i) in_place[rank * n + i] = rank * 1000 + static_cast<int>(i);
+      comm.igather(in_place.data() + rank * n, in_place.data(), n, gpt2::DType::kI32, root, "gather in place")->wait();
+      for (int r = 0; r < W; ++r)
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(in_place[r * n + i], rank == root || r == rank ? r * 1000 + static_cast<int>(i) : -1)
+              << "in place, root " << root << " n=" << n << " block " << r;
+    }
+  }
+}
+
 TEST(Communicator, ReduceScatterAndAllGatherAreExact) {
   const int rank = world_rank(), W = world_size();
   gpt2::MpiCommunicator comm;
