@@ -13,8 +13,9 @@ std::string os_error_text(int e);
 
 // Writes `path` atomically, in pieces (a file too large to build in memory first): `path`.tmp is
 // written, then commit() fsyncs, closes and renames it over `path` and fsyncs the directory. Any
-// failure removes the temporary file and ends the job naming the path and the reason; so does a
-// writer destroyed without commit() (an exception on the way): `path` is never touched until commit.
+// failure removes the temporary file and ends the job naming the path and the reason. A writer
+// destroyed without commit() (an exception on the way) removes the temporary file too: `path` is
+// never touched until commit.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(const std::string& path);

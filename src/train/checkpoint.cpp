@@ -362,7 +362,6 @@ std::string checkpoint_problem(const std::string& path) {
   return answer.substr(1);
 }
 
-
 std::string find_resume_checkpoint(const std::string& out_dir) {
   const std::string latest_file = out_dir + "/ckpt/latest";
   const std::string named = read_latest(out_dir);

@@ -1,8 +1,5 @@
 #include "train/hf_interop.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

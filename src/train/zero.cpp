@@ -1,9 +1,9 @@
 #include "train/zero.hpp"
 
-#include "core/error.hpp"
-
 #include <algorithm>
 #include <memory>
+
+#include "core/error.hpp"
 
 namespace gpt2 {
 
