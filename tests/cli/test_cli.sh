@@ -59,6 +59,7 @@ expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${t
 # resolve_backends: what the CPU backend does not implement is refused with the option to change.
 expect_fail bf16-on-cpu 1 "--precision bf16 needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --precision bf16 --max-steps 1
 expect_fail nccl-on-cpu 1 "--comm nccl needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --comm nccl --max-steps 1
+expect_fail cuda-graph-on-cpu 1 "--cuda-graph needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --cuda-graph --max-steps 1
 expect_fail bad-schedule 2 "--schedule must be" "${train[@]}" "${tiny[@]}" --schedule cosinus
 expect_fail bad-recompute 2 "--recompute must be none, selective or full" "${train[@]}" "${tiny[@]}" --recompute some
 expect_fail bad-zero 2 "--zero must be 0 or 1 \\(got 2\\)" "${train[@]}" "${tiny[@]}" --zero 2
