@@ -14,9 +14,12 @@
 //    (wave quantization against the partials' HBM traffic): each split writes fp32 partials to the
 //    context's workspace; a second kernel adds them in split order and applies the epilogue.
 //    Deterministic: the split factor depends on the shape only.
+//  * The bias gradient of a linear layer can ride along its weight gradient (weight_bias_grad_cuda):
+//    the blocks of the first output row tile sum the columns of the dout tiles already in shared memory.
 //  * On compute capability 9.0, opt-in (GPT2_GEMM_SM90=1 or GemmTestHooks::hand_path): the bf16 product
 //    runs on wgmma fed by TMA (gemm_sm90.cu), falling back to mma.sync for operands TMA cannot describe
 //    (choose_hand_path). Not yet verified on a GPU, hence not the default.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -28,7 +31,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 #include "kernels/gemm/gemm_cuda.hpp"
-#if defined(GPT2_HAVE_GEMM_SM90)
+#if defined(GPT2_HAVE_SM90A)
 #include "kernels/gemm/gemm_sm90.cuh"
 #endif
 
@@ -120,7 +123,32 @@ struct GemmParams {
   int k_per_split;  // K range of blockIdx.y: [y*k_per_split, min(K, (y+1)*k_per_split)), a multiple of kBK
   float* partial;   // split-K: fp32 partials [splits][M][N] (the epilogue runs later); nullptr otherwise
   EpilogueParams<T> ep;
+  // Bias gradient fused into the weight gradient (weight_bias_grad_cuda; B not transposed): the blocks
+  // of row tile 0 also sum op(B)'s columns over their K range. Without split-K into dbias (+=, as T);
+  // with it into dbias_partial [splits][N] (fp32), which bias_backward_add_chunks adds up after.
+  T* dbias;
+  float* dbias_partial;
 };
+
+// sum += x with Kahan's compensation c: the bias gradient adds one fp32 tile sum per K step, K/32 of
+// them, so the running sum keeps the accuracy of a pairwise one (no fast-math here: the compensation
+// is not optimised away).
+__device__ __forceinline__ void kahan_add(float& sum, float& c, float x) {
+  const float y = x - c;
+  const float t = sum + y;
+  c = (t - sum) - y;
+  sum = t;
+}
+
+// Stores a fused bias-gradient column sum (see GemmParams::dbias).
+template <class T>
+__device__ __forceinline__ void store_bias_grad(const GemmParams<T>& p, int col, float sum) {
+  if (col >= p.N) return;
+  if (p.dbias_partial != nullptr)
+    p.dbias_partial[static_cast<size_t>(blockIdx.y) * p.N + col] = sum;
+  else
+    p.dbias[col] = from_f32<T>(to_f32(p.dbias[col]) + sum);
+}
 
 // Block -> (tile_m, tile_n), GROUP_M row tiles at a time (see kGroupM).
 __device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
@@ -207,6 +235,13 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
   const int k_begin = blockIdx.y * p.k_per_split;
   const int k_end = min(p.K, k_begin + p.k_per_split);
   const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;
+  // Fused bias gradient: thread tid sums column n0 + tid of each staged B tile (rows are K; the zero-filled
+  // rows past k_end add nothing). Block-uniform, so only row tile 0 pays for it. Not in the
+  // register-staged variant (kAsync false), which is at the 255-register limit already.
+  static_assert(Cfg::kThreads == kBN, "one bias-gradient column per thread");
+  constexpr bool kCanBiasGrad = !kTransB && kAsync;
+  const bool bias_grad = kCanBiasGrad && tile_m == 0 && (p.dbias != nullptr || p.dbias_partial != nullptr);
+  float bias_sum = 0.0f, bias_c = 0.0f;
 
   auto load_stage = [&](int s, int kt) {
     const int k0 = k_begin + kt * kBK;
@@ -239,6 +274,16 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
 
     const bf16* sa = stage_a(kt % kStages);
     const bf16* sb = stage_b(kt % kStages);
+    if constexpr (kCanBiasGrad) {
+      if (bias_grad) {
+        // A warp reads 4 distinct chunks of one swizzled row: 16 distinct banks, no conflicts.
+        const int chunk = tid / 8, e = tid % 8;
+        float t = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kBK; ++r) t += to_f32(sb[LB::offset(r, chunk) + e]);
+        kahan_add(bias_sum, bias_c, t);
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       uint32_t af[Cfg::kMTiles][4];
@@ -308,6 +353,7 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
     else
       apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
   }
+  if (bias_grad) store_bias_grad(p, n0 + tid, bias_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -328,6 +374,9 @@ __global__ void __launch_bounds__(SimtTile::kThreads) gemm_f32_simt_8x8(const Ge
   const int k_begin = blockIdx.y * p.k_per_split;
   const int k_end = min(p.K, k_begin + p.k_per_split);
   const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;
+  // Fused bias gradient (see the bf16 kernel): threads 0 .. kBN-1 sum one column of each B tile.
+  const bool bias_grad = !kTransB && tile_m == 0 && (p.dbias != nullptr || p.dbias_partial != nullptr) && tid < kBN;
+  float bias_sum = 0.0f, bias_c = 0.0f;
 
   // Element e of a tile: consecutive lanes walk the operand's contiguous dimension (coalesced loads).
   auto a_coords = [](int e, int& mm, int& kk) {
@@ -399,6 +448,12 @@ __global__ void __launch_bounds__(SimtTile::kThreads) gemm_f32_simt_8x8(const Ge
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
+    if (bias_grad) {
+      float t = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kBK; ++k) t += sb[k][tid];
+      kahan_add(bias_sum, bias_c, t);
+    }
     __syncthreads();
     if (kt + 1 < k_tiles) {
       store_shared();
@@ -422,6 +477,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads) gemm_f32_simt_8x8(const Ge
         apply_epilogue4<float, kEp>(p.ep, row, col, v);
     }
   }
+  if (bias_grad) store_bias_grad(p, n0 + tid, bias_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -626,7 +682,7 @@ GemmHandPath choose_hand_path(const GemmContext& ctx, const bf16* a, const bf16*
   } else if (!ctx.hand_wgmma_enabled()) {
     return GemmHandPath::kMmaSync;
   }
-#if defined(GPT2_HAVE_GEMM_SM90)
+#if defined(GPT2_HAVE_SM90A)
   return gemm_detail::wgmma_takes(a, b, trans_a ? M : K, trans_b ? K : N) ? GemmHandPath::kWgmma
                                                                           : GemmHandPath::kMmaSync;
 #else
@@ -635,9 +691,19 @@ GemmHandPath choose_hand_path(const GemmContext& ctx, const bf16* a, const bf16*
 #endif
 }
 
+// Whether the mma.sync kernel stages tiles with 16-byte cp.async (leading dimensions multiples of 8,
+// 16-byte aligned bases) rather than through registers.
+inline bool mma_sync_async_loads(const GemmContext& ctx, const void* a, const void* b, int lda, int ldb) {
+  return !ctx.test_hooks().hand_force_scalar_loads && lda % 8 == 0 && ldb % 8 == 0 && aligned_to(a, 16) &&
+         aligned_to(b, 16);
+}
+
+// dbias (optional; SIMT and mma.sync kernels, the latter's cp.async variant; B not transposed): dbias += column sums of B, fused (see
+// GemmParams::dbias); bias_scratch holds the split-K partial sums, kMaxSplits x N floats.
 template <class T>
 void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
-               bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream) {
+               bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream, T* dbias = nullptr,
+               float* bias_scratch = nullptr) {
   EpilogueParams<T> epp;
   epp.c = c, epp.bias = bias, epp.aux = aux, epp.M = M, epp.N = N, epp.accumulate = accumulate;
   const size_t vec_bytes = 4 * sizeof(T);
@@ -650,8 +716,12 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   if constexpr (std::is_same_v<T, bf16>)
     wgmma = choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b) == GemmHandPath::kWgmma;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
+  GPT2_CHECK(dbias == nullptr || (!wgmma && !trans_b), "fused bias gradient: the mma.sync or SIMT kernel, B not transposed");
+  if constexpr (std::is_same_v<T, bf16>)
+    GPT2_CHECK(dbias == nullptr || mma_sync_async_loads(ctx, a, b, trans_a ? M : K, trans_b ? K : N),
+               "fused bias gradient: the mma.sync kernel's cp.async variant only");
   if (wgmma) {
-#if defined(GPT2_HAVE_GEMM_SM90)
+#if defined(GPT2_HAVE_SM90A)
     if constexpr (std::is_same_v<T, bf16>) {
       // The same split factor, with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
@@ -670,15 +740,15 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
     p.k_per_split = k_per_split;
     p.partial = used > 1 ? ctx.splitk_workspace() : nullptr;
     p.ep = epp;
+    p.dbias = used > 1 ? nullptr : dbias;
+    p.dbias_partial = used > 1 && dbias != nullptr ? bias_scratch : nullptr;
     const GemmEpilogue main_ep = used > 1 ? GemmEpilogue::kNone : ep;
 
     dispatch_bool(trans_a, [&](auto ta) {
       dispatch_bool(trans_b, [&](auto tb) {
         dispatch_epilogue(main_ep, [&](auto e) {
           if constexpr (std::is_same_v<T, bf16>) {
-            const bool async = !ctx.test_hooks().hand_force_scalar_loads && p.lda % 8 == 0 && p.ldb % 8 == 0 &&
-                               aligned_to(a, 16) && aligned_to(b, 16);
-            dispatch_bool(async, [&](auto as) {
+            dispatch_bool(mma_sync_async_loads(ctx, a, b, p.lda, p.ldb), [&](auto as) {
               launch_bf16_tc<decltype(ta)::value, decltype(tb)::value, decltype(as)::value, decltype(e)::value>(p, used,
                                                                                                                 stream);
             });
@@ -698,6 +768,12 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
               ctx.splitk_workspace(), used, epp);
       CUDA_CHECK_LAUNCH();
     });
+    if (dbias != nullptr) {  // the splits' column sums, in split order
+      GPT2_CHECK(used <= kMaxSplits, "fused bias gradient: " << used << " splits, scratch for " << kMaxSplits);
+      bias_backward_add_chunks<T><<<static_cast<unsigned>(ceil_div(N, kElementwiseThreads)), kElementwiseThreads, 0,
+                                    stream>>>(dbias, bias_scratch, used, N);
+      CUDA_CHECK_LAUNCH();
+    }
   }
 }
 
@@ -707,7 +783,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
 // Public entry points.
 
 bool gemm_hand_wgmma_available() {
-#if defined(GPT2_HAVE_GEMM_SM90)
+#if defined(GPT2_HAVE_SM90A)
   return gemm_detail::wgmma_device_ready();
 #else
   return false;
@@ -793,11 +869,38 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
   CUDA_CHECK_LAUNCH();
 }
 
+size_t weight_bias_grad_scratch_bytes(int rows, int OC) {
+  if (rows <= 0 || OC <= 0) return 0;
+  return std::max(bias_backward_scratch_bytes(rows, OC), static_cast<size_t>(kMaxSplits) * OC * sizeof(float));
+}
+
+template <class T>
+void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
+                           int IC, int OC, cudaStream_t stream) {
+  GPT2_CHECK(rows >= 1 && IC >= 0 && OC >= 0, "weight_bias_grad shape rows=" << rows << " IC=" << IC << " OC=" << OC);
+  if (OC == 0) return;
+  GPT2_CHECK(dbias != nullptr && scratch != nullptr && dout != nullptr, "weight_bias_grad with a null pointer");
+  GPT2_CHECK(aligned_to(scratch, sizeof(float)), "weight_bias_grad scratch must be float-aligned");
+  bool fused = ctx.backend() == GemmBackend::kHand && IC > 0 && !ctx.test_hooks().hand_unfused_bias_grad;
+  if constexpr (std::is_same_v<T, bf16>)
+    fused = fused && choose_hand_path(ctx, inp, dout, IC, OC, rows, true, false) == GemmHandPath::kMmaSync &&
+            mma_sync_async_loads(ctx, inp, dout, IC, OC);
+  if (!fused) {
+    gemm_cuda<T>(ctx, dw, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone, stream);
+    bias_backward_cuda<T>(dbias, scratch, dout, rows, OC, stream);
+    return;
+  }
+  GPT2_CHECK(dw != nullptr && inp != nullptr, "weight_bias_grad with a null pointer");
+  gemm_hand<T>(ctx, dw, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone, stream, dbias,
+               static_cast<float*>(scratch));
+}
+
 #define GPT2_GEMM_INSTANTIATE(T)                                                                                  \
   template void gemm_cuda<T>(GemmContext&, T*, const T*, const T*, const T*, T*, int, int, int, bool, bool, bool, \
                              GemmEpilogue, cudaStream_t);                                                         \
   template int gemm_hand_splits<T>(const GemmContext&, int, int, int);                                            \
-  template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);
+  template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);                               \
+  template void weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
 GPT2_GEMM_INSTANTIATE(float)
 GPT2_GEMM_INSTANTIATE(bf16)
 #undef GPT2_GEMM_INSTANTIATE

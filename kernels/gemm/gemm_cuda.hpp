@@ -47,6 +47,7 @@ struct GemmTestHooks {
   int hand_force_splits = 0;                     // hand: this split-K factor (> 0) instead of the shape rule
   bool lt_force_unfused_epilogue = false;        // cuBLASLt: plain matmul + our elementwise epilogue
   GemmHandPath hand_path = GemmHandPath::kAuto;  // hand bf16: which kernel (see GemmHandPath)
+  bool hand_unfused_bias_grad = false;           // hand: weight_bias_grad_cuda as GEMM + bias_backward_cuda
 };
 
 // The hand backend's wgmma kernel can run here: the binary holds its sm_90a code (CUDA architectures
@@ -127,6 +128,22 @@ GemmHandPath gemm_hand_path(const GemmContext& ctx, const bf16* a, const bf16* b
 size_t bias_backward_scratch_bytes(int N, int OC);
 template <class T>
 void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream_t stream);
+
+// Weight and bias gradients of a linear layer out = inp @ w + bias, with one read of dout:
+//   dw (IC,OC)  += inp^T @ dout           (gemm_cuda's dw: trans_a, accumulate, K = rows)
+//   dbias (OC)  += sum_i dout[i,:]
+//   [in] inp (rows,IC), dout (rows,OC);  [in,out] dw, dbias (+=);
+//   scratch: weight_bias_grad_scratch_bytes(rows, OC) bytes, float-aligned.
+// Hand backend on the SIMT kernel and on mma.sync's cp.async variant: the blocks of the first output row tile also sum the
+// columns of the dout tiles they already stage in shared memory, in K order (fp32 with Kahan's
+// compensation; with split-K per split, then in split order), so the separate bias kernel and its read of
+// dout go away. dw has exactly gemm_cuda's bits; dbias is deterministic but sums in another order than
+// bias_backward_cuda. Otherwise (cuBLASLt, the wgmma kernel, bf16 operands that mma.sync stages through
+// registers, the test hook hand_unfused_bias_grad): gemm_cuda, then bias_backward_cuda.
+size_t weight_bias_grad_scratch_bytes(int rows, int OC);
+template <class T>
+void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
+                           int IC, int OC, cudaStream_t stream);
 
 namespace detail {
 // The cuBLASLt backend (gemm_cublaslt.cu); gemm_cuda dispatches to it after checking the arguments.

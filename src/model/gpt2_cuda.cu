@@ -239,15 +239,16 @@ class ModelImpl final : public GPT2Cuda::Impl {
     a.plan.resize(3 * N + 1);
     const int iN = static_cast<int>(N), iC = static_cast<int>(C);
     size_t ws = kernels::layernorm_backward_scratch_bytes(iN, iC);
-    ws = std::max(ws, kernels::bias_backward_scratch_bytes(iN, 4 * iC));
-    ws = std::max(ws, kernels::bias_backward_scratch_bytes(iN, 3 * iC));
+    ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 4 * iC));
+    ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 3 * iC));
     ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH)));
     a.workspace.resize(ws);
     staging_.resize(2 * N);
     plan_staging_.resize(3 * N + 1);
   }
 
-  // out (M,N) = a @ b (+ bias, epilogue): the one place GEMMs are issued.
+  // out (M,N) = a @ b (+ bias, epilogue): the one place GEMMs are issued, but for the weight gradients
+  // (weight_bias_grad in backward_blocks, which fuses the bias gradient into them).
   void matmul(T* out, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool ta, bool tb,
               bool accumulate, GemmEpilogue ep) {
     kernels::gemm_cuda<T>(gemm_, out, a, b, bias, aux, M, N, K, ta, tb, accumulate, ep, stream_);
@@ -508,8 +509,10 @@ class ModelImpl final : public GPT2Cuda::Impl {
     auto ready = [&](size_t from) {
       if (on_ready) on_ready(from);
     };
-    auto bias_backward = [&](T* dbias, const T* dout, int OC) {
-      kernels::bias_backward_cuda<T>(dbias, ws, dout, N, OC, stream_);
+    // dw (IC,OC) += inp^T @ dout and dbias (OC) += column sums of dout, in one pass where the GEMM can
+    // (weight_bias_grad_cuda)
+    auto weight_bias_grad = [&](T* dw, T* dbias, const T* inp, const T* dout, int IC, int OC) {
+      kernels::weight_bias_grad_cuda<T>(gemm_, dw, dbias, ws, inp, dout, N, IC, OC, stream_);
     };
 
     // LM head (tied): dwte gets its first contribution here; its last comes from the encoder below.
@@ -552,25 +555,21 @@ class ModelImpl final : public GPT2Cuda::Impl {
       // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
       // MLP down-projection: d(fch) = (dresidual @ fcprojw^T) * gelu'(fch), GELU backward fused.
       matmul(a.dbt4c.data(), dres, w.fcprojw, nullptr, fch, N, 4 * C, C, false, true, false, GemmEpilogue::kDGelu);
-      matmul(dw.fcprojw, fch_gelu, dres, nullptr, nullptr, 4 * C, C, N, true, false, true, GemmEpilogue::kNone);
-      bias_backward(dw.fcprojb, dres, C);
+      weight_bias_grad(dw.fcprojw, dw.fcprojb, fch_gelu, dres, 4 * C, C);
       // MLP up-projection
       matmul(a.btc.data(), a.dbt4c.data(), w.fcw, nullptr, nullptr, N, C, 4 * C, false, true, false,
              GemmEpilogue::kNone);
-      matmul(dw.fcw, ln2, a.dbt4c.data(), nullptr, nullptr, C, 4 * C, N, true, false, true, GemmEpilogue::kNone);
-      bias_backward(dw.fcb, a.dbt4c.data(), 4 * C);
+      weight_bias_grad(dw.fcw, dw.fcb, ln2, a.dbt4c.data(), C, 4 * C);
       kernels::layernorm_backward_cuda<T>(dres, dw.ln2w, dw.ln2b, ws, a.btc.data(), residual2, w.ln2w, ln2_mean,
                                           ln2_rstd, N, C, stream_);
       // dresidual now holds d(residual2[l]). Attention projection:
       matmul(a.btc.data(), dres, w.attprojw, nullptr, nullptr, N, C, C, false, true, false, GemmEpilogue::kNone);
-      matmul(dw.attprojw, atty, dres, nullptr, nullptr, C, C, N, true, false, true, GemmEpilogue::kNone);
-      bias_backward(dw.attprojb, dres, C);
+      weight_bias_grad(dw.attprojw, dw.attprojb, atty, dres, C, C);
       kernels::attention_backward_cuda<T>(a.dqkv.data(), ws, a.btc.data(), qkv, atty, lse, B, T_, C, NH, stream_);
       // QKV projection
       matmul(a.btc.data(), a.dqkv.data(), w.qkvw, nullptr, nullptr, N, C, 3 * C, false, true, false,
              GemmEpilogue::kNone);
-      matmul(dw.qkvw, ln1, a.dqkv.data(), nullptr, nullptr, C, 3 * C, N, true, false, true, GemmEpilogue::kNone);
-      bias_backward(dw.qkvb, a.dqkv.data(), 3 * C);
+      weight_bias_grad(dw.qkvw, dw.qkvb, ln1, a.dqkv.data(), C, 3 * C);
       kernels::layernorm_backward_cuda<T>(dres, dw.ln1w, dw.ln1b, ws, a.btc.data(), residual, w.ln1w,
                                           a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, N, C, stream_);
       // dresidual now holds d(residual entering block l)

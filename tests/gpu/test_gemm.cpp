@@ -3,7 +3,8 @@
 // for every product GPT-2 124M makes, at 256 rows (and 4096 for a weight gradient). Both backends, both
 // storage types. Forced paths: the hand kernel's scalar tile loader and a forced split-K factor,
 // cuBLASLt's unfused epilogues, misaligned pointers; the hand bf16 kernel forced to mma.sync and to
-// wgmma (the latter on compute capability 9.0 only). Determinism: two runs give the same bits.
+// wgmma (the latter on compute capability 9.0 only). The bias gradient fused into the weight gradient
+// (weight_bias_grad_cuda). Determinism: two runs give the same bits.
 // Outputs that are overwritten are poisoned with NaN first, and a guard after C catches stray writes.
 #include <gtest/gtest.h>
 
@@ -607,6 +608,72 @@ TYPED_TEST(GemmTest, BiasBackwardAccumulatesDeterministically) {
       expect_close<T>(got[0], ref, naive_of<T>(ref), tag.c_str());
       EXPECT_EQ(bit_mismatches(got[0], got[1]), 0) << tag << ": two runs differ";
     }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weight and bias gradients in one pass (weight_bias_grad_cuda).
+
+// dw must have gemm_cuda's bits (the bias sums ride along and must not disturb the product), dbias the
+// CPU's column sums within the bf16 rule, both deterministic, nothing written outside. The hand backend
+// runs fused on its default path (fp32: also at offset 1), with a forced split-K of 3 (per-split sums
+// added in order), and unfused through the hook and on bf16's register-staged loaders (offset 1, the
+// scalar-load hook), which leave the bias to bias_backward_cuda; cuBLASLt runs unfused.
+TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
+  using T = TypeParam;
+  struct LShape {
+    int rows, IC, OC;
+  };
+  std::vector<Variant> variants(4);
+  variants[0].tag = "";
+  variants[1].tag = "[split 3] ";
+  variants[1].hooks.hand_force_splits = 3;
+  variants[2].tag = "[scalar loads] ";
+  variants[2].hooks.hand_force_scalar_loads = true;
+  variants[3].tag = "[unfused] ";
+  variants[3].hooks.hand_unfused_bias_grad = true;
+  uint32_t seed = 1200;
+  for (const LShape& s : {LShape{1, 1, 1}, LShape{111, 72, 37}, LShape{300, 72, 2304}, LShape{513, 200, 3 * kC + 4},
+                          LShape{4096, kC, kC}})
+    for (size_t offset : {size_t{0}, size_t{1}})
+      for (const Variant& v : variants)
+        for (GemmBackend be : kBackends) {
+          const std::string tag = std::string(name_of(be)) + " " + v.tag + "rows=" + std::to_string(s.rows) +
+                                  " IC=" + std::to_string(s.IC) + " OC=" + std::to_string(s.OC) +
+                                  (offset ? " [offset 1]" : "");
+          SCOPED_TRACE(tag);
+          const size_t n_in = static_cast<size_t>(s.rows) * s.IC, n_out = static_cast<size_t>(s.rows) * s.OC;
+          const size_t n_w = static_cast<size_t>(s.IC) * s.OC;
+          const auto inp = rnd_t<T>(n_in, seed), dout = rnd_t<T>(n_out, seed + 1);
+          const auto dw0 = rnd_t<T>(n_w, seed + 2), db0 = rnd_t<T>(s.OC, seed + 3);
+          seed += 4;
+          std::vector<float> db_ref = db0;
+          kernels::bias_backward_cpu(db_ref.data(), dout.data(), s.rows, s.OC);
+
+          GemmContext& ctx = shared_context(be);
+          ctx.test_hooks() = v.hooks;
+          // the plain product, for dw's bits
+          Dev<T> dw_plain(dw0, offset), d_inp(inp, offset), d_dout(dout, offset);
+          kernels::gemm_cuda<T>(ctx, dw_plain.data(), d_inp.data(), d_dout.data(), nullptr, nullptr, s.IC, s.OC, s.rows,
+                                true, false, true, GemmEpilogue::kNone, nullptr);
+          std::vector<float> dw[2], db[2];
+          for (int run = 0; run < 2; ++run) {
+            Dev<T> d_dw(dw0, offset), d_db(db0, offset);
+            DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(s.rows, s.OC));
+            CUDA_CHECK(cudaMemset(scratch.data(), 0xff, scratch.bytes()));  // NaN: the sums must not read it unwritten
+            kernels::weight_bias_grad_cuda<T>(ctx, d_dw.data(), d_db.data(), scratch.data(), d_inp.data(), d_dout.data(),
+                                              s.rows, s.IC, s.OC, nullptr);
+            sync();
+            dw[run] = d_dw.get();
+            db[run] = d_db.get();
+            EXPECT_EQ(d_dw.guard_writes(), 0) << "dw: writes outside";
+            EXPECT_EQ(d_db.guard_writes(), 0) << "dbias: writes outside";
+          }
+          ctx.test_hooks() = GemmTestHooks{};
+          EXPECT_EQ(bit_mismatches(dw[0], dw_plain.get()), 0) << "dw differs from gemm_cuda's";
+          expect_close<T>(db[0], db_ref, naive_of<T>(db_ref), "dbias +=");
+          EXPECT_EQ(bit_mismatches(dw[0], dw[1]), 0) << "dw: two runs differ";
+          EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";
+        }
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 // is ~989 TFLOP/s; cuBLASLt reaches ~600-750 on these shapes).
 //   build/bin/bench_gpu_kernels --benchmark_filter='Gemm'
 // Names: Gemm/bf16/<backend>/<layer>/<fwd|dinp|dw>/BT:<rows>
+// The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
+// backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
+// and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
+//   WeightBiasGrad/bf16/<hand|hand_unfused|cublaslt>/<layer>/BT:<rows>
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -119,6 +123,23 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, Layer layer, Pass pass,
       2.0 * p.M * p.N * p.K, 0);
 }
 
+void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused, Layer layer, int rows) {
+  const int IC = layer.in, OC = layer.out;
+  auto inp = random_device(static_cast<size_t>(rows) * IC, 1), dout = random_device(static_cast<size_t>(rows) * OC, 2);
+  auto dw = random_device(static_cast<size_t>(IC) * OC, 3), dbias = random_device(OC, 4);
+  DeviceBuffer<char> scratch(k::weight_bias_grad_scratch_bytes(rows, OC));
+  k::GemmContext& ctx = context(be);
+  ctx.test_hooks().hand_unfused_bias_grad = unfused;
+  gpt2::bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        k::weight_bias_grad_cuda<bf16>(ctx, dw.data(), dbias.data(), scratch.data(), inp.data(), dout.data(), rows, IC,
+                                       OC, s);
+      },
+      2.0 * IC * OC * rows, 2.0 * (static_cast<double>(rows) * (IC + OC) + 2.0 * IC * OC));
+  ctx.test_hooks().hand_unfused_bias_grad = false;
+}
+
 // The ceiling the hand GEMM is judged against (issue 10: ~800 TFLOP/s on the lent H100): cuBLASLt on
 // a square 8192^3 bf16 product, no epilogue. Named Ceiling/... so the phase B report finds it.
 void BM_CeilingGemm(benchmark::State& state) {
@@ -149,6 +170,25 @@ const bool kRegistered = [] {
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
         }
+  struct WbVariant {
+    const char* name;
+    k::GemmBackend be;
+    bool unfused;
+  };
+  const WbVariant variants[] = {{"hand", k::GemmBackend::kHand, false},
+                                {"hand_unfused", k::GemmBackend::kHand, true},
+                                {"cublaslt", k::GemmBackend::kCublasLt, false}};
+  for (int rows : {8192, 65536})
+    for (const Layer& l : kLayers) {
+      if (l.lm_head) continue;  // the tied LM head has no bias
+      for (const WbVariant& v : variants) {
+        const std::string name =
+            std::string("WeightBiasGrad/bf16/") + v.name + "/" + l.name + "/BT:" + std::to_string(rows);
+        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.unfused, l, rows)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
   return true;
 }();
 
