@@ -200,6 +200,12 @@ phase_A() {
   step decode_kv_cache 240 "== CPU decode" gtest test_gpu_decode
   step reducer_1rank 120 "exact" "$bin/mpirun" -n 1 "$bin/test_gpu_reducer"
   step reducer_2ranks 180 "exact, shared GPU" "$bin/mpirun" -n 2 "$bin/test_gpu_reducer"
+  # The sm_90a kernels were compiled here without a disassembler: their SASS must hold HGMMA and UTMALDG.
+  if command -v cuobjdump >/dev/null; then
+    step sass_sm90a 60 "HGMMA + UTMALDG, no HMMA" sass_sm90a
+  else
+    row sass_sm90a SKIP "cuobjdump not installed" "HGMMA + UTMALDG, no HMMA"
+  fi
   if command -v compute-sanitizer >/dev/null; then
     local cs=(compute-sanitizer --target-processes all --error-exitcode 9 --print-limit 20)
     gpu_step memcheck_layernorm 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_layernorm" \
@@ -209,6 +215,12 @@ phase_A() {
     gpu_step memcheck_gemm 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_gemm" --gtest_filter='*/1.ForcedPaths'
     gpu_step racecheck_attention 300 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
       --gtest_filter='*/1.SmallShapes*'
+    # the Hopper forward: TMA, mbarriers and wgmma across a producer and two consumer warpgroups
+    gpu_step synccheck_attention_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
+      --gtest_filter='AttentionWgmmaForward.AgreesWithMmaSync'
+    # the 5-product backward: four warps share the dS^T tile in shared memory each turn
+    gpu_step racecheck_attention_accumulate_dq 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
+      --gtest_filter='AttentionAccumulateDq.AgreesWithRecomputeDq'
     gpu_step racecheck_layernorm 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_layernorm" \
       --gtest_filter='*/1.BackwardMatches*'
   else
@@ -242,8 +254,32 @@ phase_B() {
   gpu_step train_124m_cublaslt_mb16_graph 150 "faster than without" \
     "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt --cuda-graph --max-steps 12 \
     --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_graph_16"
+  # The Hopper attention forward (wgmma + TMA), end to end.
+  gpu_step train_124m_cublaslt_mb16_wgmma_attention 150 "faster than mma.sync" \
+    env GPT2_ATTENTION_FWD=wgmma "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
+    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_wgmma_attn_16"
+  # The attention backward that accumulates dQ (5 products instead of 7), end to end.
+  gpu_step train_124m_cublaslt_mb16_accumulate_dq 150 "faster than recompute-dq" \
+    env GPT2_ATTENTION_BWD=accumulate-dq "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
+    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_accdq_16"
 }
+# sass_sm90a: per kernel family, its HGMMA (wgmma), UTMALDG (TMA) and HMMA (mma.sync) counts; the
+# wgmma kernels must have the first two and none of the third.
+sass_sm90a() {
+  local fn binary
+  for fn in attention_fwd_wgmma_tma:test_gpu_attention gemm_bf16_wgmma_tma_persistent:test_gpu_gemm; do
+    binary=$bin/${fn#*:}
+    cuobjdump -sass "$binary" | awk -v fn="${fn%%:*}" '
+      /Function :/ { inside = index($0, fn) > 0; if (inside) n++ }
+      inside && /HGMMA/ { h++ } inside && /UTMALDG/ { t++ } inside && /HMMA/ { m++ }
+      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA\n", fn, n, h, t, m; exit !(n > 0 && h > 0 && t > 0 && m == 0) }' ||
+      return 1
+  done
+}
+figure_sass_sm90a() { grep -o '[0-9]* HGMMA' "$1" | paste -sd/ | sed 's/$/ (attention\/gemm)/'; }
 figure_train_124m_cublaslt_mb16_graph() { train_figure "$1"; }
+figure_train_124m_cublaslt_mb16_accumulate_dq() { train_figure "$1"; }
+figure_train_124m_cublaslt_mb16_wgmma_attention() { train_figure "$1"; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$OUT/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
@@ -302,7 +338,7 @@ figure_oracle_transformers() { grep -m1 -E '^max \|' "$1"; }
 figure_oracle_tiktoken() { grep -m1 -E 'tokens compared' "$1"; }
 
 export B bin repo work nccl_dir cublas_dir
-export -f probe ldd_check gtest
+export -f probe ldd_check gtest sass_sm90a
 # ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
 phase_D() {
   step probe 60 "os, glibc, driver, libraries" probe

@@ -5,18 +5,24 @@
 //    accumulation), ldmatrix fragments from padded shared-memory tiles, cp.async double buffering of
 //    the streamed tiles. Each warp owns whole 16-row MMA tiles, so softmax statistics and the P / dS
 //    operands never leave registers.
+//  * on compute capability 9.0, opt-in (AttentionForwardPath::kWgmma), the bf16 forward at hs = 64 runs
+//    on wgmma fed by TMA (attention_sm90.cu).
 //  * fp32 SIMT path for everything else (T = float, any hs <= 128), also the fallback that
 //    attention_force_generic() selects for tests.
 // Both: the T x T score matrix is never materialised; causal tiles above the diagonal are skipped;
-// the backward recomputes P = exp(s - lse) and writes every output element from exactly one block
-// (dK, dV: one block per key tile looping over query tiles; dQ: one block per query tile looping over
-// key tiles), so results are bit-identical from run to run.
+// the backward recomputes P = exp(s - lse) and writes every dK, dV element from exactly one block (one
+// block per key tile looping over query tiles). dQ either has an owner too (one block per query tile
+// looping over key tiles, which recomputes S and dP) or, on the tensor-core path with
+// AttentionBackwardPath::kAccumulateDq, is summed by the key-tile blocks in key order through an fp32
+// accumulator (bwd_add_dq_share). Either way results are bit-identical from run to run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -25,6 +31,9 @@
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
+#if defined(GPT2_HAVE_SM90A)
+#include "kernels/attention/attention_sm90.cuh"
+#endif
 
 namespace gpt2::kernels {
 namespace {
@@ -47,11 +56,7 @@ using cuda::ldmatrix_x4;
 using cuda::ldmatrix_x4_trans;
 using cuda::mma_bf16_16816;
 
-// Two floats -> one register of two bf16, `lo` in the low half (the lower column of an MMA fragment).
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+using cuda::pack_bf16x2;
 
 // Plain shared-memory read of an fp32 value written by cp.async (kept separate so it is visible as a
 // shared-memory access in one place).
@@ -74,8 +79,8 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 // Kernels
 // ================================================================================================
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using cuda::kLn2;
+using cuda::kLog2e;
 constexpr int kMaxHeadSize = 128;
 
 // ---- D = rowsum(dout * out), shared by both backward paths ----------------------------------------
@@ -510,6 +515,21 @@ struct TcDkdvConfig {
   // K, V tiles + two stages of (Q, dO tiles, lse, D)
   static constexpr size_t kSmemBytes =
       static_cast<size_t>(2 * kBlockN + 4 * kBlockM) * kPitch * sizeof(bf16) + 2 * 2 * kBlockM * sizeof(float);
+
+  // When the same block also accumulates dQ (AttentionBackwardPath::kAccumulateDq): dS^T of the tile
+  // pair in bf16, [kBlockN keys][kBlockM queries + 8] (a 144- or 80-byte pitch: 8 consecutive rows in
+  // 8 bank groups), the A operand of dQ += dS K that all four warps share.
+  static constexpr int kDsPitch = kBlockM + 8;
+  static constexpr size_t kDsBytes = static_cast<size_t>(kBlockN) * kDsPitch * sizeof(bf16);
+  static constexpr size_t kSmemBytesWithDq = kSmemBytes + kDsBytes;
+  // dQ += dS K over the warps: kBlockM / 16 row tiles, the head dimension cut into the remaining parts.
+  static constexpr int kDqRowTiles = kBlockM / 16;
+  static constexpr int kDqDimParts = kWarps / kDqRowTiles;
+  static constexpr int kDqDimBlocks = TcTile<HS>::kDimBlocks / kDqDimParts;  // 8-column tiles per warp
+  static_assert(kWarps % kDqRowTiles == 0 && kDqDimBlocks % 2 == 0 &&
+                    kDqDimBlocks * kDqDimParts == TcTile<HS>::kDimBlocks,
+                "dQ tiles: whole row tiles per warp, whole 16-column pairs of the head dimension");
+  static_assert(kSmemBytesWithDq % 16 == 0 && kSmemBytes % 16 == 0, "dS^T tile 16-byte aligned for ldmatrix");
 };
 
 // dQ: 4 warps x 16 query rows = 64 rows per block; K, V tiles stream through two stages.
@@ -778,13 +798,83 @@ __global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
   }
 }
 
+// dQ[query tile qt] (+)= dS K over this block's key tile kt, when its turn comes (see bwd_dkdv_tc_block):
+// dS^T is in sdS ([key][query], written by all four warps), K in sK ([key][dim]). Warp w takes query rows
+// 16 (w % kDqRowTiles) .. +15 and the (w / kDqRowTiles)-th part of the head dimension.
+template <int HS>
+__device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK, float* dq_acc, const int* dq_turns,
+                                                 int kt, int qt, int nq, int T_, int C, int NH) {
+  using Cfg = TcDkdvConfig<HS>;
+  constexpr int kP = Cfg::kPitch;
+  constexpr int kDB = Cfg::kDqDimBlocks;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tq = lane & 3;
+  const int mt = warp % Cfg::kDqRowTiles;
+  const int col0 = (warp / Cfg::kDqRowTiles) * kDB * 8;  // this warp's first head dimension
+  __syncthreads();                                        // every warp's dS^T rows are in sdS
+
+  float dq[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    // A = dS (queries x keys) from the [key][query] tile, transposed on load: lanes 0-7 address the
+    // matrix (q 0-7, k 0-7), lanes 8-15 (q 8-15, k 0-7), 16-23 (q 0-7, k 8-15), 24-31 (q 8-15, k 8-15).
+    uint32_t a[4];
+    ldmatrix_x4_trans(a, sdS + (kk * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kDsPitch + mt * 16 +
+                             ((lane >> 3) & 1) * 8);
+#pragma unroll
+    for (int dp = 0; dp < kDB / 2; ++dp) {
+      uint32_t bk[4];
+      load_b_frags_kn<kP>(bk, sK + kk * 16 * kP + col0 + dp * 16, lane);
+      mma_bf16_16816(dq[2 * dp], a, bk[0], bk[1]);
+      mma_bf16_16816(dq[2 * dp + 1], a, bk[2], bk[3]);
+    }
+  }
+
+  // Our turn: key tiles 0 .. kt-1 have added theirs (acquire), so the sum grows in key order.
+  const int* turn = dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;
+  if (threadIdx.x == 0) {
+    while (cuda::ld_acquire_gpu(turn) < kt) {
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = qt * Cfg::kBlockM + mt * 16 + g + 8 * r;
+    if (row >= T_) continue;
+    float* dst = dq_acc + (static_cast<size_t>(b) * T_ + row) * C + static_cast<size_t>(h) * HS + col0 + 2 * tq;
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) {
+      float2 v = make_float2(dq[db][2 * r], dq[db][2 * r + 1]);
+      if (kt > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
+        const float2 before = __ldcg(reinterpret_cast<const float2*>(dst + db * 8));
+        v.x = before.x + v.x;
+        v.y = before.y + v.y;
+      }
+      __stcg(reinterpret_cast<float2*>(dst + db * 8), v);
+    }
+  }
+}
+
 // dK, dV of one 64-key tile (16 keys per warp): loops over the query tiles from the diagonal to the end.
 // Computing S^T = K Q^T and dP^T = V dO^T puts keys on the MMA rows, so P^T and dS^T come out as A operands
 // of dV += P^T dO and dK += dS^T Q without a trip through shared memory.
-template <int HS>
-__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                  const float* lse, const float* D, int T_, int C, int NH,
-                                                  float scale_log2, float scale) {
+//
+// kDq (AttentionBackwardPath::kAccumulateDq): the block also adds this key tile's share of dQ, dS K, to
+// the fp32 accumulator dq_acc (B,T,C) of each query tile it visits, so nothing is recomputed for dQ
+// (5 products instead of 7). Deterministic without float atomics: the key tiles of one query tile take
+// turns in key order. dq_turns[(b*NH + h)*n_qt + qt] counts the key tiles done with query tile qt; key
+// tile kt waits for it to reach kt, writes (kt == 0) or adds, and increments it. Key tile 0 is in every
+// query tile's causal range, so the first contribution is always a plain store and dq_acc needs no
+// clearing. The wait is safe because blocks are dispatched in blockIdx order (x fastest): key tile
+// kt - 1 of the same head is already resident or finished, and its own waits go down to key tile 0,
+// which never waits.
+template <int HS, bool kDq>
+__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout,
+                                                  const bf16* qkv, const float* lse, const float* D, int T_, int C,
+                                                  int NH, float scale_log2, float scale) {
   using Cfg = TcDkdvConfig<HS>;
   constexpr int kP = Cfg::kPitch;
   constexpr int kBM = Cfg::kBlockM;
@@ -801,6 +891,7 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, const bf16
   bf16* sdO = sQ + 2 * kBM * kP;                               // [2][kBM][kP]
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kBM * kP);  // [2][kBM]
   float* sD = sLse + 2 * kBM;                                  // [2][kBM]
+  bf16* sdS = reinterpret_cast<bf16*>(sD + 2 * kBM);           // [kBlockN][kDsPitch], kDq only
 
   const size_t ld = 3 * static_cast<size_t>(C);
   const bf16* q_g = qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * HS;
@@ -929,8 +1020,30 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, const bf16
           mma_bf16_16816(dk[2 * dp + 1], da, bq[2], bq[3]);
         }
       }
+      if constexpr (kDq) {
+        // dS^T rows of this warp's keys, the same bf16 values dK used
+#pragma unroll
+        for (int nb = 0; nb < kMB; ++nb) {
+          bf16* dst = sdS + (warp * 16 + g) * Cfg::kDsPitch + nb * 8 + 2 * tq;
+          *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(dpt[nb][0], dpt[nb][1]);
+          *reinterpret_cast<uint32_t*>(dst + 8 * Cfg::kDsPitch) = pack_bf16x2(dpt[nb][2], dpt[nb][3]);
+        }
+      }
+    } else if constexpr (kDq) {
+      // no visible (query, key) pair for these keys: their dS^T rows are zero
+#pragma unroll
+      for (int nb = 0; nb < kMB; ++nb) {
+        bf16* dst = sdS + (warp * 16 + g) * Cfg::kDsPitch + nb * 8 + 2 * tq;
+        *reinterpret_cast<uint32_t*>(dst) = 0u;
+        *reinterpret_cast<uint32_t*>(dst + 8 * Cfg::kDsPitch) = 0u;
+      }
     }
-    __syncthreads();  // all warps are done with `stage` before the next iteration refills it
+    if constexpr (kDq) bwd_add_dq_share<HS>(sdS, sK, dq_acc, dq_turns, kt, qt, nq, T_, C, NH);
+    __syncthreads();  // all warps are done with `stage` (and sdS) before the next iteration refills it
+    if constexpr (kDq) {
+      // this key tile's turn at query tile qt is over: every thread's dq_acc writes precede the release
+      if (threadIdx.x == 0) cuda::red_release_gpu_add(dq_turns + (static_cast<size_t>(blockIdx.z) * NH + blockIdx.y) * nq + qt, 1);
+    }
   }
 
   if (warp_has_keys) {
@@ -1110,11 +1223,33 @@ __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
                      int NH, int n_kv_blocks, float scale_log2, float scale) {
   if (static_cast<int>(blockIdx.x) < n_kv_blocks) {
     // key tile 0 sees the most query tiles: natural order is heaviest first
-    bwd_dkdv_tc_block<HS>(blockIdx.x, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+    bwd_dkdv_tc_block<HS, false>(blockIdx.x, dqkv, nullptr, nullptr, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
   } else {
     // the last query tile has the longest causal prefix: it comes first
     bwd_dq_tc_block<HS>(gridDim.x - 1 - blockIdx.x, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
   }
+}
+
+// AttentionBackwardPath::kAccumulateDq: one block per key tile computes dK, dV and its share of dQ (key
+// tile 0, the heaviest, first: natural order); dQ is stored from the accumulator afterwards.
+template <int HS>
+__global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
+    attention_bwd_tc_accumulate_dq(bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout, const bf16* qkv,
+                                   const float* lse, const float* D, int T_, int C, int NH, float scale_log2,
+                                   float scale) {
+  bwd_dkdv_tc_block<HS, true>(blockIdx.x, dqkv, dq_acc, dq_turns, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+}
+
+// The q part of dqkv (B,T,3C) = dq_acc (B,T,C) * scale, two columns per thread (C is even: hs % 16 == 0).
+constexpr int kDqStoreThreads = 256;
+__global__ void __launch_bounds__(kDqStoreThreads)
+    attention_bwd_store_dq(bf16* dqkv, const float* dq_acc, long rows, int C, float scale) {
+  const long pairs = C / 2;
+  const long i = static_cast<long>(blockIdx.x) * kDqStoreThreads + threadIdx.x;
+  if (i >= rows * pairs) return;
+  const long row = i / pairs, col = (i % pairs) * 2;
+  const float2 v = *reinterpret_cast<const float2*>(dq_acc + row * C + col);
+  *reinterpret_cast<__nv_bfloat162*>(dqkv + row * 3 * C + col) = __floats2bfloat162_rn(v.x * scale, v.y * scale);
 }
 
 }  // namespace
@@ -1126,6 +1261,66 @@ __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
 namespace {
 
 bool g_force_generic = false;
+
+// GPT2_ATTENTION_FWD: unset or "mma-sync" (the default), or "wgmma".
+AttentionForwardPath forward_path_from_env() {
+  const char* env = std::getenv("GPT2_ATTENTION_FWD");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "mma-sync") == 0) return AttentionForwardPath::kMmaSync;
+  GPT2_CHECK(std::strcmp(env, "wgmma") == 0,
+             "GPT2_ATTENTION_FWD='" << env << "' is not a forward path: use mma-sync (the default) or wgmma");
+  return AttentionForwardPath::kWgmma;
+}
+
+AttentionForwardPath& forward_path() {
+  static AttentionForwardPath path = forward_path_from_env();
+  return path;
+}
+
+// GPT2_ATTENTION_BWD: unset or "recompute-dq" (the default), or "accumulate-dq".
+AttentionBackwardPath backward_path_from_env() {
+  const char* env = std::getenv("GPT2_ATTENTION_BWD");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "recompute-dq") == 0) return AttentionBackwardPath::kRecomputeDq;
+  GPT2_CHECK(std::strcmp(env, "accumulate-dq") == 0,
+             "GPT2_ATTENTION_BWD='" << env << "' is not a backward path: use recompute-dq (the default) or accumulate-dq");
+  return AttentionBackwardPath::kAccumulateDq;
+}
+
+AttentionBackwardPath& backward_path() {
+  static AttentionBackwardPath path = backward_path_from_env();
+  return path;
+}
+
+// The backward's scratch, each part 256-byte aligned: D = rowsum(dout * out) (B,NH,T) fp32; for
+// kAccumulateDq the dQ accumulator (B,T,C) fp32 and the turn counters, one int per (b, h, query tile) for
+// tiles of at least 16 rows. Sized for both paths, so the path can change without reallocating.
+struct BackwardScratch {
+  float* D;
+  float* dq_acc;
+  int* dq_turns;
+  size_t turns_bytes;
+};
+constexpr size_t kScratchAlign = 256;
+size_t align_up(size_t n) {
+  return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+size_t d_bytes(int B, int T_, int NH) {
+  return align_up(static_cast<size_t>(B) * NH * T_ * sizeof(float));
+}
+size_t dq_acc_bytes(int B, int T_, int C) {
+  return align_up(static_cast<size_t>(B) * T_ * C * sizeof(float));
+}
+size_t turns_bytes(int B, int T_, int NH) {
+  return align_up(static_cast<size_t>(B) * NH * ((T_ + 15) / 16) * sizeof(int));
+}
+BackwardScratch carve_scratch(void* scratch, int B, int T_, int C, int NH) {
+  char* p = static_cast<char*>(scratch);
+  BackwardScratch s;
+  s.D = reinterpret_cast<float*>(p);
+  s.dq_acc = reinterpret_cast<float*>(p + d_bytes(B, T_, NH));
+  s.dq_turns = reinterpret_cast<int*>(p + d_bytes(B, T_, NH) + dq_acc_bytes(B, T_, C));
+  s.turns_bytes = turns_bytes(B, T_, NH);
+  return s;
+}
 
 // Calls f(std::integral_constant<int, HS>{}) when hs has a tensor-core kernel; returns whether it did.
 template <class F>
@@ -1170,9 +1365,32 @@ void attention_force_generic(bool force) {
   g_force_generic = force;
 }
 
+void attention_set_forward_path(AttentionForwardPath path) {
+  forward_path() = path;
+}
+
+AttentionForwardPath attention_forward_path() {
+  return forward_path();
+}
+
+bool attention_fwd_wgmma_available() {
+#if defined(GPT2_HAVE_SM90A)
+  return attention_detail::attention_fwd_wgmma_ready();
+#else
+  return false;
+#endif
+}
+
+void attention_set_backward_path(AttentionBackwardPath path) {
+  backward_path() = path;
+}
+
+AttentionBackwardPath attention_backward_path() {
+  return backward_path();
+}
+
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH) {
-  (void)C;
-  return static_cast<size_t>(B) * NH * T_ * sizeof(float);
+  return d_bytes(B, T_, NH) + dq_acc_bytes(B, T_, C) + turns_bytes(B, T_, NH);
 }
 
 template <class T>
@@ -1181,6 +1399,13 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
   const int hs = C / NH;
   const float scale_log2 = scale_of(hs) * kLog2e;
   if constexpr (std::is_same_v<T, bf16>) {
+#if defined(GPT2_HAVE_SM90A)
+    if (!g_force_generic && forward_path() == AttentionForwardPath::kWgmma &&
+        attention_detail::attention_fwd_wgmma_ready() && attention_detail::attention_fwd_wgmma_takes(qkv, out, C, NH)) {
+      attention_detail::attention_fwd_wgmma(out, lse, qkv, B, T_, C, NH, stream);
+      return;
+    }
+#endif
     if (!g_force_generic && aligned16(qkv) && aligned16(out)) {
       const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
         constexpr int HS = decltype(hs_const)::value;
@@ -1206,7 +1431,10 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
   const int hs = C / NH;
   const float scale = scale_of(hs);
   const float scale_log2 = scale * kLog2e;
-  float* D = static_cast<float*>(scratch);
+  GPT2_CHECK(reinterpret_cast<uintptr_t>(scratch) % kScratchAlign == 0,
+             "attention backward: scratch must be " << kScratchAlign << "-byte aligned");
+  const BackwardScratch parts = carve_scratch(scratch, B, T_, C, NH);
+  float* D = parts.D;
 
   const long rows = static_cast<long>(B) * T_ * NH;
   const long rowdot_blocks = (rows + kRowdotThreads / 32 - 1) / (kRowdotThreads / 32);
@@ -1219,9 +1447,22 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
         constexpr int HS = decltype(hs_const)::value;
         using Cfg = TcBwdConfig<HS>;
         const int n_kv = Cfg::kv_blocks(T_);
-        const dim3 grid(static_cast<unsigned>(n_kv + Cfg::q_blocks(T_)), NH, B);
-        launch_kernel(attention_bwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse, D,
-                      T_, C, NH, n_kv, scale_log2, scale);
+        if (backward_path() == AttentionBackwardPath::kAccumulateDq) {
+          using Dkdv = TcDkdvConfig<HS>;
+          static_assert(Dkdv::kBlockM >= 16, "turn counters are sized for query tiles of >= 16 rows");
+          CUDA_CHECK(cudaMemsetAsync(parts.dq_turns, 0, parts.turns_bytes, stream));
+          launch_kernel(attention_bwd_tc_accumulate_dq<HS>, dim3(static_cast<unsigned>(n_kv), NH, B),
+                        dim3(Dkdv::kThreads), Dkdv::kSmemBytesWithDq, stream, dqkv, parts.dq_acc, parts.dq_turns, dout,
+                        qkv, lse, D, T_, C, NH, scale_log2, scale);
+          const long rows_btc = static_cast<long>(B) * T_;
+          const long pairs = rows_btc * (C / 2);
+          launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),
+                        dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
+        } else {
+          const dim3 grid(static_cast<unsigned>(n_kv + Cfg::q_blocks(T_)), NH, B);
+          launch_kernel(attention_bwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse,
+                        D, T_, C, NH, n_kv, scale_log2, scale);
+        }
       });
       if (done) return;
     }

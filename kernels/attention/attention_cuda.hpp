@@ -25,7 +25,38 @@ namespace gpt2::kernels {
 template <class T>
 void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
 
-// Bytes of scratch attention_backward_cuda needs: D = rowsum(dout * out), fp32 (B,NH,T).
+// Which kernel runs the bf16 tensor-core forward. Both meet the same contract.
+//   kMmaSync: mma.sync m16n8k16 (attention.cu), sm_80 and later, every tensor-core head size.
+//   kWgmma:   wgmma fed by TMA, a producer and two consumer warpgroups (FlashAttention-3's structure,
+//             attention_sm90.cu), where it applies: compute capability 9.0 with a build for
+//             architecture 90, hs = 64, 16-byte aligned qkv and out. Elsewhere kMmaSync runs.
+// The default is kMmaSync: kWgmma has not run on a GPU yet (docs/performance.md). The environment
+// variable GPT2_ATTENTION_FWD=wgmma (or mma-sync) chooses at the first launch; attention_set_forward_path
+// overrides it (tests, benchmarks). Not thread-safe.
+enum class AttentionForwardPath { kMmaSync, kWgmma };
+void attention_set_forward_path(AttentionForwardPath path);
+AttentionForwardPath attention_forward_path();
+// Whether kWgmma can run in this process (a 9.0 device and the kernel's sm_90a code), for tests to skip.
+bool attention_fwd_wgmma_available();
+
+// How the bf16 tensor-core backward gets dQ. Both are deterministic and meet the same contract; the
+// fp32 SIMT path (other head sizes, T = float, attention_force_generic) ignores the choice.
+//   kRecomputeDq:  blocks of one kind own the dK, dV of a key tile; blocks of another own the dQ of a
+//                  query tile and recompute S = QK^T and dP = dO V^T for it: 7 matrix products, no
+//                  ordering between blocks.
+//   kAccumulateDq: one block per key tile computes dK, dV and adds its share dS K to an fp32 dQ
+//                  accumulator, the key tiles of each query tile taking turns in key order (FlashAttention-2's
+//                  deterministic mode): 5 matrix products, plus the accumulator's traffic and the waits.
+// The default is kRecomputeDq: kAccumulateDq has not run on a GPU yet (docs/performance.md). The
+// environment variable GPT2_ATTENTION_BWD=accumulate-dq (or recompute-dq) chooses at the first launch;
+// attention_set_backward_path overrides it (tests, benchmarks). Not thread-safe.
+enum class AttentionBackwardPath { kRecomputeDq, kAccumulateDq };
+void attention_set_backward_path(AttentionBackwardPath path);
+AttentionBackwardPath attention_backward_path();
+
+// Bytes of scratch attention_backward_cuda needs (either path, so the path can change without
+// reallocating): D = rowsum(dout * out), fp32 (B,NH,T); the dQ accumulator, fp32 (B,T,C); the turn
+// counters. The scratch must be 256-byte aligned (cudaMalloc's pointers are).
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 
 // Backward of attention_forward_cuda. With P = exp(s - lse) recomputed from qkv and lse,
@@ -33,8 +64,8 @@ size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 //   dq = dS k,  dk = dS^T q,  dv = P^T dout   (per head, causal)
 //   [in] dout (B,T,C), qkv (B,T,3C), out (B,T,C) (the forward output), lse (B,NH,T);
 //   [out] dqkv (B,T,3C) overwritten (q, k and v parts); scratch: attention_backward_scratch_bytes
-// Deterministic: every output element has one owner (one kernel owns dK,dV per key tile, another dQ
-// per query tile); no atomics.
+// Deterministic: every dK, dV element has one owner, and dQ is either owned too (kRecomputeDq) or summed
+// in a fixed order (kAccumulateDq); no float atomics.
 template <class T>
 void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
                              int T_, int C, int NH, cudaStream_t stream);

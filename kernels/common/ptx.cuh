@@ -1,9 +1,11 @@
 // The one home of the project's inline PTX (STYLE.md: one home for each primitive). .cu files only.
 //
-//  * sm_80+: cp.async (16 and 4 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 bf16.
+//  * sm_80+: cp.async (16 and 4 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 bf16; an acquire load
+//    and a release add on a global flag, for blocks that take turns.
 //  * sm_90 (plain): mbarrier with transaction counts, TMA (cp.async.bulk.tensor) into shared memory,
 //    the async-proxy fence.
-//  * sm_90a only: wgmma (fence, mma_async, commit, wait) and its shared-memory matrix descriptor.
+//  * sm_90a only: wgmma (fence, mma_async with both operands in shared memory or A in registers,
+//    commit, wait) and its shared-memory matrix descriptor.
 //    These exist only in an sm_90a compilation pass (__CUDA_ARCH_FEAT_SM90_ALL); callers guard their use
 //    the same way, so a file that includes this header still compiles for sm_80 and plain sm_90.
 //
@@ -18,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
 
 namespace gpt2::cuda {
 
@@ -77,6 +78,22 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 }
 
 // ---------------------------------------------------------------------------------------------------
+// sm_70+: a flag in global memory that orders blocks (CUTLASS cutlass/barrier.h spells them the same way)
+
+// Acquire load at GPU scope: what the block that released `flag` wrote before releasing it is visible
+// to this thread (and, after a block-wide barrier, to the whole block) once the value is seen.
+__device__ __forceinline__ int ld_acquire_gpu(const int* flag) {
+  int v;
+  asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+// Release add at GPU scope: every write this thread made (and, after a block-wide barrier, every write
+// of its block) becomes visible before the new value does.
+__device__ __forceinline__ void red_release_gpu_add(int* flag, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" : : "l"(flag), "r"(v) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------------
 // sm_90: mbarrier, TMA, proxy fence
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -103,17 +120,14 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS
 // make_producer_start_state starts the producer at phase 1 for the same reason).
 // A wait that has not completed after ~2^28 tries (seconds: each try_wait itself suspends for a while)
-// is a bug (a phase or byte count that never completes): it traps with a message rather than hanging the
-// job, so the launch fails with an error the host's CUDA_CHECK reports.
+// is a bug (a phase or byte count that never completes): it traps rather than hanging the job, so the
+// launch fails with an error the host's CUDA_CHECK reports. No printf before the trap: a function call
+// in a kernel that issues wgmma makes ptxas serialize every wgmma (warning C7510).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   uint32_t done = 0, tries = 0;
   do {
-    if (++tries == (1u << 28)) {
-      printf("mbarrier wait timed out: block %d thread %d, barrier at shared 0x%x, parity %u\n",
-             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), addr, parity);
-      __trap();
-    }
+    if (++tries == (1u << 28)) __trap();
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -134,6 +148,14 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* tensor_map, u
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
           smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// The same for a rank-3 tensor map: c2 is the outermost coordinate (a batch index, say).
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
+          "r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 // Fetches the tensor map into the descriptor cache ahead of the first copy.
@@ -208,6 +230,12 @@ __device__ __forceinline__ void wgmma_wait_group() {
 __device__ __forceinline__ void wgmma_fence_operand(float& r) {
   asm volatile("" : "+f"(r)::"memory");
 }
+// The same for an A fragment register of a register-sourced wgmma: it must keep its value (and its
+// physical register) until the wgmma.wait_group that retires the product; fencing it after the wait
+// keeps it alive until then.
+__device__ __forceinline__ void wgmma_fence_operand(uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
 
 // d (64x128, fp32) = [d +] A (64x16) B (16x128), both bf16 from shared memory through descriptors.
 // kTransA / kTransB: the operand is MN-major in shared memory (1) rather than K-major (0); the transpose
@@ -234,6 +262,32 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t d
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
+// d (64x64, fp32) += A (64x16) B (16x64): A bf16 from registers, B bf16 from shared memory through a
+// descriptor. The A fragment is mma.sync m16n8k16's per warp (warp w of the warpgroup owns rows
+// 16w..16w+15): a[0] = (row g, k 2t..2t+1), a[1] = (row g+8, k 2t..), a[2] = (row g, k 2t+8..),
+// a[3] = (row g+8, k 2t+8..), g = lane/4, t = lane%4 (PTX ISA "Register Fragments: Matrix A" for
+// .m64nNk16), which is how an m64nN accumulator's registers 8j..8j+7 lie over columns 16j..16j+15: a
+// softmax'ed score tile feeds the next product without shuffles. kTransB: B is MN-major in shared memory.
+// scale_d = 0 ignores d's old value.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                        int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -37,15 +37,13 @@
 //    opposite parity, which a fresh barrier passes at once (CUTLASS make_producer_start_state).
 //    full: 1 arrival (the producer's arrive.expect_tx) + the stage's bytes. empty: one arrival from lane
 //    0 of each consumer warp after that warp's wgmma.wait_group (8), so no warp can still be reading.
-#include <cuda.h>  // CUtensorMap and its enums only: the driver entry point comes through cudart
-#include <cudaTypedefs.h>
-
 #include <cstdint>
 #include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/tensor_map.cuh"
 #include "kernels/gemm/gemm_sm90.cuh"
 
 namespace gpt2::kernels::gemm_detail {
@@ -251,36 +249,13 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 // ---------------------------------------------------------------------------------------------------
 // Host side.
 
-// cuTensorMapEncodeTiled from the driver through cudart, so nothing links libcuda (cudart is static).
-// cudaGetDriverEntryPointByVersion: the unversioned cudaGetDriverEntryPoint is deprecated in CUDA 13.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
-    GPT2_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
-               "the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver); run without GPT2_GEMM_SM90");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // A row-major (outer, inner) bf16 matrix with leading dimension ld, read in 64 x 64 boxes with the
-// 128-byte swizzle. Out-of-bounds box elements read as zero (OOB_FILL_NONE), which pads M, N and K tails.
+// 128-byte swizzle. Out-of-bounds box elements read as zero, which pads M, N and K tails.
 CUtensorMap make_tensor_map(const bf16* base, int inner, int outer, int ld) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(bf16)};  // bytes, dimension 1
-  const cuuint32_t box[2] = {WgmmaTile::kBox, WgmmaTile::kBox};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r =
-      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box,
-                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  GPT2_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(r) << ") for a " << outer
-                                                                           << " x " << inner << " bf16 matrix with ld "
-                                                                           << ld);
-  return map;
+  const uint64_t dims[2] = {static_cast<uint64_t>(inner), static_cast<uint64_t>(outer)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(ld) * sizeof(bf16)};
+  const uint32_t box[2] = {WgmmaTile::kBox, WgmmaTile::kBox};
+  return make_bf16_tensor_map(base, 2, dims, strides, box, "a GEMM operand");
 }
 
 int sm_count() {

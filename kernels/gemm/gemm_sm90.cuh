@@ -1,6 +1,6 @@
 // The Hopper path of the hand GEMM (gemm_sm90.cu): TMA -> mbarrier pipeline -> wgmma, persistent tiles.
 // Internal to kernels/gemm/; gemm.cu dispatches to it. gemm_sm90.cu is compiled only when the CUDA
-// architectures include 90, and then for sm_90a alone (CMakeLists.txt), which defines GPT2_HAVE_GEMM_SM90
+// architectures include 90, and then for sm_90a alone (CMakeLists.txt), which defines GPT2_HAVE_SM90A
 // for gemm.cu.
 #pragma once
 

@@ -27,7 +27,7 @@ struct SoftmaxXentLaunch {
   static constexpr int kMinBlocksPerSm = 2;
 };
 
-constexpr float kLog2e = 1.4426950408889634f;
+using cuda::kLog2e;
 
 // exp(x - max) as one multiply and the hardware exp2: two exps per element (one a pass) at HBM speed,
 // cheaper than expf's range reduction. The relative error is a few ulp for x near max and grows only

@@ -57,7 +57,8 @@ MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int 
                   + L * (BT * C * elem + BT * 2 * f32)                       // residual3, ln1 mean/rstd
                   + BT * (C * 2 + Vp + C * 2 + 3 * C + 4 * C) * elem         // encoded, lnf, logits, btc,
                                                                              // dresidual, dqkv, dbt4c
-                  + BT * 3 * f32;                                            // lnf mean/rstd, losses
+                  + BT * 3 * f32                                             // lnf mean/rstd, losses
+                  + BT * (C + NH) * f32;  // workspace: attention backward's dQ accumulator and row dots
   return e;
 }
 

@@ -1,7 +1,9 @@
 // CUDA flash attention (kernels/attention/attention.cu) against the CPU reference (attention_cpu.cpp):
 // forward output and log-sum-exp, backward dq/dk/dv, over a sweep of shapes (T = 1, 37, 129, 1024;
 // head sizes 12 to 128, odd ones included), both storage types, both paths (tensor cores and the fp32
-// SIMT fallback forced through attention_force_generic), determinism and full overwrite of outputs.
+// SIMT fallback forced through attention_force_generic), both tensor-core forward kernels
+// (AttentionForwardPath: mma.sync, and wgmma on 9.0), both ways the tensor-core backward gets dQ
+// (AttentionBackwardPath), determinism and full overwrite of outputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,9 +83,34 @@ void expect_bit_identical(const std::vector<float>& a, const std::vector<float>&
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << " differs between two runs";
 }
 
+// Sets a path (forward or backward) for one scope and restores the previous one.
+template <class Path, Path (*kGet)(), void (*kSet)(Path)>
+class PathScope {
+ public:
+  explicit PathScope(Path path) : saved_(kGet()) { kSet(path); }
+  ~PathScope() { kSet(saved_); }
+  PathScope(const PathScope&) = delete;
+  PathScope& operator=(const PathScope&) = delete;
+
+ private:
+  Path saved_;
+};
+using BackwardPathScope = PathScope<kernels::AttentionBackwardPath, kernels::attention_backward_path,
+                                    kernels::attention_set_backward_path>;
+using ForwardPathScope =
+    PathScope<kernels::AttentionForwardPath, kernels::attention_forward_path, kernels::attention_set_forward_path>;
+
+std::string path_names() {
+  return std::string(kernels::attention_forward_path() == kernels::AttentionForwardPath::kWgmma ? " wgmma-fwd"
+                                                                                                : " mma-sync-fwd") +
+         (kernels::attention_backward_path() == kernels::AttentionBackwardPath::kAccumulateDq ? " accumulate-dq"
+                                                                                             : " recompute-dq");
+}
+
 template <class T>
 void check_attention(const Shape& s, bool force_generic, uint32_t seed) {
-  SCOPED_TRACE(name(s) + (std::is_same_v<T, float> ? " fp32" : " bf16") + (force_generic ? " generic path" : ""));
+  SCOPED_TRACE(name(s) + (std::is_same_v<T, float> ? " fp32" : " bf16") + (force_generic ? " generic path" : "") +
+               path_names());
   const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
   const size_t n_lse = static_cast<size_t>(s.B) * s.NH * s.T;
   const std::vector<float> qkv = test::round_to<T>(test::random_vec(n_qkv, seed, s.input_scale));
@@ -164,6 +191,115 @@ TYPED_TEST(AttentionTest, SmallShapesMatchCpu) {
 
 TYPED_TEST(AttentionTest, Gpt2ShapeMatchesCpu) {
   check_attention<TypeParam>(kGpt2Shape, false, 7);
+}
+
+// The 5-product backward (dQ summed by the key-tile blocks in turns): every tensor-core head size, T
+// not a multiple of any tile (the last query tile's rows >= T are never stored), T = 1, and GPT-2's
+// shape, where 16 key tiles take turns on each of 16 query tiles. Poisoned scratch shows that the
+// accumulator needs no clearing and that the turn counters are reset by the launcher.
+TEST(AttentionAccumulateDq, MatchesCpu) {
+  BackwardPathScope path(kernels::AttentionBackwardPath::kAccumulateDq);
+  uint32_t seed = 700;
+  for (const Shape& s : kTensorCoreShapes) check_attention<bf16>(s, false, seed += 10);
+  check_attention<bf16>(kGpt2Shape, false, 11);
+  check_attention<bf16>({2, 1000, 256, 2}, false, 12);  // hs = 128: 32-row query tiles, 2 dimension halves per tile
+}
+
+// Both backward paths compute the same dq/dk/dv: dk and dv come from the same code (same bits); dq is
+// summed in another order (a few bf16 ulps).
+TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
+  const Shape s = {2, 333, 384, 6};
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+  DeviceBuffer<bf16> d_qkv, d_dout, d_out(n_out), d_dqkv(n_qkv);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
+  DeviceBuffer<char> scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
+  d_qkv.upload(test::random_vec(n_qkv, 52));
+  d_dout.upload(test::random_vec(n_out, 53));
+  kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+  std::vector<float> dqkv[2];
+  const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq,
+                                                   kernels::AttentionBackwardPath::kAccumulateDq};
+  for (int i = 0; i < 2; ++i) {
+    BackwardPathScope path(paths[i]);
+    poison(d_dqkv.data(), d_dqkv.bytes());
+    kernels::attention_backward_cuda<bf16>(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_out.data(),
+                                           d_lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    dqkv[i] = d_dqkv.download();
+  }
+  std::vector<float> q[2], kv[2];
+  for (int i = 0; i < 2; ++i) {
+    for (size_t row = 0; row < static_cast<size_t>(s.B) * s.T; ++row) {
+      const float* r = &dqkv[i][row * 3 * s.C];
+      q[i].insert(q[i].end(), r, r + s.C);
+      kv[i].insert(kv[i].end(), r + s.C, r + 3 * s.C);
+    }
+  }
+  ASSERT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
+  EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
+}
+
+// The Hopper forward (wgmma + TMA, hs = 64 only): T = 1, tails of the 128-row tiles (a last query tile
+// with rows >= T, whose K and V tiles come in zero-filled), exact multiples, a peaky softmax, GPT-2's
+// shape. Runs on a 9.0 device with the sm_90a code; skips elsewhere.
+TEST(AttentionWgmmaForward, MatchesCpu) {
+  if (!kernels::attention_fwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  ForwardPathScope path(kernels::AttentionForwardPath::kWgmma);
+  uint32_t seed = 900;
+  for (const Shape& s : {Shape{1, 1, 64, 1}, Shape{2, 64, 128, 2}, Shape{3, 37, 256, 4}, Shape{2, 128, 128, 2},
+                         Shape{2, 129, 192, 3}, Shape{1, 257, 64, 1}, Shape{2, 200, 256, 4}, Shape{1, 150, 256, 4, 3.0f}})
+    check_attention<bf16>(s, false, seed += 10);
+  check_attention<bf16>(kGpt2Shape, false, 13);
+}
+
+// The two forward kernels compute the same function: out within a few bf16 ulps (the dot products are
+// summed in another order), lse within fp32 rounding. Skips off 9.0.
+TEST(AttentionWgmmaForward, AgreesWithMmaSync) {
+  if (!kernels::attention_fwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  const Shape s = {4, 700, 768, 12};
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+  DeviceBuffer<bf16> d_qkv, d_out(n_out);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
+  d_qkv.upload(test::random_vec(n_qkv, 62));
+  std::vector<float> out[2], lse[2];
+  const kernels::AttentionForwardPath paths[2] = {kernels::AttentionForwardPath::kMmaSync,
+                                                  kernels::AttentionForwardPath::kWgmma};
+  for (int i = 0; i < 2; ++i) {
+    ForwardPathScope path(paths[i]);
+    poison(d_out.data(), d_out.bytes());
+    kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    out[i] = d_out.download();
+    lse[i] = d_lse.download();
+  }
+  EXPECT_LE(test::max_abs_diff(out[0], out[1]), 4.0 / 256 * test::max_abs(out[0])) << "out";
+  EXPECT_LE(test::max_abs_diff(lse[0], lse[1]), 1e-4 * std::max(1.0, test::max_abs(lse[0]))) << "lse";
+}
+
+// Asking for the wgmma forward where it does not apply (head sizes other than 64; any device other than
+// 9.0) runs mma.sync: the same bits as asking for mma.sync. Runs on every GPU.
+TEST(AttentionWgmmaForward, FallsBackToMmaSyncWhereItDoesNotApply) {
+  for (const Shape& s : {Shape{2, 200, 320, 4}, Shape{1, 129, 512, 4}, Shape{2, 150, 256, 4}}) {
+    if (s.C / s.NH == 64 && kernels::attention_fwd_wgmma_available()) continue;  // it applies there
+    SCOPED_TRACE(name(s));
+    const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+    DeviceBuffer<bf16> d_qkv, d_out(n_out);
+    DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
+    d_qkv.upload(test::random_vec(n_qkv, 72));
+    std::vector<float> out[2], lse[2];
+    const kernels::AttentionForwardPath paths[2] = {kernels::AttentionForwardPath::kMmaSync,
+                                                    kernels::AttentionForwardPath::kWgmma};
+    for (int i = 0; i < 2; ++i) {
+      ForwardPathScope path(paths[i]);
+      poison(d_out.data(), d_out.bytes());
+      kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      out[i] = d_out.download();
+      lse[i] = d_lse.download();
+    }
+    expect_bit_identical(out[0], out[1], "out");
+    expect_bit_identical(lse[0], lse[1], "lse");
+  }
 }
 
 TEST(AttentionFallback, GenericPathMatchesCpuAtTensorCoreHeadSizes) {

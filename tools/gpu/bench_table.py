@@ -39,9 +39,11 @@ def target_for(name):
         return None, None
     if re.match(r"BM_(SoftmaxXent|GeluForward|GeluBackward|AdamW)", name):
         return "copy", 75.0
-    if name.startswith("BM_attention_forward_bf16") and "/1/" not in name:  # /1/ = the SIMT fallback
+    # BM_attention_*_bf16/<B>/<force_generic>/<wgmma or accumulate_dq>/...: a 1 after B = the SIMT fallback,
+    # listed only
+    if re.match(r"BM_attention_forward_bf16/\d+/0/", name):
         return "tflops", 230.0
-    if name.startswith("BM_attention_backward_bf16") and "/1/" not in name:
+    if re.match(r"BM_attention_backward_bf16/\d+/0/", name):
         return "tflops", 200.0
     return None, None
 

@@ -1,8 +1,11 @@
 // Causal flash attention, GPT-2 124M shapes (T=1024, C=768, NH=12, hs=64) at B*T = 8192 and 65536.
 // TFLOP/s counts causal flops as FlashAttention reports them: forward 2 matmuls over half the T x T
 // scores, 2 * 2 * B * NH * T * T * hs / 2; backward 2.5x that (the recomputation of S is not counted,
-// nor the second recomputation that the deterministic dQ pass adds). GB/s counts each tensor read or
-// written once. The second argument 1 forces the fp32 SIMT fallback (for comparison).
+// nor the second recomputation of S and dP that recompute-dq adds). GB/s counts each tensor read or
+// written once. The second argument 1 forces the fp32 SIMT fallback (for comparison); the forward's third
+// is its kernel: 0 mma.sync, 1 wgmma + TMA (compute capability 9.0; elsewhere it runs mma.sync, and the
+// benchmark says so in its label); the backward's third is the way it gets dQ: 0 recompute-dq
+// (7 products), 1 accumulate-dq (5 products, key tiles in turns; see AttentionBackwardPath).
 //   bench_gpu_kernels --benchmark_filter=attention
 #include <benchmark/benchmark.h>
 
@@ -50,6 +53,11 @@ struct AttentionBuffers {
 void BM_attention_forward_bf16(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0));
   kernels::attention_force_generic(state.range(1) != 0);
+  const kernels::AttentionForwardPath saved = kernels::attention_forward_path();
+  const bool wgmma = state.range(2) != 0;
+  kernels::attention_set_forward_path(wgmma ? kernels::AttentionForwardPath::kWgmma
+                                            : kernels::AttentionForwardPath::kMmaSync);
+  if (wgmma && !kernels::attention_fwd_wgmma_available()) state.SetLabel("wgmma unavailable: mma.sync ran");
   AttentionBuffers buf(B);
   const double bytes = 2.0 * B * kT * (3 * kC + kC) + 4.0 * B * kNH * kT;
   bench::time_launches(
@@ -59,11 +67,15 @@ void BM_attention_forward_bf16(benchmark::State& state) {
       },
       forward_flops(B), bytes);
   kernels::attention_force_generic(false);
+  kernels::attention_set_forward_path(saved);
 }
 
 void BM_attention_backward_bf16(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0));
   kernels::attention_force_generic(state.range(1) != 0);
+  const kernels::AttentionBackwardPath saved = kernels::attention_backward_path();
+  kernels::attention_set_backward_path(state.range(2) != 0 ? kernels::AttentionBackwardPath::kAccumulateDq
+                                                           : kernels::AttentionBackwardPath::kRecomputeDq);
   AttentionBuffers buf(B);
   kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, nullptr);
   // reads dout, qkv, out, lse; writes dqkv; D written and read once
@@ -76,19 +88,25 @@ void BM_attention_backward_bf16(benchmark::State& state) {
       },
       2.5 * forward_flops(B), bytes);
   kernels::attention_force_generic(false);
+  kernels::attention_set_backward_path(saved);
 }
 
-// {B, force_generic}: B*T = 8192 and 65536 on the tensor cores; the SIMT fallback at 8192 for reference.
+// {B, force_generic, wgmma}: B*T = 8192 and 65536 on the tensor cores (mma.sync, then wgmma); the SIMT
+// fallback at 8192 for reference.
 BENCHMARK(BM_attention_forward_bf16)
-    ->Args({8, 0})
-    ->Args({64, 0})
-    ->Args({8, 1})
+    ->Args({8, 0, 0})
+    ->Args({64, 0, 0})
+    ->Args({8, 0, 1})
+    ->Args({64, 0, 1})
+    ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention_backward_bf16)
-    ->Args({8, 0})
-    ->Args({64, 0})
-    ->Args({8, 1})
+    ->Args({8, 0, 0})
+    ->Args({64, 0, 0})
+    ->Args({8, 0, 1})
+    ->Args({64, 0, 1})
+    ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

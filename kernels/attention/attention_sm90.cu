@@ -1,0 +1,321 @@
+// The Hopper forward of causal attention (bf16, hs = 64, compute capability 9.0, sm_90a code), in
+// FlashAttention-3's structure:
+//
+//   TMA (Q once; K, V per key tile) --q_full, k_full[s], v_full[s]--> 2 consumer warpgroups
+//        ^                                                                   |
+//        +------------------------------ empty[s] --------------------------+
+//
+//  * One block per (query tile of 128 rows, head, batch), the longest causal prefix first. Warpgroup 0
+//    is the producer: one thread issues the TMA copies, Q once and then K and V of each key tile into a
+//    2-stage ring. Warpgroups 1 and 2 are consumers, 64 query rows each (one wgmma M).
+//  * Per key tile a consumer runs S = Q K^T as 4 wgmma m64n128k16 from shared memory (64 fp32 registers a
+//    thread), masks the diagonal tile, updates the online softmax in registers (fp32, log2 domain, as
+//    the mma.sync kernel in attention.cu), and runs O += P V as 8 wgmma m64n64k16 with P in registers:
+//    the m64n128 accumulator's registers 8j..8j+7 are the A fragment of keys 16j..16j+15 once packed to
+//    bf16 (ptx.cuh, wgmma_m64n64k16_bf16_rs), so P never goes through shared memory. K and V have
+//    barriers of their own: S starts while V is still arriving.
+//  * Out of bounds rows (the last query tile, keys past T) come in as zeros from TMA: the tensor map is
+//    rank 3 (3C, T, B), so a tile never reads the next sequence's rows.
+//
+// NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
+// GPT2_ATTENTION_FWD=wgmma or attention_set_forward_path (attention_cuda.hpp).
+//
+// Layout facts (kernels/gemm/gemm_sm90.cu has the sources; the same descriptors):
+//  * Every tile is 128 token rows x 64 dims of bf16 = 128 bytes a row, written by TMA with the 128-byte
+//    swizzle as 16 consecutive 1024-byte atoms; tiles are 1024-aligned (descriptor base offset 0).
+//  * Q (A of S, K-major) and K (B of S, K-major): SBO = 1024 (8 rows), LBO unused; the k16 step kk moves
+//    the start address by 32*kk bytes. Consumer c's 64 rows of Q start 8 KB in.
+//  * V (B of O += P V, MN-major: keys are K, dims are N, contiguous): SBO = 1024 (8 key rows), LBO = the
+//    next 64-wide block of N (there is one: set to a tile's size, never used); the k16 step moves the
+//    start by 16 rows = 2048 bytes; transpose immediate 1.
+//  * Barrier phases: key tile j uses stage j % 2; consumers wait k_full/v_full for parity (j/2) & 1, the
+//    producer waits empty for the opposite parity (a fresh barrier passes at once). empty counts one
+//    arrival from lane 0 of each of the 8 consumer warps, after its warpgroup's wgmma.wait_group.
+//
+// Left for later (docs/performance.md): the intra-warpgroup overlap of the softmax of tile j with S of
+// tile j+1 and the ping-pong of the two consumers around the softmax (FlashAttention-3 sections 3.1-3.2),
+// setmaxnreg register rebalancing, a persistent tile scheduler.
+#include "kernels/attention/attention_sm90.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/tensor_map.cuh"
+
+namespace gpt2::kernels::attention_detail {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Launch configuration (named data; the reasons in the comments).
+struct WgmmaFwdConfig {
+  static constexpr int kHeadDim = kWgmmaHeadSize;  // 64 bf16 = 128 bytes: one swizzle row per token
+  static constexpr int kConsumers = 2;
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
+  static constexpr int kWgRows = 64;                     // one wgmma M per consumer
+  static constexpr int kBlockM = kWgRows * kConsumers;   // 128 queries a block
+  static constexpr int kBlockN = 128;                    // keys a tile: S is m64n128, 64 fp32 registers
+  static constexpr int kWgmmaK = 16;
+  static constexpr int kStages = 2;                      // K, V of the next tile load while this one is used
+  static constexpr int kTileBytes = 128 * kHeadDim * 2;  // 16 KB: a TMA box of 128 rows x 64 dims
+  static constexpr int kAlign = 1024;                    // swizzle atoms start 1024-aligned
+  static constexpr int kBarriers = 1 + 3 * kStages;      // q_full, k_full[s], v_full[s], empty[s]
+  static constexpr size_t kSmemBytes = kAlign + (1 + 2 * kStages) * kTileBytes + kBarriers * 8;
+  static_assert(kBlockM == kBlockN, "causal: the diagonal key tile of query tile i is key tile i");
+  static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
+  static_assert(kTileBytes % kAlign == 0, "1024-aligned tiles");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
+};
+
+__global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
+    attention_fwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, bf16* out, float* lse, int T_, int C,
+                            int NH, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = WgmmaFwdConfig;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
+  unsigned char* sQ = smem;
+  auto sK = [&](int s) { return smem + (1 + s) * Cfg::kTileBytes; };
+  auto sV = [&](int s) { return smem + (1 + Cfg::kStages + s) * Cfg::kTileBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + (1 + 2 * Cfg::kStages) * Cfg::kTileBytes);
+  uint64_t* k_full = q_full + 1;
+  uint64_t* v_full = k_full + Cfg::kStages;
+  uint64_t* empty = v_full + Cfg::kStages;
+
+  const int qt = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);  // longest prefix first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int m0 = qt * Cfg::kBlockM;
+  const int n_tiles = qt + 1;  // key tiles 0 .. qt: the diagonal one is the last
+  const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
+  const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
+
+  if (threadIdx.x == 0) {
+    cuda::mbarrier_init(q_full, 1);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      cuda::mbarrier_init(&k_full[s], 1);
+      cuda::mbarrier_init(&v_full[s], 1);
+      cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);
+    }
+    cuda::fence_mbarrier_init();
+  }
+  __syncthreads();  // the last block-wide barrier: from here on the roles run independently
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every copy; coordinates are {column, token, batch} ----
+    if (tid_wg != 0) return;
+    cuda::tma_prefetch_descriptor(&tmap_qkv);
+    const int q_col = h * Cfg::kHeadDim, k_col = C + q_col, v_col = 2 * C + q_col;
+    cuda::mbarrier_arrive_expect_tx(q_full, Cfg::kTileBytes);
+    cuda::tma_load_3d(sQ, &tmap_qkv, q_full, q_col, m0, b);
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % Cfg::kStages;
+      cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);
+      cuda::mbarrier_arrive_expect_tx(&k_full[s], Cfg::kTileBytes);
+      cuda::tma_load_3d(sK(s), &tmap_qkv, &k_full[s], k_col, j * Cfg::kBlockN, b);
+      cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes);
+      cuda::tma_load_3d(sV(s), &tmap_qkv, &v_full[s], v_col, j * Cfg::kBlockN, b);
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  const int c = wg - 1;  // rows [64c, 64c + 64) of the query tile
+  const int warp = tid_wg / 32, lane = tid_wg % 32;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = m0 + c * Cfg::kWgRows + 16 * warp + g;  // the row of registers with (i/2) % 2 == 0; +8 otherwise
+  constexpr uint32_t kSbo = 1024;
+  constexpr uint32_t kLboKMajor = 16;  // unused by K-major operands (encodes as 1)
+  constexpr uint32_t kLboV = Cfg::kTileBytes;
+  const uint32_t q_base = cuda::smem_u32(sQ) + static_cast<uint32_t>(c * Cfg::kWgRows * 128);
+
+  float o[32], sc[64];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) sc[i] = 0.0f;  // never read (scale-d 0 on the first k16), but defined
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  cuda::mbarrier_wait(q_full, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % Cfg::kStages;
+    const uint32_t parity = (j / Cfg::kStages) & 1;
+
+    // S = Q K^T (raw dot products), 64 x 128 per consumer
+    cuda::mbarrier_wait(&k_full[s], parity);
+    const uint32_t k_base = cuda::smem_u32(sK(s));
+    cuda::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(sc[i]);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / Cfg::kWgmmaK; ++kk) {
+      const uint64_t da = cuda::wgmma_desc(q_base + kk * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
+      const uint64_t db = cuda::wgmma_desc(k_base + kk * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
+      cuda::wgmma_m64n128k16_bf16<0, 0>(sc, da, db, kk > 0 ? 1 : 0);
+    }
+    cuda::wgmma_commit_group();
+    cuda::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(sc[i]);
+
+    // Causal / end-of-sequence mask: only the diagonal tile has keys past a row or past T (an earlier
+    // key tile of a query tile ends before the query tile starts, so before T).
+    if (j == qt) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int row = row0 + 8 * ((i / 2) % 2);
+        const int col = j * Cfg::kBlockN + cuda::wgmma_acc_col(lane, i);
+        if (col > row || col >= T_) sc[i] = -INFINITY;
+      }
+    }
+
+    // Online softmax in the log2 domain; the 4 threads of a quad share each row. Register i holds row
+    // half r = (i/2) % 2: i = 4q + 2r + e.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < 16; ++q) mx = fmaxf(mx, fmaxf(sc[4 * q + 2 * r], sc[4 * q + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[r], mx * scale_log2);
+      // Every row sees key 0 in the first tile, so m_new is finite; kept as the mma.sync kernel has it.
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m_run[r] - m_use);
+      m_run[r] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 16; ++q) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2f(fmaf(sc[4 * q + 2 * r + e], scale_log2, -m_use));
+          sc[4 * q + 2 * r + e] = p;
+          sum += p;
+        }
+      }
+      l_run[r] = l_run[r] * alpha + sum;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        o[4 * q + 2 * r] *= alpha;
+        o[4 * q + 2 * r + 1] *= alpha;
+      }
+    }
+
+    // P as bf16 A fragments, straight from the S registers (see the file comment).
+    uint32_t pa[Cfg::kBlockN / Cfg::kWgmmaK][4];
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / Cfg::kWgmmaK; ++kk) {
+      pa[kk][0] = cuda::pack_bf16x2(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = cuda::pack_bf16x2(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+
+    // O += P V, 64 x 64 per consumer
+    cuda::mbarrier_wait(&v_full[s], parity);
+    const uint32_t v_base = cuda::smem_u32(sV(s));
+    cuda::wgmma_fence();  // o was rescaled by ordinary instructions
+#pragma unroll
+    for (int i = 0; i < 32; ++i) cuda::wgmma_fence_operand(o[i]);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / Cfg::kWgmmaK; ++kk) {
+      const uint64_t dv = cuda::wgmma_desc(v_base + kk * Cfg::kWgmmaK * 128, kLboV, kSbo, cuda::WgmmaSwizzle::k128B);
+      cuda::wgmma_m64n64k16_bf16_rs<1>(o, pa[kk], dv, 1);
+    }
+    cuda::wgmma_commit_group();
+    cuda::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) cuda::wgmma_fence_operand(o[i]);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / Cfg::kWgmmaK; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cuda::wgmma_fence_operand(pa[kk][i]);
+    }
+    // This warp has read K and V of stage s for the last time.
+    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);
+  }
+
+  // out = O / l (bf16), lse = (m + log2 l) * ln 2
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = l_run[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = row0 + 8 * r;
+    if (row >= T_) continue;
+    const float inv = 1.0f / sum;  // >= 1 term: the row maximum contributes exp2(0)
+    bf16* orow = out + (static_cast<size_t>(b) * T_ + row) * C + static_cast<size_t>(h) * Cfg::kHeadDim + 2 * tq;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      *reinterpret_cast<__nv_bfloat162*>(orow + 8 * q) =
+          __floats2bfloat162_rn(o[4 * q + 2 * r] * inv, o[4 * q + 2 * r + 1] * inv);
+    }
+    if (tq == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + row] = (m_run[r] + log2f(sum)) * cuda::kLn2;
+  }
+#else
+  // Compiled for another architecture: this kernel is launched only where attention_fwd_wgmma_ready()
+  // found its sm_90a code, so this body never runs.
+  (void)tmap_qkv, (void)out, (void)lse, (void)T_, (void)C, (void)NH, (void)scale_log2;
+  __trap();
+#endif
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool attention_fwd_wgmma_ready() {
+  static const bool ready = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();  // no device: not an error here, just not ready
+      return false;
+    }
+    if (major != 9 || minor != 0) return false;  // sm_90a code runs on 9.0 only
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, attention_fwd_wgmma_tma) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return true;
+  }();
+  return ready;
+}
+
+bool attention_fwd_wgmma_takes(const bf16* qkv, const bf16* out, int C, int NH) {
+  return NH > 0 && C % NH == 0 && C / NH == kWgmmaHeadSize && C % 8 == 0 && aligned16(qkv) && aligned16(out);
+}
+
+void attention_fwd_wgmma(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+  using Cfg = WgmmaFwdConfig;
+  GPT2_CHECK(attention_fwd_wgmma_takes(qkv, out, C, NH),
+             "the wgmma attention forward was given a shape or pointers it does not take (C=" << C << ", NH=" << NH
+                                                                                             << ")");
+  // qkv as (B, T, 3C): dimension 0 the 3C columns, 1 the tokens, 2 the sequences.
+  const uint64_t dims[3] = {3 * static_cast<uint64_t>(C), static_cast<uint64_t>(T_), static_cast<uint64_t>(B)};
+  const uint64_t strides[2] = {3 * static_cast<uint64_t>(C) * sizeof(bf16),
+                               3 * static_cast<uint64_t>(C) * T_ * sizeof(bf16)};
+  const uint32_t box[3] = {Cfg::kHeadDim, Cfg::kBlockN, 1};
+  const CUtensorMap map = make_bf16_tensor_map(qkv, 3, dims, strides, box, "attention qkv");
+  static const bool configured = [] {  // > 48 KB of dynamic shared memory
+    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(Cfg::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(T_, Cfg::kBlockM)), static_cast<unsigned>(NH),
+                  static_cast<unsigned>(B));
+  const float scale_log2 = (1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim))) * cuda::kLog2e;  // as attention.cu
+  attention_fwd_wgmma_tma<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map, out, lse, T_, C, NH, scale_log2);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gpt2::kernels::attention_detail
