@@ -43,7 +43,7 @@
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
-#include "kernels/common/tensor_map.cuh"
+#include "kernels/common/sm90a_host.cuh"
 
 namespace gpt2::kernels::attention_detail {
 
@@ -271,22 +271,7 @@ bool aligned16(const void* p) {
 }  // namespace
 
 bool attention_fwd_wgmma_ready() {
-  static const bool ready = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();  // no device: not an error here, just not ready
-      return false;
-    }
-    if (major != 9 || minor != 0) return false;  // sm_90a code runs on 9.0 only
-    cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, attention_fwd_wgmma_tma) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return true;
-  }();
+  static const bool ready = sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_fwd_wgmma_tma));
   return ready;
 }
 

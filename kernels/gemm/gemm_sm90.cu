@@ -43,7 +43,7 @@
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
-#include "kernels/common/tensor_map.cuh"
+#include "kernels/common/sm90a_host.cuh"
 #include "kernels/gemm/gemm_sm90.cuh"
 
 namespace gpt2::kernels::gemm_detail {
@@ -294,24 +294,8 @@ void dispatch_bool(bool v, F&& f) {
 }  // namespace
 
 bool wgmma_device_ready() {
-  static const bool ready = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();  // no device: not an error here, just not ready
-      return false;
-    }
-    if (major != 9 || minor != 0) return false;  // sm_90a code runs on 9.0 only
-    cudaFuncAttributes attr;
-    const cudaError_t e =
-        cudaFuncGetAttributes(&attr, gemm_bf16_wgmma_tma_persistent<false, false, GemmEpilogue::kNone>);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return true;
-  }();
+  static const bool ready = sm90a_kernel_runs_here(
+      reinterpret_cast<const void*>(gemm_bf16_wgmma_tma_persistent<false, false, GemmEpilogue::kNone>));
   return ready;
 }
 

@@ -80,7 +80,7 @@ void poison(void* p, size_t bytes) {
 
 void expect_bit_identical(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
   ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << " differs between two runs";
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << " differs";
 }
 
 // Sets a path (forward or backward) for one scope and restores the previous one.
@@ -162,9 +162,9 @@ void check_attention(const Shape& s, bool force_generic, uint32_t seed) {
   const double lse_err = test::max_abs_diff(lse[0], lse_ref);
   EXPECT_LE(lse_err, lse_tol) << "lse: max abs error " << lse_err;
 
-  expect_bit_identical(out[0], out[1], "out");
-  expect_bit_identical(lse[0], lse[1], "lse");
-  expect_bit_identical(dqkv[0], dqkv[1], "dqkv");
+  expect_bit_identical(out[0], out[1], "out (two runs)");
+  expect_bit_identical(lse[0], lse[1], "lse (two runs)");
+  expect_bit_identical(dqkv[0], dqkv[1], "dqkv (two runs)");
 }
 
 // Awkward shapes: T = 1 and not a multiple of any tile, C = 72 with head sizes 72..12, odd head sizes.
@@ -252,28 +252,32 @@ TEST(AttentionWgmmaForward, MatchesCpu) {
   check_attention<bf16>(kGpt2Shape, false, 13);
 }
 
+// out and lse of one bf16 forward launch on `path`, from random qkv (seed), outputs poisoned first.
+struct ForwardResult {
+  std::vector<float> out, lse;
+};
+ForwardResult forward_on_path(const Shape& s, kernels::AttentionForwardPath path, uint32_t seed) {
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+  DeviceBuffer<bf16> d_qkv, d_out(n_out);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
+  d_qkv.upload(test::random_vec(n_qkv, seed));
+  ForwardPathScope scope(path);
+  poison(d_out.data(), d_out.bytes());
+  poison(d_lse.data(), d_lse.bytes());
+  kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {d_out.download(), d_lse.download()};
+}
+
 // The two forward kernels compute the same function: out within a few bf16 ulps (the dot products are
 // summed in another order), lse within fp32 rounding. Skips off 9.0.
 TEST(AttentionWgmmaForward, AgreesWithMmaSync) {
   if (!kernels::attention_fwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
   const Shape s = {4, 700, 768, 12};
-  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
-  DeviceBuffer<bf16> d_qkv, d_out(n_out);
-  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
-  d_qkv.upload(test::random_vec(n_qkv, 62));
-  std::vector<float> out[2], lse[2];
-  const kernels::AttentionForwardPath paths[2] = {kernels::AttentionForwardPath::kMmaSync,
-                                                  kernels::AttentionForwardPath::kWgmma};
-  for (int i = 0; i < 2; ++i) {
-    ForwardPathScope path(paths[i]);
-    poison(d_out.data(), d_out.bytes());
-    kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    out[i] = d_out.download();
-    lse[i] = d_lse.download();
-  }
-  EXPECT_LE(test::max_abs_diff(out[0], out[1]), 4.0 / 256 * test::max_abs(out[0])) << "out";
-  EXPECT_LE(test::max_abs_diff(lse[0], lse[1]), 1e-4 * std::max(1.0, test::max_abs(lse[0]))) << "lse";
+  const ForwardResult mma = forward_on_path(s, kernels::AttentionForwardPath::kMmaSync, 62);
+  const ForwardResult wgmma = forward_on_path(s, kernels::AttentionForwardPath::kWgmma, 62);
+  EXPECT_LE(test::max_abs_diff(mma.out, wgmma.out), 4.0 / 256 * test::max_abs(mma.out)) << "out";
+  EXPECT_LE(test::max_abs_diff(mma.lse, wgmma.lse), 1e-4 * std::max(1.0, test::max_abs(mma.lse))) << "lse";
 }
 
 // Asking for the wgmma forward where it does not apply (head sizes other than 64; any device other than
@@ -282,23 +286,10 @@ TEST(AttentionWgmmaForward, FallsBackToMmaSyncWhereItDoesNotApply) {
   for (const Shape& s : {Shape{2, 200, 320, 4}, Shape{1, 129, 512, 4}, Shape{2, 150, 256, 4}}) {
     if (s.C / s.NH == 64 && kernels::attention_fwd_wgmma_available()) continue;  // it applies there
     SCOPED_TRACE(name(s));
-    const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
-    DeviceBuffer<bf16> d_qkv, d_out(n_out);
-    DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
-    d_qkv.upload(test::random_vec(n_qkv, 72));
-    std::vector<float> out[2], lse[2];
-    const kernels::AttentionForwardPath paths[2] = {kernels::AttentionForwardPath::kMmaSync,
-                                                    kernels::AttentionForwardPath::kWgmma};
-    for (int i = 0; i < 2; ++i) {
-      ForwardPathScope path(paths[i]);
-      poison(d_out.data(), d_out.bytes());
-      kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      out[i] = d_out.download();
-      lse[i] = d_lse.download();
-    }
-    expect_bit_identical(out[0], out[1], "out");
-    expect_bit_identical(lse[0], lse[1], "lse");
+    const ForwardResult mma = forward_on_path(s, kernels::AttentionForwardPath::kMmaSync, 72);
+    const ForwardResult asked = forward_on_path(s, kernels::AttentionForwardPath::kWgmma, 72);
+    expect_bit_identical(mma.out, asked.out, "out (mma.sync vs wgmma asked for)");
+    expect_bit_identical(mma.lse, asked.lse, "lse (mma.sync vs wgmma asked for)");
   }
 }
 

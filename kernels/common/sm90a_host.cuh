@@ -1,5 +1,6 @@
-// TMA tensor maps for the sm_90a kernels (gemm_sm90.cu, attention_sm90.cu): one home for the driver
-// entry point and the encoding. Host code; .cu files of the sm_90a object library only.
+// Host helpers of the sm_90a kernels (gemm_sm90.cu, attention_sm90.cu): TMA tensor maps (one home for the
+// driver entry point and the encoding) and whether such a kernel can run here. .cu files of the sm_90a
+// object library only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums only: the driver entry point comes through cudart
@@ -15,5 +16,9 @@ namespace gpt2::kernels {
 // as zero and still count towards the transaction bytes. `what` names the tensor in the error.
 CUtensorMap make_bf16_tensor_map(const __nv_bfloat16* base, int rank, const uint64_t* dims,
                                  const uint64_t* byte_strides, const uint32_t* box, const char* what);
+
+// The current device has compute capability 9.0 (sm_90a code runs there only) and `kernel`'s code is in
+// the binary (a kernel-attribute query on it succeeds). No device is not an error: false.
+bool sm90a_kernel_runs_here(const void* kernel);
 
 }  // namespace gpt2::kernels

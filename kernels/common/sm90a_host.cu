@@ -1,5 +1,5 @@
-// TMA tensor-map encoding (tensor_map.cuh).
-#include "kernels/common/tensor_map.cuh"
+// Host helpers of the sm_90a kernels (sm90a_host.cuh).
+#include "kernels/common/sm90a_host.cuh"
 
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -49,6 +49,23 @@ CUtensorMap make_bf16_tensor_map(const __nv_bfloat16* base, int rank, const uint
                                                                            << " bf16, row stride " << byte_strides[0]
                                                                            << " bytes");
   return map;
+}
+
+bool sm90a_kernel_runs_here(const void* kernel) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // no device: not an error here, just not ready
+    return false;
+  }
+  if (major != 9 || minor != 0) return false;
+  cudaFuncAttributes attr;
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace gpt2::kernels
