@@ -803,11 +803,10 @@ __global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
 // 16 (w % kDqRowTiles) .. +15 and the (w / kDqRowTiles)-th part of the head dimension.
 template <int HS>
 __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK, float* dq_acc, const int* dq_turns,
-                                                 int kt, int qt, int nq, int T_, int C, int NH) {
+                                                 int kt, int h, int b, int qt, int nq, int T_, int C, int NH) {
   using Cfg = TcDkdvConfig<HS>;
   constexpr int kP = Cfg::kPitch;
   constexpr int kDB = Cfg::kDqDimBlocks;
-  const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tq = lane & 3;
   const int mt = warp % Cfg::kDqRowTiles;
@@ -868,11 +867,12 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
 // turns in key order. dq_turns[(b*NH + h)*n_qt + qt] counts the key tiles done with query tile qt; key
 // tile kt waits for it to reach kt, writes (kt == 0) or adds, and increments it. Key tile 0 is in every
 // query tile's causal range, so the first contribution is always a plain store and dq_acc needs no
-// clearing. The wait is safe because blocks are dispatched in blockIdx order (x fastest): key tile
-// kt - 1 of the same head is already resident or finished, and its own waits go down to key tile 0,
-// which never waits.
+// clearing. The waits cannot deadlock: the kernel hands out its (key tile, head, batch) triples in
+// ticket order (attention_bwd_tc_accumulate_dq), so when key tile kt of a head starts, key tile kt - 1 of
+// it has already started (resident or finished), and its own waits go down to key tile 0, which never
+// waits. Every wait is on a lower key tile: the wait graph has no cycle.
 template <int HS, bool kDq>
-__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout,
+__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout,
                                                   const bf16* qkv, const float* lse, const float* D, int T_, int C,
                                                   int NH, float scale_log2, float scale) {
   using Cfg = TcDkdvConfig<HS>;
@@ -881,8 +881,7 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, float* dq_
   constexpr int kMB = kBM / 8;  // 8-query tiles of S^T
   constexpr int kKS = TcTile<HS>::kKSteps;
   constexpr int kDB = TcTile<HS>::kDimBlocks;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tq = lane & 3;
 
   bf16* sK = reinterpret_cast<bf16*>(dynamic_smem());
@@ -1038,11 +1037,11 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, bf16* dqkv, float* dq_
         *reinterpret_cast<uint32_t*>(dst + 8 * Cfg::kDsPitch) = 0u;
       }
     }
-    if constexpr (kDq) bwd_add_dq_share<HS>(sdS, sK, dq_acc, dq_turns, kt, qt, nq, T_, C, NH);
+    if constexpr (kDq) bwd_add_dq_share<HS>(sdS, sK, dq_acc, dq_turns, kt, h, b, qt, nq, T_, C, NH);
     __syncthreads();  // all warps are done with `stage` (and sdS) before the next iteration refills it
     if constexpr (kDq) {
       // this key tile's turn at query tile qt is over: every thread's dq_acc writes precede the release
-      if (threadIdx.x == 0) cuda::red_release_gpu_add(dq_turns + (static_cast<size_t>(blockIdx.z) * NH + blockIdx.y) * nq + qt, 1);
+      if (threadIdx.x == 0) cuda::red_release_gpu_add(dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt, 1);
     }
   }
 
@@ -1223,21 +1222,30 @@ __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
                      int NH, int n_kv_blocks, float scale_log2, float scale) {
   if (static_cast<int>(blockIdx.x) < n_kv_blocks) {
     // key tile 0 sees the most query tiles: natural order is heaviest first
-    bwd_dkdv_tc_block<HS, false>(blockIdx.x, dqkv, nullptr, nullptr, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+    bwd_dkdv_tc_block<HS, false>(blockIdx.x, blockIdx.y, blockIdx.z, dqkv, nullptr, nullptr, dout, qkv, lse, D, T_, C,
+                                 NH, scale_log2, scale);
   } else {
     // the last query tile has the longest causal prefix: it comes first
     bwd_dq_tc_block<HS>(gridDim.x - 1 - blockIdx.x, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
   }
 }
 
-// AttentionBackwardPath::kAccumulateDq: one block per key tile computes dK, dV and its share of dQ (key
-// tile 0, the heaviest, first: natural order); dQ is stored from the accumulator afterwards.
+// AttentionBackwardPath::kAccumulateDq: one block per key tile computes dK, dV and its share of dQ; dQ is
+// stored from the accumulator afterwards. A block takes its work from a ticket (an atomic counter cleared
+// before the launch), not from blockIdx: CUDA does not promise to start blocks in blockIdx order, and the
+// turns need key tile kt - 1 of a head started before kt. Ticket order: key tile fastest (key tile 0, the
+// heaviest, first), then head, then batch.
 template <int HS>
 __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
-    attention_bwd_tc_accumulate_dq(bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout, const bf16* qkv,
-                                   const float* lse, const float* D, int T_, int C, int NH, float scale_log2,
-                                   float scale) {
-  bwd_dkdv_tc_block<HS, true>(blockIdx.x, dqkv, dq_acc, dq_turns, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+    attention_bwd_tc_accumulate_dq(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const bf16* dout,
+                                   const bf16* qkv, const float* lse, const float* D, int T_, int C, int NH,
+                                   float scale_log2, float scale) {
+  __shared__ int work;
+  if (threadIdx.x == 0) work = atomicAdd(ticket, 1);
+  __syncthreads();
+  const int n_kv = static_cast<int>(gridDim.x);
+  const int kt = work % n_kv, h = (work / n_kv) % NH, b = work / (n_kv * NH);
+  bwd_dkdv_tc_block<HS, true>(kt, h, b, dqkv, dq_acc, dq_turns, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
 }
 
 // The q part of dqkv (B,T,3C) = dq_acc (B,T,C) * scale, two columns per thread (C is even: hs % 16 == 0).
@@ -1291,13 +1299,15 @@ AttentionBackwardPath& backward_path() {
 }
 
 // The backward's scratch, each part 256-byte aligned: D = rowsum(dout * out) (B,NH,T) fp32; for
-// kAccumulateDq the dQ accumulator (B,T,C) fp32 and the turn counters, one int per (b, h, query tile) for
-// tiles of at least 16 rows. Sized for both paths, so the path can change without reallocating.
+// kAccumulateDq the dQ accumulator (B,T,C) fp32, the turn counters (one int per (b, h, query tile) for
+// tiles of at least 16 rows) and the block ticket after them. Sized for both paths, so the path can change
+// without reallocating.
 struct BackwardScratch {
   float* D;
   float* dq_acc;
   int* dq_turns;
-  size_t turns_bytes;
+  int* ticket;
+  size_t turns_bytes;  // counters and ticket: one memset clears both
 };
 constexpr size_t kScratchAlign = 256;
 size_t align_up(size_t n) {
@@ -1309,8 +1319,11 @@ size_t d_bytes(int B, int T_, int NH) {
 size_t dq_acc_bytes(int B, int T_, int C) {
   return align_up(static_cast<size_t>(B) * T_ * C * sizeof(float));
 }
+size_t turn_counters(int B, int T_, int NH) {
+  return static_cast<size_t>(B) * NH * ((T_ + 15) / 16);
+}
 size_t turns_bytes(int B, int T_, int NH) {
-  return align_up(static_cast<size_t>(B) * NH * ((T_ + 15) / 16) * sizeof(int));
+  return align_up((turn_counters(B, T_, NH) + 1) * sizeof(int));
 }
 BackwardScratch carve_scratch(void* scratch, int B, int T_, int C, int NH) {
   char* p = static_cast<char*>(scratch);
@@ -1318,6 +1331,7 @@ BackwardScratch carve_scratch(void* scratch, int B, int T_, int C, int NH) {
   s.D = reinterpret_cast<float*>(p);
   s.dq_acc = reinterpret_cast<float*>(p + d_bytes(B, T_, NH));
   s.dq_turns = reinterpret_cast<int*>(p + d_bytes(B, T_, NH) + dq_acc_bytes(B, T_, C));
+  s.ticket = s.dq_turns + turn_counters(B, T_, NH);
   s.turns_bytes = turns_bytes(B, T_, NH);
   return s;
 }
@@ -1452,8 +1466,8 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
           static_assert(Dkdv::kBlockM >= 16, "turn counters are sized for query tiles of >= 16 rows");
           CUDA_CHECK(cudaMemsetAsync(parts.dq_turns, 0, parts.turns_bytes, stream));
           launch_kernel(attention_bwd_tc_accumulate_dq<HS>, dim3(static_cast<unsigned>(n_kv), NH, B),
-                        dim3(Dkdv::kThreads), Dkdv::kSmemBytesWithDq, stream, dqkv, parts.dq_acc, parts.dq_turns, dout,
-                        qkv, lse, D, T_, C, NH, scale_log2, scale);
+                        dim3(Dkdv::kThreads), Dkdv::kSmemBytesWithDq, stream, dqkv, parts.dq_acc, parts.dq_turns,
+                        parts.ticket, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
           const long rows_btc = static_cast<long>(B) * T_;
           const long pairs = rows_btc * (C / 2);
           launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),

@@ -56,7 +56,7 @@ AttentionBackwardPath attention_backward_path();
 
 // Bytes of scratch attention_backward_cuda needs (either path, so the path can change without
 // reallocating): D = rowsum(dout * out), fp32 (B,NH,T); the dQ accumulator, fp32 (B,T,C); the turn
-// counters. The scratch must be 256-byte aligned (cudaMalloc's pointers are).
+// counters and a block ticket. The scratch must be 256-byte aligned (cudaMalloc's pointers are).
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 
 // Backward of attention_forward_cuda. With P = exp(s - lse) recomputed from qkv and lse,
