@@ -796,7 +796,10 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     CUDA_CHECK(cudaMalloc(&splitk_ws_, splitk_ws_bytes_));
     // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md).
     const char* env = std::getenv("GPT2_GEMM_SM90");
-    hand_wgmma_ = env != nullptr && std::string(env) == "1" && gemm_hand_wgmma_available();
+    const std::string choice = env != nullptr ? env : "";
+    GPT2_CHECK(choice.empty() || choice == "0" || choice == "1",
+               "GPT2_GEMM_SM90='" << choice << "': use 1 (the wgmma kernel on compute capability 9.0) or 0");
+    hand_wgmma_ = choice == "1" && gemm_hand_wgmma_available();
   } else {
     lt_.reset(detail::create_cublaslt_state());
   }

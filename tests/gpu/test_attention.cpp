@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -335,6 +336,24 @@ TEST(AttentionDeathTest, HeadSizeAbove128IsRejected) {
   EXPECT_DEATH(kernels::attention_backward_cuda<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 1040,
                                                       8, nullptr),
                "head size hs=C/NH=130");
+}
+
+// A path named in the environment that does not exist stops the process, naming the variable and the
+// choices (the child process reads the environment afresh: the choice is made at the first query).
+TEST(AttentionDeathTest, UnknownPathInTheEnvironmentIsRejected) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        setenv("GPT2_ATTENTION_FWD", "fast", 1);
+        (void)kernels::attention_forward_path();
+      },
+      "GPT2_ATTENTION_FWD='fast' is not a forward path: use mma-sync");
+  EXPECT_DEATH(
+      {
+        setenv("GPT2_ATTENTION_BWD", "atomic", 1);
+        (void)kernels::attention_backward_path();
+      },
+      "GPT2_ATTENTION_BWD='atomic' is not a backward path: use recompute-dq");
 }
 
 }  // namespace
