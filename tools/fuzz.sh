@@ -52,14 +52,12 @@ trap 'rm -rf "$TMPDIR"' EXIT
 # tries a prefix of what a faster one tried. A run of one harness is random unless GPT2_FUZZ_SEED is set.
 seed=${GPT2_FUZZ_SEED:-}
 [[ -z "$seed" && ${#names[@]} -gt 1 ]] && seed=1
-# inside_libhdf5 BINARY INPUT ASAN_OPTIONS: replays a crash; true when it is libhdf5's own. Every stack
-# the report prints must have its innermost frame (past sanitizer interceptors, the allocator and libc's
-# mem*/str* routines) in libhdf5: the crash itself, and for a memory error also where the memory was
-# allocated or freed, or the stack frame that holds it. So one of our buffers overrun inside an HDF5
-# read counts as ours.
-inside_libhdf5() {
-  local report
-  report=$(ASAN_OPTIONS=$3 timeout 60 "$1" "$2" 2>&1) || true  # it crashes: that is the point
+# report_owner: reads a sanitizer report on stdin and prints "libhdf5" when every stack it prints has its
+# innermost frame (past sanitizer interceptors, the allocator and libc's mem*/str* routines) in libhdf5:
+# the crash itself, and for a memory error also where the memory was allocated or freed, or the stack
+# frame that holds it (so one of our buffers overrun inside an HDF5 read counts as ours). "ours" when
+# one is elsewhere, "none" when the report has no stack (the input did not crash).
+report_owner() {
   awk '
     /^[[:space:]]+#[0-9]+ 0x/ {
       if (!in_stack) { in_stack = 1; open = 1; stacks++ }
@@ -70,7 +68,24 @@ inside_libhdf5() {
       next
     }
     { in_stack = 0 }
-    END { exit !(stacks > 0 && ours == 0) }' <<<"$report"
+    END { print (stacks == 0 ? "none" : ours == 0 ? "libhdf5" : "ours") }'
+}
+# crash_owner BINARY INPUT ASAN_OPTIONS REPORT_DIR: replays a crash and prints report_owner's verdict.
+# A crash that does not happen again alone ("none") came from state an earlier input of the same fuzzing
+# process left behind (libhdf5 keeps free lists and caches across files): it is libhdf5's when every
+# report the fuzzing run wrote to REPORT_DIR is, and ours otherwise.
+crash_owner() {
+  local owner f
+  owner=$(ASAN_OPTIONS=$3 timeout 60 "$1" "$2" 2>&1 | report_owner) || true  # it crashes: that is the point
+  if [[ $owner == none ]]; then
+    owner=libhdf5
+    for f in "$4"/*; do
+      [[ -f $f ]] || continue
+      [[ $(report_owner < "$f") == ours ]] && owner=ours
+    done
+    [[ $owner == libhdf5 ]] && owner="libhdf5 (does not crash alone; every report of the run is inside libhdf5)"
+  fi
+  echo "$owner"
 }
 
 failed=()
@@ -92,11 +107,20 @@ for name in "${names[@]}"; do
     # from a corrupt global heap, an overflow iterating attribute messages): fork mode goes on after a
     # crash too, and every crash is replayed below: one whose innermost frame is inside libhdf5 is
     # noted and kept aside, any other (our code, the C++ runtime, an uncaught exception) fails.
+    # The sanitizers' reports of the fuzzing processes also go to files (a crash may need the state an
+    # earlier input left, and not happen again when replayed alone: see crash_owner).
     flags+=(-fork=1 -ignore_timeouts=1 -ignore_ooms=1 -ignore_crashes=1)
     asan="allocator_may_return_null=1:$asan"
   fi
+  reports=$build/artifacts/$name/reports
+  fuzz_asan=$asan fuzz_ubsan=$UBSAN_OPTIONS
+  if [[ $name == token_file || $name == checkpoint ]]; then
+    mkdir -p "$reports"
+    fuzz_asan="$asan:log_path=$reports/asan" fuzz_ubsan="$UBSAN_OPTIONS:log_path=$reports/ubsan"
+  fi
   set +e
-  ASAN_OPTIONS=$asan "$build/fuzz/fuzz_$name" "${flags[@]}" "$build/corpus/$name" "tests/fuzz/corpus/$name" 2>&1 |
+  ASAN_OPTIONS=$fuzz_asan UBSAN_OPTIONS=$fuzz_ubsan "$build/fuzz/fuzz_$name" "${flags[@]}" "$build/corpus/$name" \
+    "tests/fuzz/corpus/$name" 2>&1 |
     tee "$build/artifacts/$name.log" |
     grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|^\s+NEW_FUNC|# Uses: [0-9]+$|^###### (Recommended dictionary|End of recommended)'
   rc=${PIPESTATUS[0]}
@@ -109,8 +133,9 @@ for name in "${names[@]}"; do
   if [[ $name == token_file || $name == checkpoint ]]; then
     mkdir -p "$build/artifacts/$name/libhdf5"
     for f in $(find "$build/artifacts/$name" -maxdepth 1 -type f ! -name 'timeout-*' ! -name 'oom-*' ! -name 'slow-unit-*'); do
-      if inside_libhdf5 "$build/fuzz/fuzz_$name" "$f" "$asan"; then
-        echo "fuzz.sh: note: $name: $(basename "$f") crashes inside libhdf5 (not our code): kept in $build/artifacts/$name/libhdf5/"
+      owner=$(crash_owner "$build/fuzz/fuzz_$name" "$f" "$asan" "$reports")
+      if [[ $owner == libhdf5* ]]; then
+        echo "fuzz.sh: note: $name: $(basename "$f") crashes inside $owner, not our code: kept in $build/artifacts/$name/libhdf5/"
         mv "$f" "$build/artifacts/$name/libhdf5/"
       fi
     done
