@@ -1270,31 +1270,29 @@ namespace {
 
 bool g_force_generic = false;
 
-// GPT2_ATTENTION_FWD: unset or "mma-sync" (the default), or "wgmma".
-AttentionForwardPath forward_path_from_env() {
-  const char* env = std::getenv("GPT2_ATTENTION_FWD");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "mma-sync") == 0) return AttentionForwardPath::kMmaSync;
-  GPT2_CHECK(std::strcmp(env, "wgmma") == 0,
-             "GPT2_ATTENTION_FWD='" << env << "' is not a forward path: use mma-sync (the default) or wgmma");
-  return AttentionForwardPath::kWgmma;
+// A path named by an environment variable: unset, empty or `first` (the default) gives first_path,
+// `second` gives second_path, anything else is fatal (naming the variable and the choices).
+template <class Path>
+Path path_from_env(const char* var, const char* what, const char* first, Path first_path, const char* second,
+                   Path second_path) {
+  const char* env = std::getenv(var);
+  if (env == nullptr || *env == '\0' || std::strcmp(env, first) == 0) return first_path;
+  GPT2_CHECK(std::strcmp(env, second) == 0,
+             "" << var << "='" << env << "' is not a " << what << ": use " << first << " (the default) or " << second);
+  return second_path;
 }
 
 AttentionForwardPath& forward_path() {
-  static AttentionForwardPath path = forward_path_from_env();
+  static AttentionForwardPath path =
+      path_from_env("GPT2_ATTENTION_FWD", "forward path", "mma-sync", AttentionForwardPath::kMmaSync, "wgmma",
+                    AttentionForwardPath::kWgmma);
   return path;
 }
 
-// GPT2_ATTENTION_BWD: unset or "recompute-dq" (the default), or "accumulate-dq".
-AttentionBackwardPath backward_path_from_env() {
-  const char* env = std::getenv("GPT2_ATTENTION_BWD");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "recompute-dq") == 0) return AttentionBackwardPath::kRecomputeDq;
-  GPT2_CHECK(std::strcmp(env, "accumulate-dq") == 0,
-             "GPT2_ATTENTION_BWD='" << env << "' is not a backward path: use recompute-dq (the default) or accumulate-dq");
-  return AttentionBackwardPath::kAccumulateDq;
-}
-
 AttentionBackwardPath& backward_path() {
-  static AttentionBackwardPath path = backward_path_from_env();
+  static AttentionBackwardPath path =
+      path_from_env("GPT2_ATTENTION_BWD", "backward path", "recompute-dq", AttentionBackwardPath::kRecomputeDq,
+                    "accumulate-dq", AttentionBackwardPath::kAccumulateDq);
   return path;
 }
 

@@ -206,27 +206,37 @@ TEST(AttentionAccumulateDq, MatchesCpu) {
   check_attention<bf16>({2, 1000, 256, 2}, false, 12);  // hs = 128: 32-row query tiles, 2 dimension halves per tile
 }
 
+// Device buffers of one bf16 forward + backward: random qkv (seed) and dout (seed + 1), outputs and scratch.
+struct Buffers {
+  Buffers(const Shape& s, uint32_t seed)
+      : out(static_cast<size_t>(s.B) * s.T * s.C),
+        dqkv(static_cast<size_t>(s.B) * s.T * 3 * s.C),
+        lse(static_cast<size_t>(s.B) * s.NH * s.T),
+        scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH)) {
+    qkv.upload(test::random_vec(dqkv.size(), seed));
+    dout.upload(test::random_vec(out.size(), seed + 1));
+  }
+  DeviceBuffer<bf16> qkv, dout, out, dqkv;
+  DeviceBuffer<float> lse;
+  DeviceBuffer<char> scratch;
+};
+
 // Both backward paths compute the same dq/dk/dv: dk and dv come from the same code (same bits); dq is
 // summed in another order (a few bf16 ulps).
 TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
   const Shape s = {2, 333, 384, 6};
-  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
-  DeviceBuffer<bf16> d_qkv, d_dout, d_out(n_out), d_dqkv(n_qkv);
-  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
-  DeviceBuffer<char> scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
-  d_qkv.upload(test::random_vec(n_qkv, 52));
-  d_dout.upload(test::random_vec(n_out, 53));
-  kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+  Buffers d(s, 52);
+  kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
   std::vector<float> dqkv[2];
   const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq,
                                                    kernels::AttentionBackwardPath::kAccumulateDq};
   for (int i = 0; i < 2; ++i) {
     BackwardPathScope path(paths[i]);
-    poison(d_dqkv.data(), d_dqkv.bytes());
-    kernels::attention_backward_cuda<bf16>(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_out.data(),
-                                           d_lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+    poison(d.dqkv.data(), d.dqkv.bytes());
+    kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(), d.out.data(),
+                                           d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
-    dqkv[i] = d_dqkv.download();
+    dqkv[i] = d.dqkv.download();
   }
   std::vector<float> q[2], kv[2];
   for (int i = 0; i < 2; ++i) {
@@ -306,22 +316,17 @@ TEST(AttentionFallback, GenericPathMatchesCpuAtGpt2Shape) {
 // The tensor-core and SIMT paths compute the same function: their bf16 outputs agree to a few bf16 ulps.
 TEST(AttentionFallback, TensorCoreAndGenericPathsAgree) {
   const Shape s = {2, 200, 256, 4};
-  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
-  DeviceBuffer<bf16> d_qkv, d_dout, d_out(n_out), d_dqkv(n_qkv);
-  DeviceBuffer<float> d_lse(static_cast<size_t>(s.B) * s.NH * s.T);
-  DeviceBuffer<char> scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
-  d_qkv.upload(test::random_vec(n_qkv, 42));
-  d_dout.upload(test::random_vec(n_out, 43));
+  Buffers d(s, 42);
   std::vector<float> out[2], lse[2], dqkv[2];
   for (int generic = 0; generic < 2; ++generic) {
     kernels::attention_force_generic(generic == 1);
-    kernels::attention_forward_cuda<bf16>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
-    kernels::attention_backward_cuda<bf16>(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_out.data(),
-                                           d_lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+    kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+    kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(), d.out.data(),
+                                           d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
-    out[generic] = d_out.download();
-    lse[generic] = d_lse.download();
-    dqkv[generic] = d_dqkv.download();
+    out[generic] = d.out.download();
+    lse[generic] = d.lse.download();
+    dqkv[generic] = d.dqkv.download();
   }
   kernels::attention_force_generic(false);
   EXPECT_LE(test::max_abs_diff(out[0], out[1]), 4.0 / 256 * test::max_abs(out[1]));
