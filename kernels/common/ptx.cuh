@@ -119,15 +119,29 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // completed, so waiting on parity 1 returns at once: the "previous" phase counts as complete. That is
 // how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS
 // make_producer_start_state starts the producer at phase 1 for the same reason).
-// A wait that has not completed after ~2^28 tries (seconds: each try_wait itself suspends for a while)
-// is a bug (a phase or byte count that never completes): it traps rather than hanging the job, so the
-// launch fails with an error the host's CUDA_CHECK reports. No printf before the trap: a function call
-// in a kernel that issues wgmma makes ptxas serialize every wgmma (warning C7510).
+// A wait that has not completed after 10 seconds is a bug (a phase or byte count that never completes):
+// it traps rather than hanging the job, so the launch fails with an error the host's CUDA_CHECK reports.
+// The bound is in time (%globaltimer, ns), not in tries, because how long one try_wait suspends is up
+// to the hardware; 10 s leaves room for compute-sanitizer's slowdown. No printf before the trap: a
+// function call in a kernel that issues wgmma makes ptxas serialize every wgmma (warning C7510).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
+
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   uint32_t done = 0, tries = 0;
+  uint64_t t0 = 0;
   do {
-    if (++tries == (1u << 28)) __trap();
+    // The clock is read once every 1024 tries, so a wait that completes soon never reads it.
+    if ((++tries & 1023u) == 0) {
+      const uint64_t now = global_timer_ns();
+      if (t0 == 0) t0 = now;
+      else if (now - t0 > kBarrierWaitTrapNs) __trap();
+    }
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
