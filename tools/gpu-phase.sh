@@ -233,6 +233,8 @@ phase_A() {
     # the Hopper forward: TMA, mbarriers and wgmma across a producer and two consumer warpgroups
     gpu_step synccheck_attention_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
       --gtest_filter='AttentionWgmmaForward.AgreesWithMmaSync'
+    gpu_step synccheck_gemm_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_gemm" \
+      --gtest_filter='GemmWgmma.ForcedSplitK'
     # the 5-product backward: four warps share the dS^T tile in shared memory each turn
     gpu_step racecheck_attention_accumulate_dq 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
       --gtest_filter='AttentionAccumulateDq.AgreesWithRecomputeDq'
