@@ -135,7 +135,7 @@ wrapper mpirun ompi/bin/orterun "$ompi_env"
 ln -s mpirun "$stage/bin/mpiexec"
 
 # ---- data ---------------------------------------------------------------------------------------
-[[ -f data/ci/train.h5 ]] || tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
+[[ -f data/ci/train.h5 ]] || BUILD_DIR=$build_dir tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
 cp data/ci/train.h5 data/ci/val.h5 "$stage/data/"
 vocab=$(tools/get-gpt2-vocab.sh)
 mkdir -p "$stage/data/gpt2-vocab"
