@@ -884,7 +884,18 @@ void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   if (OC == 0) return;
   GPT2_CHECK(dbias != nullptr && scratch != nullptr && dout != nullptr, "weight_bias_grad with a null pointer");
   GPT2_CHECK(aligned_to(scratch, sizeof(float)), "weight_bias_grad scratch must be float-aligned");
-  bool fused = ctx.backend() == GemmBackend::kHand && IC > 0 && !ctx.test_hooks().hand_unfused_bias_grad;
+  if (ctx.backend() == GemmBackend::kCublasLt && IC > 0 && !ctx.test_hooks().unfused_bias_grad) {
+    GPT2_CHECK(dw != nullptr && inp != nullptr, "weight_bias_grad with a null pointer");
+    float* staged = static_cast<float*>(scratch);  // OC floats: the scratch holds at least that many
+    if (detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream)) {
+      bias_backward_add_chunks<T>
+          <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged,
+                                                                                                       1, OC);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  bool fused = ctx.backend() == GemmBackend::kHand && IC > 0 && !ctx.test_hooks().unfused_bias_grad;
   if constexpr (std::is_same_v<T, bf16>)
     fused = fused && choose_hand_path(ctx, inp, dout, IC, OC, rows, true, false) == GemmHandPath::kMmaSync &&
             mma_sync_async_loads(ctx, inp, dout, IC, OC);

@@ -9,7 +9,9 @@
 // Compute type CUBLAS_COMPUTE_32F (for fp32 data: no TF32). Epilogues BIAS, GELU_AUX_BIAS and DGELU are
 // fused when cuBLASLt offers an algorithm for them (GELU ones for bf16 only, see gemm_cublaslt);
 // otherwise (or when the aux leading dimension is not a multiple of 8, which cuBLASLt requires) the
-// product runs plain and a small elementwise kernel finishes.
+// product runs plain and a small elementwise kernel finishes. A weight gradient can carry its bias
+// gradient (BGRADA: cuBLASLt's A is our dout, and its k is the rows), written in fp32 to a staging
+// vector that the caller adds into dbias (weight_bias_grad_cublaslt).
 // The heuristic is asked once per (type, shape, transposes, epilogue, alignment) and the plan cached, so
 // repeated calls run the same algorithm (cuBLASLt with our own workspace is deterministic).
 #include <cublasLt.h>
@@ -184,7 +186,7 @@ constexpr cudaDataType_t lt_type() {
 // set on the descriptor for the heuristic (it reads their alignment); callers set them again per call.
 template <class T>
 LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool trans_b, cublasLtEpilogue_t epilogue,
-                 const T* a, const T* b, const T* c, const T* bias, const T* aux) {
+                 const T* a, const T* b, const T* c, const void* bias, const T* aux) {
   int align = alignment_of(a);
   for (const void* p : {static_cast<const void*>(b), static_cast<const void*>(c), static_cast<const void*>(bias),
                         static_cast<const void*>(aux)})
@@ -201,8 +203,12 @@ LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool tran
   set_desc(op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set_desc(op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
   set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(epilogue));
-  if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-    set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+      epilogue == CUBLASLT_EPILOGUE_BGRADA)
+    set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  // The bias gradient is summed and stored in fp32 whatever T is: one rounding, when the caller adds it.
+  if (epilogue == CUBLASLT_EPILOGUE_BGRADA)
+    set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
   if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU) {
     set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
     set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(N));  // rows of C^T
@@ -235,11 +241,11 @@ LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool tran
 }
 
 template <class T>
-void run_plan(CublasLtState& st, LtPlan& plan, T* c, const T* a, const T* b, const T* bias, const T* aux, float beta,
+void run_plan(CublasLtState& st, LtPlan& plan, T* c, const T* a, const T* b, const void* bias, const T* aux, float beta,
               cudaStream_t stream) {
   cublasLtMatmulDesc_t op = plan.op.get();
   // The cached descriptor may have been built with other pointers of the same alignment.
-  if (bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  if (bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(st.handle, op, &alpha, b, plan.a.get(), a, plan.b.get(), &beta, c, plan.c.get(), c,
@@ -301,6 +307,22 @@ template void gemm_cublaslt<float>(GemmContext&, float*, const float*, const flo
                                    int, bool, bool, bool, GemmEpilogue, cudaStream_t);
 template void gemm_cublaslt<bf16>(GemmContext&, bf16*, const bf16*, const bf16*, const bf16*, bf16*, int, int, int,
                                   bool, bool, bool, GemmEpilogue, cudaStream_t);
+
+template <class T>
+bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, float* dbias_f32, const T* inp, const T* dout, int rows, int IC,
+                               int OC, cudaStream_t stream) {
+  CublasLtState* st = ctx.cublaslt();
+  GPT2_CHECK(st != nullptr, "cuBLASLt GEMM on a context made for the hand backend");
+  // dw (IC,OC) += inp^T dout: gemm_cuda's M = IC, N = OC, K = rows, trans_a, C +=.
+  LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADA, inp, dout, dw, dbias_f32, nullptr);
+  if (!plan.ok) return false;
+  run_plan<T>(*st, plan, dw, inp, dout, dbias_f32, nullptr, 1.0f, stream);
+  return true;
+}
+template bool weight_bias_grad_cublaslt<float>(GemmContext&, float*, float*, const float*, const float*, int, int, int,
+                                               cudaStream_t);
+template bool weight_bias_grad_cublaslt<bf16>(GemmContext&, bf16*, float*, const bf16*, const bf16*, int, int, int,
+                                              cudaStream_t);
 
 }  // namespace detail
 

@@ -47,7 +47,7 @@ struct GemmTestHooks {
   int hand_force_splits = 0;                     // hand: this split-K factor (> 0) instead of the shape rule
   bool lt_force_unfused_epilogue = false;        // cuBLASLt: plain matmul + our elementwise epilogue
   GemmHandPath hand_path = GemmHandPath::kAuto;  // hand bf16: which kernel (see GemmHandPath)
-  bool hand_unfused_bias_grad = false;           // hand: weight_bias_grad_cuda as GEMM + bias_backward_cuda
+  bool unfused_bias_grad = false;                // weight_bias_grad_cuda as GEMM + bias_backward_cuda
 };
 
 // The hand backend's wgmma kernel can run here: the binary holds its sm_90a code (CUDA architectures
@@ -138,8 +138,10 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
 // columns of the dout tiles they already stage in shared memory, in K order (fp32 with Kahan's
 // compensation; with split-K per split, then in split order), so the separate bias kernel and its read of
 // dout go away. dw has exactly gemm_cuda's bits; dbias is deterministic but sums in another order than
-// bias_backward_cuda. Otherwise (cuBLASLt, the wgmma kernel, bf16 operands that mma.sync stages through
-// registers, the test hook hand_unfused_bias_grad): gemm_cuda, then bias_backward_cuda.
+// bias_backward_cuda. cuBLASLt: its BGRADA epilogue writes the column sums in fp32 to scratch and a small
+// kernel adds them into dbias; dw may differ from gemm_cuda's in the last bit (another algorithm).
+// Otherwise (no cuBLASLt algorithm for the epilogue, the wgmma kernel, bf16 operands that mma.sync
+// stages through registers, the test hook unfused_bias_grad): gemm_cuda, then bias_backward_cuda.
 size_t weight_bias_grad_scratch_bytes(int rows, int OC);
 template <class T>
 void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
@@ -151,6 +153,11 @@ CublasLtState* create_cublaslt_state();
 template <class T>
 void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K,
                    bool trans_a, bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
+// dw (IC,OC) += inp^T dout with the column sums of dout written (not added) to dbias_f32 (OC floats);
+// false, having done nothing, when cuBLASLt has no algorithm for that epilogue.
+template <class T>
+bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, float* dbias_f32, const T* inp, const T* dout, int rows, int IC,
+                               int OC, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace gpt2::kernels

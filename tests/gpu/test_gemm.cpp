@@ -630,7 +630,7 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   variants[2].tag = "[scalar loads] ";
   variants[2].hooks.hand_force_scalar_loads = true;
   variants[3].tag = "[unfused] ";
-  variants[3].hooks.hand_unfused_bias_grad = true;
+  variants[3].hooks.unfused_bias_grad = true;
   uint32_t seed = 1200;
   for (const LShape& s : {LShape{1, 1, 1}, LShape{111, 72, 37}, LShape{300, 72, 2304}, LShape{513, 200, 3 * kC + 4},
                           LShape{4096, kC, kC}})
@@ -669,7 +669,12 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
             EXPECT_EQ(d_db.guard_writes(), 0) << "dbias: writes outside";
           }
           ctx.test_hooks() = GemmTestHooks{};
-          EXPECT_EQ(bit_mismatches(dw[0], dw_plain.get()), 0) << "dw differs from gemm_cuda's";
+          // The hand kernels give dw exactly gemm_cuda's bits; cuBLASLt's bias-gradient epilogue may run another
+          // algorithm, which sums in another order: within one bf16 ulp (<= 2^-7 relative) of the largest magnitude.
+          if (be == GemmBackend::kHand || v.hooks.unfused_bias_grad)
+            EXPECT_EQ(bit_mismatches(dw[0], dw_plain.get()), 0) << "dw differs from gemm_cuda's";
+          else
+            expect_close_fp32(dw[0], dw_plain.get(), "dw vs gemm_cuda's", std::is_same_v<T, bf16> ? 1.0 / 128 : 1e-5);
           expect_close<T>(db[0], db_ref, naive_of<T>(db_ref), "dbias +=");
           EXPECT_EQ(bit_mismatches(dw[0], dw[1]), 0) << "dw: two runs differ";
           EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";
