@@ -878,10 +878,10 @@ size_t weight_bias_grad_scratch_bytes(int rows, int OC) {
 }
 
 template <class T>
-void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
+bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
                            int IC, int OC, cudaStream_t stream) {
   GPT2_CHECK(rows >= 1 && IC >= 0 && OC >= 0, "weight_bias_grad shape rows=" << rows << " IC=" << IC << " OC=" << OC);
-  if (OC == 0) return;
+  if (OC == 0) return false;
   GPT2_CHECK(dbias != nullptr && scratch != nullptr && dout != nullptr, "weight_bias_grad with a null pointer");
   GPT2_CHECK(aligned_to(scratch, sizeof(float)), "weight_bias_grad scratch must be float-aligned");
   if (ctx.backend() == GemmBackend::kCublasLt && IC > 0 && !ctx.test_hooks().unfused_bias_grad) {
@@ -892,7 +892,7 @@ void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
           <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged,
                                                                                                        1, OC);
       CUDA_CHECK_LAUNCH();
-      return;
+      return true;
     }
   }
   bool fused = ctx.backend() == GemmBackend::kHand && IC > 0 && !ctx.test_hooks().unfused_bias_grad;
@@ -902,11 +902,12 @@ void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   if (!fused) {
     gemm_cuda<T>(ctx, dw, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone, stream);
     bias_backward_cuda<T>(dbias, scratch, dout, rows, OC, stream);
-    return;
+    return false;
   }
   GPT2_CHECK(dw != nullptr && inp != nullptr, "weight_bias_grad with a null pointer");
   gemm_hand<T>(ctx, dw, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone, stream, dbias,
                static_cast<float*>(scratch));
+  return true;
 }
 
 #define GPT2_GEMM_INSTANTIATE(T)                                                                                  \
@@ -914,7 +915,7 @@ void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
                              GemmEpilogue, cudaStream_t);                                                         \
   template int gemm_hand_splits<T>(const GemmContext&, int, int, int);                                            \
   template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);                               \
-  template void weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
+  template bool weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
 GPT2_GEMM_INSTANTIATE(float)
 GPT2_GEMM_INSTANTIATE(bf16)
 #undef GPT2_GEMM_INSTANTIATE

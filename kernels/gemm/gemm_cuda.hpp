@@ -143,8 +143,9 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
 // Otherwise (no cuBLASLt algorithm for the epilogue, the wgmma kernel, bf16 operands that mma.sync
 // stages through registers, the test hook unfused_bias_grad): gemm_cuda, then bias_backward_cuda.
 size_t weight_bias_grad_scratch_bytes(int rows, int OC);
+// Returns whether the bias gradient rode along the product (false: GEMM, then the bias kernel).
 template <class T>
-void weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
+bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
                            int IC, int OC, cudaStream_t stream);
 
 namespace detail {

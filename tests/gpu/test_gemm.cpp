@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -660,8 +661,14 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
             Dev<T> d_dw(dw0, offset), d_db(db0, offset);
             DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(s.rows, s.OC));
             CUDA_CHECK(cudaMemset(scratch.data(), 0xff, scratch.bytes()));  // NaN: the sums must not read it unwritten
-            kernels::weight_bias_grad_cuda<T>(ctx, d_dw.data(), d_db.data(), scratch.data(), d_inp.data(), d_dout.data(),
-                                              s.rows, s.IC, s.OC, nullptr);
+            const bool fused = kernels::weight_bias_grad_cuda<T>(ctx, d_dw.data(), d_db.data(), scratch.data(),
+                                                                 d_inp.data(), d_dout.data(), s.rows, s.IC, s.OC, nullptr);
+            if (v.hooks.unfused_bias_grad) {
+              EXPECT_FALSE(fused) << "the hook asked for GEMM + bias kernel";
+            }
+            if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && v.tag[0] == '\0')
+              std::printf("cuBLASLt bias-gradient epilogue (BGRADA) for %s: %s\n", tag.c_str(),
+                          fused ? "fused" : "no algorithm, GEMM + bias kernel");
             sync();
             dw[run] = d_dw.get();
             db[run] = d_db.get();
@@ -671,10 +678,11 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
           ctx.test_hooks() = GemmTestHooks{};
           // The hand kernels give dw exactly gemm_cuda's bits; cuBLASLt's bias-gradient epilogue may run another
           // algorithm, which sums in another order: within one bf16 ulp (<= 2^-7 relative) of the largest magnitude.
-          if (be == GemmBackend::kHand || v.hooks.unfused_bias_grad)
+          if (be == GemmBackend::kHand || v.hooks.unfused_bias_grad) {
             EXPECT_EQ(bit_mismatches(dw[0], dw_plain.get()), 0) << "dw differs from gemm_cuda's";
-          else
+          } else {
             expect_close_fp32(dw[0], dw_plain.get(), "dw vs gemm_cuda's", std::is_same_v<T, bf16> ? 1.0 / 128 : 1e-5);
+          }
           expect_close<T>(db[0], db_ref, naive_of<T>(db_ref), "dbias +=");
           EXPECT_EQ(bit_mismatches(dw[0], dw[1]), 0) << "dw: two runs differ";
           EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";

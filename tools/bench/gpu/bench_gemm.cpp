@@ -130,6 +130,10 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused,
   DeviceBuffer<char> scratch(k::weight_bias_grad_scratch_bytes(rows, OC));
   k::GemmContext& ctx = context(be);
   ctx.test_hooks().unfused_bias_grad = unfused;
+  // 1 when the bias gradient rode along the product (cuBLASLt: an algorithm for the BGRADA epilogue)
+  state.counters["fused"] = k::weight_bias_grad_cuda<bf16>(ctx, dw.data(), dbias.data(), scratch.data(), inp.data(),
+                                                           dout.data(), rows, IC, OC, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
   gpt2::bench::time_launches(
       state,
       [&](cudaStream_t s) {
