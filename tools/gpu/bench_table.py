@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Phase B's kernel table: every GPU kernel benchmark as a percentage of its ceiling and of its target.
 
-  bench_table.py CEILINGS.json KERNELS.json     the table, then "kernels at target: N/M"
+  bench_table.py CEILINGS.json KERNELS.json [MORE.json ...]
+                                                the table, then "kernels at target: N/M", then each
+                                                opt-in kernel against the default it would replace
   bench_table.py --ceilings-only CEILINGS.json  one line: the copy bandwidth and the cuBLASLt ceiling
 
 The ceilings are measured on the same device in the same call (bench_gpu_kernels --benchmark_filter
 '^Ceiling/'): a 1 GiB device-to-device copy (read + write counted) and a cuBLASLt 8192^3 bf16 product.
 Targets (issue 10): layernorm forward and backward >= 80% of the copy bandwidth; softmax-xent, GELU and
 AdamW >= 75%; causal attention at T=1024, d=64: forward >= 230 TFLOP/s, backward >= 200; the hand GEMM
->= 80% of cuBLASLt on the same shape. Other kernels are listed with their percentage and no target.
+>= 80% of cuBLASLt on the same shape (mma.sync, `hand`, and the opt-in wgmma kernel, `hand_wgmma`).
+Other kernels are listed with their percentage and no target. The opt-ins (the wgmma GEMM and attention
+forward, accumulate-dq, the fused bias gradients, the multi-tensor AdamW) become defaults only when they
+beat what they replace: the last section gives each one's time against its default's on the same shape.
 Standard library only: the device's Python runs it, never with the bundle's libraries.
 """
 import json
@@ -54,21 +59,25 @@ def main(argv):
         print(f"copy {copy / 1e3:.2f} TB/s, cuBLASLt {gemm:.0f} TFLOP/s" if copy and gemm else "ceilings missing")
         return 0
     copy, gemm = ceilings(argv[1])
-    rows = load(argv[2])
+    rows = [b for path in argv[2:] for b in load(path)]
     print(f"ceilings on this device: copy {copy or 0:.0f} GB/s, cuBLASLt 8192^3 bf16 {gemm or 0:.0f} TFLOP/s\n")
     by_name = {b["name"]: b for b in rows}
     met = total = 0
     lines = []
     for b in rows:
         name = b["name"]
+        if b.get("error_occurred"):  # SkipWithError: no counters (the wgmma GEMM off compute capability 9.0)
+            lines.append(f"{name:58s} not run: {b.get('error_message', '?')}")
+            continue
         gbs, tfl = b.get("GB_per_s"), b.get("TFLOP_per_s")
         if name.startswith("Gemm/bf16/"):
             pct = 100.0 * tfl / gemm if gemm and tfl else 0.0
             figure = f"{tfl or 0:7.1f} TFLOP/s {pct:5.1f}% of ceiling"
             verdict = ""
-            if "/hand/" in name:
-                ref = by_name.get(name.replace("/hand/", "/cublaslt/"))
-                if ref and ref.get("TFLOP_per_s"):
+            hand = re.search(r"/hand(_wgmma)?/", name)
+            if hand:
+                ref = by_name.get(name.replace(hand.group(0), "/cublaslt/"))
+                if tfl and ref and ref.get("TFLOP_per_s"):
                     rel = 100.0 * tfl / ref["TFLOP_per_s"]
                     ok = rel >= 80.0
                     met, total = met + ok, total + 1
@@ -94,7 +103,37 @@ def main(argv):
         lines.append(f"{name:58s} {figure}  {verdict}")
     print(f"kernels at target: {met}/{total}")
     print("\n".join(lines))
+    print("\nopt-in kernels against the default they would replace (time per call; > 1.00x: the opt-in is faster)")
+    for optin, default, what in opt_in_pairs(by_name):
+        t_opt, t_def = optin.get("real_time"), default.get("real_time")
+        if optin.get("error_occurred") or not t_opt or not t_def:
+            print(f"{optin['name']:58s} no time ({optin.get('error_message', 'missing')})")
+            continue
+        print(f"{optin['name']:58s} {t_def / t_opt:5.2f}x {what}")
     return 0
+
+
+# (opt-in name pattern, how to name its default, what the default is)
+OPT_INS = [
+    (r"/hand_wgmma/", lambda n: n.replace("/hand_wgmma/", "/hand/"), "vs mma.sync"),
+    (r"^BM_attention_forward_bf16/\d+/0/1", lambda n: re.sub(r"^(BM_attention_forward_bf16/\d+/0/)1", r"\g<1>0", n),
+     "vs mma.sync forward"),
+    (r"^BM_attention_backward_bf16/\d+/0/1", lambda n: re.sub(r"^(BM_attention_backward_bf16/\d+/0/)1", r"\g<1>0", n),
+     "vs recompute-dq backward"),
+    (r"^WeightBiasGrad/bf16/(hand|cublaslt)/", lambda n: re.sub(r"/(hand|cublaslt)/", r"/\g<1>_unfused/", n, count=1),
+     "vs GEMM + bias kernel"),
+    (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),
+]
+
+
+def opt_in_pairs(by_name):
+    for name, b in by_name.items():
+        for pattern, default_name, what in OPT_INS:
+            if re.search(pattern, name):
+                d = by_name.get(default_name(name))
+                if d is not None:
+                    yield b, d, what
+                break
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 // TFLOP/s counts 2*M*N*K per product. Target: hand >= 80% of cuBLASLt on each (H100 SXM dense bf16 peak
 // is ~989 TFLOP/s; cuBLASLt reaches ~600-750 on these shapes).
 //   build/bin/bench_gpu_kernels --benchmark_filter='Gemm'
-// Names: Gemm/bf16/<backend>/<layer>/<fwd|dinp|dw>/BT:<rows>
+// Names: Gemm/bf16/<hand|hand_wgmma|cublaslt>/<layer>/<fwd|dinp|dw>/BT:<rows>; hand is mma.sync (the
+// hand backend's default), hand_wgmma its opt-in Hopper kernel (GPT2_GEMM_SM90=1; an error row where the
+// device is not compute capability 9.0 or the operands are not TMA-describable).
 // The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
 // and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
@@ -104,7 +106,11 @@ Product product_for(const Layer& l, Pass p, int rows) {
   return {};
 }
 
-void BM_Gemm(benchmark::State& state, k::GemmBackend be, Layer layer, Pass pass, int rows) {
+void BM_Gemm(benchmark::State& state, k::GemmBackend be, bool wgmma, Layer layer, Pass pass, int rows) {
+  if (wgmma && !k::gemm_hand_wgmma_available()) {
+    state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
+    return;
+  }
   const Product p = product_for(layer, pass, rows);
   const size_t mn = static_cast<size_t>(p.M) * p.N;
   auto a = random_device(static_cast<size_t>(p.M) * p.K, 1), b = random_device(static_cast<size_t>(p.K) * p.N, 2);
@@ -114,6 +120,14 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, Layer layer, Pass pass,
   auto bias = random_device(has_bias ? p.N : 0, 4), aux = random_device(has_aux ? mn : 0, 5);
   k::GemmContext& ctx = context(be);
   if (be == k::GemmBackend::kHand) state.counters["splits"] = k::gemm_hand_splits<bf16>(ctx, p.M, p.N, p.K);
+  if (wgmma) {
+    ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
+    if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
+      ctx.test_hooks().hand_path = k::GemmHandPath::kAuto;
+      state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
+      return;
+    }
+  }
   gpt2::bench::time_launches(
       state,
       [&](cudaStream_t s) {
@@ -121,6 +135,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, Layer layer, Pass pass,
                            has_aux ? aux.data() : nullptr, p.M, p.N, p.K, p.trans_a, p.trans_b, p.accumulate, p.ep, s);
       },
       2.0 * p.M * p.N * p.K, 0);
+  ctx.test_hooks().hand_path = k::GemmHandPath::kAuto;
 }
 
 void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused, Layer layer, int rows) {
@@ -167,10 +182,12 @@ const bool kRegistered = [] {
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers)
       for (Pass pass : {Pass::kFwd, Pass::kDinp, Pass::kDw})
-        for (k::GemmBackend be : {k::GemmBackend::kHand, k::GemmBackend::kCublasLt}) {
-          const std::string name = std::string("Gemm/bf16/") + name_of(be) + "/" + l.name + "/" +
-                                   pass_name(pass) + "/BT:" + std::to_string(rows);
-          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, l, pass, rows)
+        for (int v = 0; v < 3; ++v) {
+          const k::GemmBackend be = v == 2 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
+          const bool wgmma = v == 1;
+          const std::string name = std::string("Gemm/bf16/") + (wgmma ? "hand_wgmma" : name_of(be)) + "/" + l.name +
+                                   "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wgmma, l, pass, rows)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
         }
