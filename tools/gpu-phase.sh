@@ -274,6 +274,10 @@ phase_B() {
         --micro-batch "$mb" --seq-len 1024 --global-batch-tokens $((mb * 1024)) --out "$work/train_${gemm}_$mb"
     done
   done
+  # The hand backend on its opt-in Hopper kernel (wgmma + TMA) instead of mma.sync.
+  gpu_step train_124m_hand_wgmma_mb16 150 "within 15% of cuBLASLt" \
+    env GPT2_GEMM_SM90=1 "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm hand --max-steps 12 \
+    --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_hand_wgmma_16"
   # The same step replayed as a CUDA Graph (--cuda-graph): what ~250 launches per step cost.
   gpu_step train_124m_cublaslt_mb16_graph 150 "faster than without" \
     "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt --cuda-graph --max-steps 12 \
@@ -302,6 +306,7 @@ sass_sm90a() {
 }
 figure_sass_sm90a() { grep -o '[0-9]* HGMMA' "$1" | paste -sd/ | sed 's/$/ (attention\/gemm)/'; }
 figure_train_124m_cublaslt_mb16_graph() { train_figure "$1"; }
+figure_train_124m_hand_wgmma_mb16() { train_figure "$1"; }
 figure_train_124m_cublaslt_mb16_accumulate_dq() { train_figure "$1"; }
 figure_train_124m_cublaslt_mb16_wgmma_attention() { train_figure "$1"; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$OUT/ceilings.json"; }
