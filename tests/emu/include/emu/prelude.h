@@ -1,0 +1,62 @@
+// Force-included (-include) in front of the CUDA source compiled as host C++: CUDA keywords and the
+// device builtins the kernels use, mapped onto the emulator.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+
+#include "emu/runtime.h"
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __forceinline__
+#undef __grid_constant__
+#undef __launch_bounds__
+#undef __noinline__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __grid_constant__
+#define __launch_bounds__(...)
+
+// The builtin index variables: per emulated thread.
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+inline void __syncthreads() { emu::syncthreads(); }
+[[noreturn]] inline void __trap() { emu::trap("__trap()"); }
+
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = emu::shfl_xor_bits(mask, bits, lane_mask, width);
+  T r;
+  std::memcpy(&r, &bits, sizeof(T));
+  return r;
+}
+
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __expf(float x) { return std::exp(x); }
+template <class T>
+inline T __ldcs(const T* p) { return *p; }
+
+// cuda_runtime.h's templated overload (declared for nvcc only): a kernel's address as the function key.
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}

@@ -1,0 +1,119 @@
+// CPU emulator of the sm_90a features the attention kernel uses. Every GPU thread of a block runs as a
+// std::thread; warps / warpgroups rendezvous through mutex + condition variable. See README.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace emu {
+
+// ---- errors -------------------------------------------------------------------------------------
+// A protocol violation: prints "[emu] ERROR (block, thread): msg" and ends the process with status 3.
+[[noreturn]] void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void note(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// ---- configuration (environment variables, read once) ---------------------------------------------
+struct Config {
+  unsigned smem_offset = 1024;     // EMU_SMEM_OFFSET: where dynamic smem starts in the shared window
+  unsigned tma_delay_us = 300;     // EMU_TMA_DELAY_US: a TMA copy lands after a random 0..delay us
+  unsigned wait_delay_us = 1500;   // EMU_WAIT_DELAY_US: wgmma.wait_group retires after 0..delay us
+  unsigned timeout_s = 20;         // EMU_TIMEOUT_S: a blocking wait longer than this is a deadlock
+  unsigned seed = 1;               // EMU_SEED
+};
+const Config& config();
+
+// ---- per-thread builtins -----------------------------------------------------------------------
+int tid();   // threadIdx.x (1-D blocks only)
+void syncthreads();
+void thread_exit_hook();
+[[noreturn]] void trap(const char* why);
+
+// Warp shuffle: value bits exchanged through a 32-lane rendezvous.
+uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width);
+
+// ---- shared memory -------------------------------------------------------------------------------
+unsigned char* dynamic_smem();          // the generic pointer of `extern __shared__` storage
+uint32_t smem_offset(const void* p);    // generic -> shared-window address (checks the range)
+unsigned char* smem_at(uint32_t off, uint32_t bytes, const char* what);  // window address -> pointer
+
+// ---- mbarrier ------------------------------------------------------------------------------------
+void mbar_init(uint32_t addr, uint32_t count);
+void mbar_fence_init();
+void mbar_arrive(uint32_t addr, uint32_t expect_tx_bytes);
+bool mbar_try_wait_parity(uint32_t addr, uint32_t parity);  // suspends up to ~1 ms
+uint64_t global_timer_ns();
+
+// ---- TMA -----------------------------------------------------------------------------------------
+void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, int rank, const int* coords);
+void tma_prefetch(const void* tensor_map);
+void fence_proxy_async();
+void named_barrier(int id, int threads);
+
+// The recorded parameters of a tensor map (stored inside the 128-byte CUtensorMap).
+struct TensorMapRec {
+  uint64_t magic;
+  const void* base;
+  uint64_t dims[5];
+  uint64_t strides[5];  // bytes; strides[0] = element size, strides[i] = byte stride of dim i
+  uint32_t box[5];
+  uint8_t rank, dtype, elem_bytes, swizzle, interleave, oob_fill;  // (element strides must be 1)
+};
+static_assert(sizeof(TensorMapRec) <= 128, "fits a CUtensorMap");
+constexpr uint64_t kTensorMapMagic = 0x454d55544d415021ull;
+
+// Validates against cuTensorMapEncodeTiled's documented requirements (cuda.h, CUDA 13); returns an
+// error text or "" and fills *rec.
+std::string encode_tensor_map(TensorMapRec* rec, int dtype, int rank, const void* base, const uint64_t* dims,
+                              const uint64_t* strides, const uint32_t* box, const uint32_t* elem_strides,
+                              int interleave, int swizzle, int l2promo, int oob_fill);
+
+// ---- wgmma ---------------------------------------------------------------------------------------
+void wgmma_fence();
+void wgmma_commit();
+void wgmma_wait(int pending);
+void wgmma_ss(int n, float* d, uint64_t desc_a, uint64_t desc_b, int trans_a, int trans_b, int scale_d);
+void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int trans_b, int scale_d);
+
+// ---- sm_80 helpers (not used by the attention kernel; emulated for completeness) ------------------
+void cp_async(void* dst, const void* src, int bytes, bool full);
+void ldmatrix_x4(uint32_t* r, const void* p, bool trans);
+void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
+
+// ---- launch --------------------------------------------------------------------------------------
+struct LaunchStats {
+  long blocks = 0, wgmma_ops = 0, tma_copies = 0;
+};
+LaunchStats& stats();
+void set_max_dynamic_smem(const void* func, int bytes);
+void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
+
+struct Launch {
+  dim3 grid, block;
+  size_t smem;
+  Launch(dim3 g, dim3 b, size_t s = 0, cudaStream_t = nullptr) : grid(g), block(b), smem(s) {}
+  template <class... P, class... A>
+  void run(void (*kernel)(P...), A&&... args) {
+    // Arguments converted once to the parameter types, then copied by every thread (a kernel's
+    // parameters are per-launch constants; each emulated thread gets its own copy).
+    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+    run_grid(reinterpret_cast<const void*>(kernel), grid, block, smem,
+             [&]() { std::apply([&](auto... p) { kernel(p...); }, params); });
+  }
+};
+
+}  // namespace emu
+
+namespace emu {
+// "Device" allocations: TMA reads outside every registered range are errors.
+void register_global(const void* p, size_t bytes);
+void clear_globals();
+}  // namespace emu

@@ -1,0 +1,100 @@
+// EMULATOR SHADOW of kernels/common/ptx.cuh: the same declarations (names, signatures,
+// templates), implemented on the CPU by the emulator (emu/runtime.h). Nothing here is copied from the
+// repository's file: the layout facts come from the PTX ISA / CUTLASS (see README.md), so that the
+// kernel's use of them is tested rather than assumed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "emu/runtime.h"
+
+namespace gpt2::cuda {
+
+inline uint32_t smem_u32(const void* p) { return emu::smem_offset(p); }
+
+// ---- sm_80+ ----
+inline void cp_async_16(void* dst, const void* src, bool full) { emu::cp_async(dst, src, 16, full); }
+inline void cp_async_4(void* dst, const void* src, bool full) { emu::cp_async(dst, src, 4, full); }
+inline void cp_async_commit() {}
+template <int kPending>
+inline void cp_async_wait() {}  // copies are performed synchronously
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) { emu::ldmatrix_x4(r, p, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { emu::ldmatrix_x4(r, p, true); }
+inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::mma_16816(d, a, b0, b1);
+}
+inline int ld_acquire_gpu(const int* flag) { return __atomic_load_n(flag, __ATOMIC_ACQUIRE); }
+inline void red_release_gpu_add(int* flag, int v) { __atomic_fetch_add(flag, v, __ATOMIC_RELEASE); }
+
+// ---- sm_90: mbarrier, TMA, proxy fence ----
+inline void mbarrier_init(uint64_t* bar, uint32_t count) { emu::mbar_init(smem_u32(bar), count); }
+inline void fence_mbarrier_init() { emu::mbar_fence_init(); }
+inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbar_arrive(smem_u32(bar), bytes); }
+inline void mbarrier_arrive(uint64_t* bar) { emu::mbar_arrive(smem_u32(bar), 0); }
+inline uint64_t global_timer_ns() { return emu::global_timer_ns(); }
+constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
+// try_wait.parity in a loop; like the repository's, a wait longer than 10 s traps.
+inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  const uint64_t t0 = emu::global_timer_ns();
+  while (!emu::mbar_try_wait_parity(addr, parity)) {
+    if (emu::global_timer_ns() - t0 > kBarrierWaitTrapNs) emu::trap("mbarrier wait exceeded 10 s (phase never completed)");
+  }
+}
+inline void tma_load_2d(void* dst, const void* tensor_map, uint64_t* bar, int c0, int c1) {
+  const int c[2] = {c0, c1};
+  emu::tma_load(smem_u32(dst), tensor_map, smem_u32(bar), 2, c);
+}
+inline void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar, int c0, int c1, int c2) {
+  const int c[3] = {c0, c1, c2};
+  emu::tma_load(smem_u32(dst), tensor_map, smem_u32(bar), 3, c);
+}
+inline void tma_prefetch_descriptor(const void* tensor_map) { emu::tma_prefetch(tensor_map); }
+inline void fence_proxy_async_shared() { emu::fence_proxy_async(); }
+inline void named_barrier_sync(int id, int threads) { emu::named_barrier(id, threads); }
+
+// ---- sm_90a: wgmma ----
+enum class WgmmaSwizzle : uint64_t { kNone = 0, k128B = 1, k64B = 2, k32B = 3 };
+
+// PTX ISA "Matrix Descriptor Format" (CUTLASS cute/arch/mma_sm90_desc.hpp GmmaDescriptor):
+// start address [0,14) in 16-byte units, LBO [16,30), SBO [32,46) in 16-byte units, base offset
+// [49,52) (left 0), layout type [62,64).
+__host__ __device__ constexpr uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                  WgmmaSwizzle swizzle) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((smem_addr >> 4) & 0x3FFFu);
+  d |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16;
+  d |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
+  d |= (static_cast<uint64_t>(swizzle) & 0x3u) << 62;
+  return d;
+}
+
+// Accumulator fragment, from CUTLASS CLayout_64xN = ((4,8,4),(2,2,N/8)):((128,1,16),(64,8,512)) over
+// a column-major 64xN tile (offset = row + 64*col): thread (t0 = lane%4, t1 = lane/4, t2 = warp),
+// value (v0 = i%2, v1 = (i/2)%2, v2 = i/4): row = t1 + 16 t2 + 8 v1, col = 2 t0 + v0 + 8 v2.
+__host__ __device__ constexpr int wgmma_acc_row(int warp, int lane, int i) {
+  return (lane >> 2) + 16 * warp + 8 * ((i >> 1) & 1);
+}
+__host__ __device__ constexpr int wgmma_acc_col(int lane, int i) {
+  return 2 * (lane & 3) + (i & 1) + 8 * (i >> 2);
+}
+
+inline void wgmma_fence() { emu::wgmma_fence(); }
+inline void wgmma_commit_group() { emu::wgmma_commit(); }
+template <int kPending>
+inline void wgmma_wait_group() { emu::wgmma_wait(kPending); }
+inline void wgmma_fence_operand(float& r) { asm volatile("" : "+m"(r)::"memory"); }
+inline void wgmma_fence_operand(uint32_t& r) { asm volatile("" : "+m"(r)::"memory"); }
+
+template <int kTransA, int kTransB>
+inline void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  emu::wgmma_ss(128, d, desc_a, desc_b, kTransA, kTransB, scale_d);
+}
+template <int kTransB>
+inline void wgmma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  emu::wgmma_rs(64, d, a, desc_b, kTransB, scale_d);
+}
+
+}  // namespace gpt2::cuda

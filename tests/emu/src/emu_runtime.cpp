@@ -1,0 +1,1016 @@
+// The emulator proper: blocks of std::threads, warp / warpgroup rendezvous, mbarriers, TMA with a
+// delayed "copy engine", and wgmma with deferred (asynchronous) execution. See README.md for the
+// documentation each rule comes from.
+#include "emu/runtime.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <unistd.h>
+#include <unordered_map>
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace emu {
+
+struct Block;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kSentinel = 0x7FC0BEEFu;  // quiet NaN written into in-flight accumulators
+constexpr uint32_t kChunk = 1024;            // hazard-tracking granularity of shared memory
+constexpr uint32_t kWindowBytes = 256 * 1024;  // a 14-bit (addr >> 4) descriptor field spans 256 KB
+
+std::mutex g_print_mu;
+
+struct TCtx {
+  Block* blk = nullptr;
+  int tid = -1;
+};
+thread_local TCtx g_t;
+
+// ---- collectives ----
+enum class Op : int { None, Shfl, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait };
+const char* op_name(Op o) {
+  switch (o) {
+    case Op::None: return "none";
+    case Op::Shfl: return "shfl.sync";
+    case Op::LdMatrix: return "ldmatrix";
+    case Op::Mma16816: return "mma.sync";
+    case Op::WgFence: return "wgmma.fence";
+    case Op::WgMma: return "wgmma.mma_async";
+    case Op::WgCommit: return "wgmma.commit_group";
+    case Op::WgWait: return "wgmma.wait_group";
+  }
+  return "?";
+}
+
+struct Deposit {
+  Op op = Op::None;
+  // shuffle / warp-level
+  uint64_t bits = 0;
+  unsigned mask = 0;
+  int lane_mask = 0, width = 0;
+  const void* ptr = nullptr;
+  uint32_t regs[4] = {0, 0, 0, 0};
+  float acc[4] = {0, 0, 0, 0};
+  // wgmma
+  int n = 0, kind = 0, trans_a = 0, trans_b = 0, scale_d = 0, pending = 0;
+  uint64_t desc_a = 0, desc_b = 0;
+  float* d = nullptr;
+  const uint32_t* a = nullptr;
+  float old[128];
+};
+
+struct WgmmaOp {
+  int n = 0, kind = 0, trans_a = 0, trans_b = 0, scale_d = 0;  // kind 0: SS, 1: RS
+  uint64_t desc_a = 0, desc_b = 0;
+  float* d[128];
+  const uint32_t* a[128];
+  uint32_t a_issue[128][4];
+  std::vector<float> old[128];
+  bool chained[128];
+  std::vector<std::pair<uint32_t, uint64_t>> chunks;  // (chunk, version at issue)
+};
+
+struct Group {  // a warp (32) or a warpgroup (128)
+  std::mutex mu;
+  std::condition_variable cv;
+  int size = 0, base = 0;
+  int arrived = 0, exited = 0;
+  uint64_t gen = 0;
+  std::vector<Deposit> dep;
+  std::vector<uint64_t> result;
+  std::vector<uint32_t> result4;  // 4 per lane (ldmatrix)
+  // warpgroup wgmma state
+  std::vector<WgmmaOp> open;
+  std::deque<std::vector<WgmmaOp>> committed;
+  std::vector<bool> fenced;
+  std::vector<std::map<const float*, std::vector<uint32_t>>> last_written;
+};
+
+struct Mbar {
+  bool inited = false;
+  uint32_t count = 0, pending = 0, phase = 0;
+  int64_t tx = 0;
+  int init_tid = -1;
+  uint64_t init_sync_gen = 0;
+};
+
+struct Copy {
+  uint32_t dst = 0, bar = 0;
+  std::vector<std::pair<uint32_t, uint16_t>> elems;  // (physical smem address, bf16 bits) -- 2-byte types
+  std::vector<unsigned char> raw;                    // generic: bytes at physical addresses `addrs`
+  std::vector<uint32_t> addrs;
+  uint32_t bytes = 0;
+  Clock::time_point land;
+  int issuer = -1;
+};
+
+struct NamedBar {
+  int expected = 0, arrived = 0;
+  uint64_t gen = 0;
+};
+
+}  // namespace
+
+struct Block {
+  dim3 idx;
+  int nthreads = 0;
+  std::vector<unsigned char> window_store;
+  unsigned char* window = nullptr;
+  uint32_t dyn_off = 0, dyn_bytes = 0;
+
+  std::mutex mu;  // mbarriers, syncthreads, chunk state, named barriers
+  std::condition_variable cv;
+  std::unordered_map<uint32_t, Mbar> bars;
+  bool fence_init_seen = false;
+  int sync_arrived = 0, live = 0;
+  uint64_t sync_gen = 0;
+  std::map<int, NamedBar> named;
+  std::vector<uint64_t> chunk_version;
+  std::vector<int> chunk_pending, chunk_readers;
+
+  std::vector<std::unique_ptr<Group>> warps, wgs;
+
+  std::thread dma;
+  std::mutex dma_mu;
+  std::condition_variable dma_cv;
+  std::deque<Copy> queue;
+  bool dma_stop = false;
+  std::mt19937 rng;
+  std::mutex rng_mu;
+  unsigned rand_us(unsigned max_us) {
+    if (max_us == 0) return 0;
+    std::lock_guard<std::mutex> g(rng_mu);
+    return std::uniform_int_distribution<unsigned>(0, max_us)(rng);
+  }
+};
+
+namespace {
+
+std::vector<std::pair<uintptr_t, size_t>> g_globals;  // registered "device" allocations
+std::mutex g_globals_mu;
+std::map<const void*, int> g_max_dyn_smem;
+LaunchStats g_stats;
+std::mutex g_stats_mu;
+
+std::string ctx_string() {
+  char buf[128];
+  if (g_t.blk)
+    snprintf(buf, sizeof buf, "block (%u,%u,%u) thread %d (warpgroup %d warp %d lane %d)", g_t.blk->idx.x,
+             g_t.blk->idx.y, g_t.blk->idx.z, g_t.tid, g_t.tid / 128, g_t.tid / 32, g_t.tid % 32);
+  else
+    snprintf(buf, sizeof buf, "host / copy engine");
+  return buf;
+}
+
+Block& blk() {
+  if (!g_t.blk) fail("device function called outside a kernel");
+  return *g_t.blk;
+}
+
+template <class Pred>
+void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const char* what) {
+  const auto deadline = Clock::now() + std::chrono::seconds(config().timeout_s);
+  while (!pred()) {
+    if (cv.wait_until(lk, deadline) == std::cv_status::timeout && !pred())
+      fail("deadlock: no progress for %u s while waiting in %s", config().timeout_s, what);
+  }
+}
+
+// A rendezvous of a warp or warpgroup: every member deposits, the last arrival runs `leader` under the
+// group's lock, then everyone leaves with the results. All members must call the same instruction.
+template <class Fill, class Leader, class Take>
+void collective(Group& g, Op op, Fill&& fill, Leader&& leader, Take&& take) {
+  const int me = g_t.tid - g.base;
+  std::unique_lock<std::mutex> lk(g.mu);
+  if (g.exited > 0)
+    fail("%s executed by a %s with %d exited thread(s): every thread must take part", op_name(op),
+         g.size == 32 ? "warp" : "warpgroup", g.exited);
+  Deposit& d = g.dep[me];
+  d = Deposit{};
+  d.op = op;
+  fill(d);
+  const uint64_t my_gen = g.gen;
+  if (++g.arrived == g.size) {
+    for (int i = 0; i < g.size; ++i)
+      if (g.dep[i].op != op)
+        fail("divergent %s collective: thread %d is in %s, thread %d in %s", g.size == 32 ? "warp" : "warpgroup",
+             g.base + me, op_name(op), g.base + i, op_name(g.dep[i].op));
+    leader();
+    g.arrived = 0;
+    ++g.gen;
+    g.cv.notify_all();
+  } else {
+    char what[96];
+    snprintf(what, sizeof what, "%s (%s of threads %d..%d)", op_name(op), g.size == 32 ? "warp" : "warpgroup", g.base,
+             g.base + g.size - 1);
+    timed_wait(lk, g.cv, [&] { return g.gen != my_gen; }, what);
+  }
+  take(me);
+}
+
+// ---- shared-memory helpers ----
+inline uint32_t swizzle128(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
+
+void check_dyn_range(Block& b, uint32_t off, uint32_t bytes, const char* what) {
+  if (off < b.dyn_off || static_cast<uint64_t>(off) + bytes > static_cast<uint64_t>(b.dyn_off) + b.dyn_bytes)
+    fail("%s: shared address 0x%x (+%u bytes) outside the launched dynamic shared memory [0x%x, 0x%x)", what, off,
+         bytes, b.dyn_off, b.dyn_off + b.dyn_bytes);
+}
+
+Mbar& bar_at(Block& b, uint32_t addr, const char* what) {  // b.mu held
+  check_dyn_range(b, addr, 8, what);
+  if (addr % 8) fail("%s: mbarrier address 0x%x not 8-byte aligned", what, addr);
+  auto it = b.bars.find(addr);
+  if (it == b.bars.end() || !it->second.inited) fail("%s: mbarrier at 0x%x used before mbarrier.init", what, addr);
+  Mbar& m = it->second;
+  if (g_t.blk && g_t.tid != m.init_tid && b.sync_gen == m.init_sync_gen)
+    fail("%s: mbarrier at 0x%x used by thread %d before a block barrier followed its initialisation", what, addr,
+         g_t.tid);
+  return m;
+}
+
+void complete_phase_if_done(Block& b, Mbar& m) {  // b.mu held
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.count;
+    b.cv.notify_all();
+  }
+}
+
+void dma_loop(Block* b) {
+  for (;;) {
+    Copy c;
+    {
+      std::unique_lock<std::mutex> lk(b->dma_mu);
+      b->dma_cv.wait(lk, [&] { return b->dma_stop || !b->queue.empty(); });
+      if (b->queue.empty()) return;
+      c = std::move(b->queue.front());
+      b->queue.pop_front();
+    }
+    std::this_thread::sleep_until(c.land);
+    std::lock_guard<std::mutex> g(b->mu);
+    for (uint32_t ch = c.dst / kChunk; ch <= (c.dst + c.bytes - 1) / kChunk; ++ch) {
+      if (b->chunk_readers[ch] > 0)
+        fail("TMA copy (issued by thread %d) landed on shared memory chunk 0x%x that an in-flight wgmma reads", c.issuer,
+             ch * kChunk);
+      ++b->chunk_version[ch];
+      --b->chunk_pending[ch];
+    }
+    for (auto& e : c.elems) std::memcpy(b->window + e.first, &e.second, 2);
+    auto it = b->bars.find(c.bar);
+    if (it == b->bars.end() || !it->second.inited) fail("TMA completion on an uninitialised mbarrier 0x%x", c.bar);
+    Mbar& m = it->second;
+    m.tx -= c.bytes;
+    if (m.tx < 0)
+      fail("mbarrier 0x%x: tx-count negative (%lld) after a TMA completion of %u bytes: expect_tx announced fewer "
+           "bytes than arrived",
+           c.bar, static_cast<long long>(m.tx), c.bytes);
+    complete_phase_if_done(*b, m);
+  }
+}
+
+// ---- wgmma operand decoding ----
+struct Desc {
+  uint32_t start, lbo, sbo, base_off, layout;
+};
+Desc decode(uint64_t d) {
+  return Desc{static_cast<uint32_t>(d & 0x3FFF) << 4, static_cast<uint32_t>((d >> 16) & 0x3FFF) << 4,
+              static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4, static_cast<uint32_t>((d >> 49) & 7),
+              static_cast<uint32_t>(d >> 62)};
+}
+void check_desc(uint64_t raw, int trans, const char* which) {
+  const Desc d = decode(raw);
+  if ((raw >> 14) & 3 || (raw >> 30) & 3 || (raw >> 46) & 7 || (raw >> 52) & 0x3FF)
+    fail("wgmma %s descriptor 0x%016llx has reserved bits set", which, static_cast<unsigned long long>(raw));
+  if (d.layout != 1)
+    fail("wgmma %s descriptor: layout type %u (the emulator models the 128-byte swizzle only)", which, d.layout);
+  if (d.base_off != ((d.start >> 7) & 7))
+    fail("wgmma %s descriptor: base offset %u, but the start address 0x%x is %u rows into its 1024-byte swizzle "
+         "pattern (PTX: base offset = (start >> 7) & 7)",
+         which, d.base_off, d.start, (d.start >> 7) & 7);
+  if (trans == 0 && (d.start % 128) + 32 > 128)
+    fail("wgmma %s (K-major) start 0x%x: the k16 slice (32 bytes) crosses a 128-byte swizzle row", which, d.start);
+  if (trans == 1 && d.start % 128 != 0)
+    fail("wgmma %s (MN-major) start 0x%x not at a 128-byte row start", which, d.start);
+}
+// Address of element (mn, k) of a k16 operand slice (CUTLASS make_gmma_desc canonical layouts, SW128):
+//   K-major : ((8,m),(T,2)) : ((8T,SBO),(1,T))        -> start + (mn%8)*128 + (mn/8)*SBO + 2k
+//   MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO))  -> start + 2(mn%64) + (mn/64)*LBO + (k%8)*128 + (k/8)*SBO
+// then the 128-byte swizzle of the address: bits [4,7) ^= bits [7,10) (Swizzle<3,4,3> on byte addresses).
+uint32_t operand_addr(const Desc& d, int trans, int mn, int k) {
+  uint32_t a;
+  if (trans == 0)
+    a = d.start + (mn % 8) * 128 + (mn / 8) * d.sbo + 2 * k;
+  else
+    a = d.start + 2 * (mn % 64) + (mn / 64) * d.lbo + (k % 8) * 128 + (k / 8) * d.sbo;
+  return swizzle128(a);
+}
+float bf16_bits_to_float(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void op_chunks(Block& b, const WgmmaOp& op, std::vector<uint32_t>& out) {
+  auto add = [&](uint64_t raw, int trans, int rows) {
+    const Desc d = decode(raw);
+    for (int mn = 0; mn < rows; ++mn)
+      for (int k = 0; k < 16; ++k) {
+        const uint32_t a = operand_addr(d, trans, mn, k);
+        check_dyn_range(b, a, 2, "wgmma operand");
+        out.push_back(a / kChunk);
+      }
+  };
+  if (op.kind == 0) add(op.desc_a, op.trans_a, 64);
+  add(op.desc_b, op.trans_b, op.n);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+}
+
+void retire(Block& b, Group& g, WgmmaOp& op) {  // g.mu held
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    for (auto& cv : op.chunks) {
+      if (b.chunk_pending[cv.first] > 0)
+        fail("wgmma retires while a TMA write to its shared-memory operand (chunk 0x%x) is outstanding",
+             cv.first * kChunk);
+      if (b.chunk_version[cv.first] != cv.second)
+        fail("the shared-memory operand (chunk 0x%x) of an in-flight wgmma was overwritten before "
+             "wgmma.wait_group retired it",
+             cv.first * kChunk);
+      --b.chunk_readers[cv.first];
+    }
+  }
+  static thread_local float A[64][16], B[16][256];
+  if (op.kind == 1) {
+    // A from registers (CUTLASS ALayout_64x16 = ((4,8,4),(2,2,2)):((128,1,16),(64,8,512)) over a
+    // column-major 64x16 tile): element i of lane l, warp w: row 16w + l/4 + 8((i/2)%2),
+    // k = 2(l%4) + i%2 + 8(i/4); register r holds elements 2r (low half) and 2r+1 (high half).
+    for (int t = 0; t < 128; ++t) {
+      const int w = t / 32, l = t % 32;
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t v = op.a[t][r];
+        if (v != op.a_issue[t][r])
+          fail("A-fragment register %d of thread %d changed while its wgmma was in flight (0x%08x -> 0x%08x)", r,
+               g.base + t, op.a_issue[t][r], v);
+        for (int h = 0; h < 2; ++h) {
+          const int i = 2 * r + h;
+          const int row = 16 * w + l / 4 + 8 * ((i / 2) % 2), k = 2 * (l % 4) + (i % 2) + 8 * (i / 4);
+          A[row][k] = bf16_bits_to_float(static_cast<uint16_t>(h ? v >> 16 : v & 0xFFFF));
+        }
+      }
+    }
+  } else {
+    const Desc da = decode(op.desc_a);
+    for (int m = 0; m < 64; ++m)
+      for (int k = 0; k < 16; ++k) {
+        uint16_t h;
+        std::memcpy(&h, b.window + operand_addr(da, op.trans_a, m, k), 2);
+        A[m][k] = bf16_bits_to_float(h);
+      }
+  }
+  const Desc db = decode(op.desc_b);
+  for (int n = 0; n < op.n; ++n)
+    for (int k = 0; k < 16; ++k) {
+      uint16_t h;
+      std::memcpy(&h, b.window + operand_addr(db, op.trans_b, n, k), 2);
+      B[k][n] = bf16_bits_to_float(h);
+    }
+  const int nregs = op.n / 2;
+  for (int t = 0; t < 128; ++t) {
+    const int w = t / 32, l = t % 32;
+    float* d = op.d[t];
+    auto& lw = g.last_written[t][d];
+    if (lw.size() != static_cast<size_t>(nregs) || std::memcmp(lw.data(), d, 4 * nregs) != 0)
+      fail("accumulator registers of thread %d were written while its wgmma was in flight", g.base + t);
+    for (int i = 0; i < nregs; ++i) {
+      // D fragment (CUTLASS CLayout_64xN): row 16w + l/4 + 8((i/2)%2), col 2(l%4) + i%2 + 8(i/4).
+      const int row = 16 * w + l / 4 + 8 * ((i / 2) % 2), col = 2 * (l % 4) + (i % 2) + 8 * (i / 4);
+      double acc = 0;
+      for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * B[k][col];
+      const double base = op.scale_d ? (op.chained[t] ? d[i] : op.old[t][i]) : 0.0;
+      d[i] = static_cast<float>(base + acc);
+    }
+    std::memcpy(lw.data(), d, 4 * nregs);
+  }
+}
+
+void wg_mma(int n, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b, int kind, int ta, int tb,
+            int scale_d) {
+  Block& b = blk();
+  Group& g = *b.wgs[g_t.tid / 128];
+  collective(
+      g, Op::WgMma,
+      [&](Deposit& dp) {
+        dp.n = n, dp.kind = kind, dp.desc_a = desc_a, dp.desc_b = desc_b, dp.trans_a = ta, dp.trans_b = tb;
+        dp.scale_d = scale_d, dp.d = d, dp.a = a;
+        for (int i = 0; i < n / 2; ++i) dp.old[i] = d[i];
+        if (a)
+          for (int r = 0; r < 4; ++r) dp.regs[r] = a[r];
+      },
+      [&] {
+        const Deposit& d0 = g.dep[0];
+        for (int t = 0; t < 128; ++t) {
+          const Deposit& x = g.dep[t];
+          if (x.n != d0.n || x.kind != d0.kind || x.desc_a != d0.desc_a || x.desc_b != d0.desc_b ||
+              x.trans_a != d0.trans_a || x.trans_b != d0.trans_b || x.scale_d != d0.scale_d)
+            fail("wgmma.mma_async operands differ across the warpgroup (thread %d vs %d)", g.base + t, g.base);
+          if (!g.fenced[t])
+            fail("wgmma.mma_async by thread %d without a wgmma.fence since its last wgmma.wait_group", g.base + t);
+        }
+        if (kind == 0) check_desc(d0.desc_a, ta, "A");
+        check_desc(d0.desc_b, tb, "B");
+        if (kind == 1 && ta != 0) fail("register-sourced A must be K-major");
+        WgmmaOp op;
+        op.n = n, op.kind = kind, op.trans_a = ta, op.trans_b = tb, op.scale_d = scale_d;
+        op.desc_a = d0.desc_a, op.desc_b = d0.desc_b;
+        for (int t = 0; t < 128; ++t) {
+          const Deposit& x = g.dep[t];
+          op.d[t] = x.d;
+          op.a[t] = x.a;
+          std::memcpy(op.a_issue[t], x.regs, 16);
+          op.old[t].assign(x.old, x.old + n / 2);
+          bool chained = false;
+          for (auto& o : g.open) chained |= o.d[t] == x.d;
+          for (auto& grp : g.committed)
+            for (auto& o : grp) chained |= o.d[t] == x.d;
+          op.chained[t] = chained;
+          if (chained && g.last_written[t][x.d].size() != static_cast<size_t>(n / 2))
+            fail("wgmma accumulators of different shapes chained");
+        }
+        std::vector<uint32_t> ch;
+        op_chunks(b, op, ch);
+        {
+          std::lock_guard<std::mutex> lk(b.mu);
+          for (uint32_t c : ch) {
+            if (b.chunk_pending[c] > 0)
+              fail("wgmma.mma_async reads shared memory (chunk 0x%x) with an outstanding TMA write: the full "
+                   "barrier was not waited for",
+                   c * kChunk);
+            op.chunks.emplace_back(c, b.chunk_version[c]);
+            ++b.chunk_readers[c];
+          }
+        }
+        g.open.push_back(std::move(op));
+        std::lock_guard<std::mutex> sg(g_stats_mu);
+        ++g_stats.wgmma_ops;
+      },
+      [&](int me) {
+        // The accumulators are the hardware's until wgmma.wait_group: poison them.
+        for (int i = 0; i < n / 2; ++i) std::memcpy(&d[i], &kSentinel, 4);
+        auto& lw = g.last_written[me][d];
+        lw.assign(n / 2, kSentinel);
+      });
+}
+
+}  // namespace
+
+// =====================================================================================================
+
+void fail(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  {
+    std::lock_guard<std::mutex> g(g_print_mu);
+    fprintf(stderr, "[emu] ERROR in %s: %s\n", ctx_string().c_str(), buf);
+    fflush(stderr);
+    fflush(stdout);
+  }
+  _exit(3);
+}
+
+void note(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> g(g_print_mu);
+  fprintf(stderr, "[emu] %s\n", buf);
+}
+
+const Config& config() {
+  static const Config c = [] {
+    Config c;
+    auto get = [](const char* n, unsigned def) {
+      const char* v = getenv(n);
+      return v ? static_cast<unsigned>(strtoul(v, nullptr, 0)) : def;
+    };
+    c.smem_offset = get("EMU_SMEM_OFFSET", c.smem_offset);
+    c.tma_delay_us = get("EMU_TMA_DELAY_US", c.tma_delay_us);
+    c.wait_delay_us = get("EMU_WAIT_DELAY_US", c.wait_delay_us);
+    c.timeout_s = get("EMU_TIMEOUT_S", c.timeout_s);
+    c.seed = get("EMU_SEED", c.seed);
+    if (c.smem_offset % 16) fail("EMU_SMEM_OFFSET must be a multiple of 16 (dynamic smem is 16-byte aligned)");
+    return c;
+  }();
+  return c;
+}
+
+LaunchStats& stats() { return g_stats; }
+
+int tid() { return g_t.tid; }
+
+void trap(const char* why) { fail("trap: %s", why); }
+
+uint64_t global_timer_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void syncthreads() {
+  Block& b = blk();
+  std::unique_lock<std::mutex> lk(b.mu);
+  const uint64_t my = b.sync_gen;
+  if (++b.sync_arrived == b.live) {
+    b.sync_arrived = 0;
+    ++b.sync_gen;
+    b.cv.notify_all();
+  } else {
+    timed_wait(lk, b.cv, [&] { return b.sync_gen != my; }, "__syncthreads");
+  }
+}
+
+void thread_exit_hook() {
+  Block& b = blk();
+  Group* gs[2] = {b.warps[g_t.tid / 32].get(), b.wgs[g_t.tid / 128].get()};
+  for (Group* g : gs) {
+    std::lock_guard<std::mutex> lk(g->mu);
+    ++g->exited;
+    if (g->arrived > 0)
+      fail("thread exited while %d thread(s) of its %s wait in %s", g->arrived, g->size == 32 ? "warp" : "warpgroup",
+           op_name(g->dep[0].op));
+  }
+  {
+    Group& g = *gs[1];
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (!g.open.empty() || !g.committed.empty()) fail("thread exited with wgmma operations not retired by a wait");
+  }
+  std::lock_guard<std::mutex> lk(b.mu);
+  --b.live;
+  if (b.sync_arrived > 0) fail("thread exited while others wait at __syncthreads");
+}
+
+uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width) {
+  Block& b = blk();
+  Group& g = *b.warps[g_t.tid / 32];
+  uint64_t out = 0;
+  collective(
+      g, Op::Shfl,
+      [&](Deposit& d) {
+        d.bits = bits, d.mask = mask, d.lane_mask = lane_mask, d.width = width;
+      },
+      [&] {
+        for (int l = 0; l < 32; ++l) {
+          const Deposit& d = g.dep[l];
+          if (d.mask != 0xffffffffu) fail("shfl.sync with a partial member mask 0x%x (not modelled)", d.mask);
+          if (d.width != 32) fail("shfl.sync width %d (not modelled)", d.width);
+          const int src = l ^ (d.lane_mask & 31);
+          g.result[l] = g.dep[src].bits;
+        }
+      },
+      [&](int me) { out = g.result[me]; });
+  return out;
+}
+
+unsigned char* dynamic_smem() { return blk().window + blk().dyn_off; }
+
+uint32_t smem_offset(const void* p) {
+  Block& b = blk();
+  const auto u = reinterpret_cast<uintptr_t>(p), w = reinterpret_cast<uintptr_t>(b.window);
+  if (u < w || u >= w + kWindowBytes) fail("generic address %p is not in the shared window (cvta.to.shared)", p);
+  return static_cast<uint32_t>(u - w);
+}
+
+unsigned char* smem_at(uint32_t off, uint32_t bytes, const char* what) {
+  Block& b = blk();
+  check_dyn_range(b, off, bytes, what);
+  return b.window + off;
+}
+
+// ---- mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") ----
+void mbar_init(uint32_t addr, uint32_t count) {
+  Block& b = blk();
+  std::lock_guard<std::mutex> lk(b.mu);
+  check_dyn_range(b, addr, 8, "mbarrier.init");
+  if (addr % 8) fail("mbarrier.init: address 0x%x not 8-byte aligned", addr);
+  if (count < 1 || count > (1u << 20) - 1) fail("mbarrier.init: count %u out of range [1, 2^20-1]", count);
+  Mbar& m = b.bars[addr];
+  if (m.inited) fail("mbarrier.init on an mbarrier that is already initialised (0x%x)", addr);
+  m = Mbar{};
+  m.inited = true;
+  m.count = m.pending = count;
+  m.init_tid = g_t.tid;
+  m.init_sync_gen = b.sync_gen;
+}
+
+void mbar_fence_init() {
+  Block& b = blk();
+  std::lock_guard<std::mutex> lk(b.mu);
+  b.fence_init_seen = true;
+}
+
+void mbar_arrive(uint32_t addr, uint32_t expect_tx) {
+  Block& b = blk();
+  std::lock_guard<std::mutex> lk(b.mu);
+  Mbar& m = bar_at(b, addr, expect_tx ? "mbarrier.arrive.expect_tx" : "mbarrier.arrive");
+  if (m.init_tid != g_t.tid && !b.fence_init_seen) fail("mbarrier used before fence.mbarrier_init");
+  m.tx += expect_tx;  // expect-tx happens before the arrive-on (PTX)
+  if (m.tx > (1 << 20) - 1) fail("mbarrier 0x%x: tx-count %lld exceeds 2^20-1", addr, static_cast<long long>(m.tx));
+  if (m.pending == 0)
+    fail("mbarrier 0x%x: arrival beyond the expected count %u in phase %u", addr, m.count, m.phase);
+  --m.pending;
+  complete_phase_if_done(b, m);
+}
+
+bool mbar_try_wait_parity(uint32_t addr, uint32_t parity) {
+  Block& b = blk();
+  std::unique_lock<std::mutex> lk(b.mu);
+  Mbar& m = bar_at(b, addr, "mbarrier.try_wait.parity");
+  if (parity > 1) fail("try_wait.parity with parity %u", parity);
+  // The phase with parity p is complete when the current (incomplete) phase has the other parity.
+  auto done = [&] { return (m.phase & 1u) != parity; };
+  if (!done()) b.cv.wait_for(lk, std::chrono::milliseconds(1));  // try_wait suspends for a while
+  return done();
+}
+
+// ---- TMA (cp.async.bulk.tensor, tile mode) ----
+std::string encode_tensor_map(TensorMapRec* rec, int dtype, int rank, const void* base, const uint64_t* dims,
+                              const uint64_t* strides, const uint32_t* box, const uint32_t* es, int interleave,
+                              int swizzle, int l2promo, int oob_fill) {
+  char buf[256];
+  auto err = [&](const char* fmt, auto... a) {
+    snprintf(buf, sizeof buf, fmt, a...);
+    return std::string(buf);
+  };
+  int eb = 0;
+  switch (dtype) {
+    case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+    case CU_TENSOR_MAP_DATA_TYPE_UINT16: eb = 2; break;
+    default: return err("data type %d not modelled", dtype);
+  }
+  if (rank < 1 || rank > 5) return err("tensorRank %d not in [1,5]", rank);
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return err("interleave %d not modelled", interleave);
+  if (reinterpret_cast<uintptr_t>(base) % 16) return err("globalAddress %p not 16-byte aligned", base);
+  for (int i = 0; i < rank; ++i)
+    if (dims[i] == 0 || dims[i] > (1ull << 32)) return err("globalDim[%d] = %llu not in [1, 2^32]", i, (unsigned long long)dims[i]);
+  for (int i = 0; i + 1 < rank; ++i) {
+    if (strides[i] % 16 || strides[i] >= (1ull << 40))
+      return err("globalStrides[%d] = %llu not a multiple of 16 below 2^40", i, (unsigned long long)strides[i]);
+    const uint64_t need = i == 0 ? dims[0] * eb : strides[i - 1] * dims[i];
+    if (strides[i] < need)
+      return err("globalStrides[%d] = %llu smaller than the extent of the dimensions below it (%llu)", i,
+                 (unsigned long long)strides[i], (unsigned long long)need);
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (box[i] == 0 || box[i] > 256) return err("boxDim[%d] = %u not in [1,256]", i, box[i]);
+    if (es[i] == 0 || es[i] > 8) return err("elementStrides[%d] = %u not in [1,8]", i, es[i]);
+    if (es[i] != 1) return err("elementStrides != 1 not modelled");
+  }
+  if ((box[0] * eb) % 16) return err("boxDim[0] * elementSize = %u not a multiple of 16", box[0] * eb);
+  const int span = swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 128 : swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64
+                   : swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 32 : swizzle == CU_TENSOR_MAP_SWIZZLE_NONE ? 0 : -1;
+  if (span < 0) return err("swizzle %d not modelled", swizzle);
+  if (span && box[0] * eb > static_cast<uint32_t>(span))
+    return err("inner box %u bytes exceeds the swizzle span %d", box[0] * eb, span);
+  if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * eb != 128)
+    return err("emulator models the 128B swizzle with a 128-byte inner box only (got %u)", box[0] * eb);
+  if (swizzle != CU_TENSOR_MAP_SWIZZLE_128B && swizzle != CU_TENSOR_MAP_SWIZZLE_NONE)
+    return err("swizzle %d not modelled", swizzle);
+  if (l2promo < 0 || l2promo > 3) return err("l2Promotion %d invalid", l2promo);
+  if (oob_fill != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) return err("oobFill NaN not modelled");
+  std::memset(rec, 0, sizeof *rec);
+  rec->magic = kTensorMapMagic;
+  rec->rank = rank, rec->dtype = dtype, rec->elem_bytes = eb, rec->swizzle = swizzle, rec->interleave = interleave;
+  rec->oob_fill = oob_fill, rec->base = base;
+  rec->strides[0] = eb;
+  for (int i = 0; i < rank; ++i) {
+    rec->dims[i] = dims[i], rec->box[i] = box[i];
+    if (i > 0) rec->strides[i] = strides[i - 1];
+  }
+  return "";
+}
+
+void register_global(const void* p, size_t bytes);
+
+static const TensorMapRec& tensor_map_rec(const void* tmap) {
+  if (reinterpret_cast<uintptr_t>(tmap) % 64) fail("tensor map at %p not 64-byte aligned", tmap);
+  const auto* rec = static_cast<const TensorMapRec*>(tmap);
+  if (rec->magic != kTensorMapMagic) fail("tensor map at %p was not made by cuTensorMapEncodeTiled", tmap);
+  return *rec;
+}
+
+void tma_prefetch(const void* tmap) { (void)tensor_map_rec(tmap); }
+
+void tma_load(uint32_t dst, const void* tmap, uint32_t bar, int rank, const int* c) {
+  Block& b = blk();
+  const TensorMapRec& t = tensor_map_rec(tmap);
+  if (t.rank != rank) fail("cp.async.bulk.tensor.%dd with a rank-%d tensor map", rank, t.rank);
+  if (dst % 128) fail("cp.async.bulk.tensor: shared destination 0x%x not 128-byte aligned", dst);
+  if (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && dst % 1024)
+    fail("cp.async.bulk.tensor with the 128B swizzle: destination 0x%x not 1024-byte aligned", dst);
+  uint64_t nelem = 1;
+  for (int i = 0; i < rank; ++i) nelem *= t.box[i];
+  const uint32_t bytes = static_cast<uint32_t>(nelem * t.elem_bytes);
+  check_dyn_range(b, dst, bytes, "cp.async.bulk.tensor destination");
+  Copy cp;
+  cp.dst = dst, cp.bar = bar, cp.bytes = bytes, cp.issuer = g_t.tid;
+  cp.elems.reserve(nelem);
+  uint32_t idx[5] = {0, 0, 0, 0, 0};
+  for (uint64_t e = 0; e < nelem; ++e) {
+    bool oob = false;
+    uint64_t off = 0;
+    for (int i = 0; i < rank; ++i) {
+      const int64_t g = static_cast<int64_t>(c[i]) + idx[i];
+      if (g < 0 || g >= static_cast<int64_t>(t.dims[i])) oob = true;
+      off += static_cast<uint64_t>(g) * t.strides[i];
+    }
+    uint16_t v = 0;  // OOB_FILL_NONE: zeros
+    if (!oob) {
+      const auto* p = static_cast<const unsigned char*>(t.base) + off;
+      bool ok = false;
+      {
+        std::lock_guard<std::mutex> g(g_globals_mu);
+        for (auto& r : g_globals)
+          ok |= reinterpret_cast<uintptr_t>(p) >= r.first && reinterpret_cast<uintptr_t>(p) + 2 <= r.first + r.second;
+      }
+      if (!ok) fail("TMA reads global address %p outside every registered allocation", (const void*)p);
+      std::memcpy(&v, p, 2);
+    }
+    const uint32_t addr = dst + static_cast<uint32_t>(e * t.elem_bytes);
+    const uint32_t phys = t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? swizzle128(addr) : addr;
+    cp.elems.emplace_back(phys, v);
+    for (int i = 0; i < rank; ++i) {  // next box index, dimension 0 fastest
+      if (++idx[i] < t.box[i]) break;
+      idx[i] = 0;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    (void)bar_at(b, bar, "cp.async.bulk.tensor mbarrier");
+    for (uint32_t ch = dst / kChunk; ch <= (dst + bytes - 1) / kChunk; ++ch) {
+      if (b.chunk_readers[ch] > 0)
+        fail("TMA issued into shared memory (chunk 0x%x) that an in-flight wgmma still reads: the stage was "
+             "released before wgmma.wait_group retired its readers",
+             ch * kChunk);
+      ++b.chunk_pending[ch];
+    }
+  }
+  cp.land = Clock::now() + std::chrono::microseconds(b.rand_us(config().tma_delay_us));
+  {
+    std::lock_guard<std::mutex> lk(b.dma_mu);
+    b.queue.push_back(std::move(cp));
+  }
+  b.dma_cv.notify_one();
+  std::lock_guard<std::mutex> sg(g_stats_mu);
+  ++g_stats.tma_copies;
+}
+
+void fence_proxy_async() {}
+
+void named_barrier(int id, int threads) {
+  Block& b = blk();
+  if (id < 1 || id > 15) fail("bar.sync id %d (1..15 for named barriers)", id);
+  if (threads % 32 || threads <= 0 || threads > b.nthreads) fail("bar.sync thread count %d", threads);
+  std::unique_lock<std::mutex> lk(b.mu);
+  NamedBar& nb = b.named[id];
+  if (nb.arrived == 0) nb.expected = threads;
+  if (nb.expected != threads) fail("bar.sync %d with thread counts %d and %d", id, nb.expected, threads);
+  const uint64_t my = nb.gen;
+  if (++nb.arrived == threads) {
+    nb.arrived = 0;
+    ++nb.gen;
+    b.cv.notify_all();
+  } else {
+    timed_wait(lk, b.cv, [&] { return nb.gen != my; }, "bar.sync (named barrier)");
+  }
+}
+
+// ---- wgmma (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions") ----
+void wgmma_fence() {
+  Block& b = blk();
+  Group& g = *b.wgs[g_t.tid / 128];
+  collective(g, Op::WgFence, [](Deposit&) {}, [&] {}, [&](int me) { g.fenced[me] = true; });
+}
+
+void wgmma_commit() {
+  Block& b = blk();
+  Group& g = *b.wgs[g_t.tid / 128];
+  collective(
+      g, Op::WgCommit, [](Deposit&) {},
+      [&] {
+        g.committed.push_back(std::move(g.open));
+        g.open.clear();
+      },
+      [](int) {});
+}
+
+void wgmma_wait(int pending) {
+  Block& b = blk();
+  Group& g = *b.wgs[g_t.tid / 128];
+  collective(
+      g, Op::WgWait, [&](Deposit& d) { d.pending = pending; },
+      [&] {
+        for (int t = 0; t < 128; ++t)
+          if (g.dep[t].pending != pending) fail("wgmma.wait_group with different N across the warpgroup");
+        // The products finish at some time before the wait returns: as late as possible here, so that
+        // anything that touches the operands in between is caught.
+        if (!g.committed.empty() && static_cast<int>(g.committed.size()) > pending)
+          std::this_thread::sleep_for(std::chrono::microseconds(b.rand_us(config().wait_delay_us)));
+        while (static_cast<int>(g.committed.size()) > pending) {
+          for (auto& op : g.committed.front()) retire(b, g, op);
+          g.committed.pop_front();
+        }
+        for (int t = 0; t < 128; ++t) g.fenced[t] = false;
+      },
+      [](int) {});
+}
+
+void wgmma_ss(int n, float* d, uint64_t desc_a, uint64_t desc_b, int ta, int tb, int scale_d) {
+  wg_mma(n, d, nullptr, desc_a, desc_b, 0, ta, tb, scale_d);
+}
+void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int tb, int scale_d) {
+  wg_mma(n, d, a, 0, desc_b, 1, 0, tb, scale_d);
+}
+
+// ---- sm_80 helpers ----
+void cp_async(void* dst, const void* src, int bytes, bool full) {
+  const uint32_t off = smem_offset(dst);
+  unsigned char* p = smem_at(off, bytes, "cp.async");
+  if (full)
+    std::memcpy(p, src, bytes);
+  else
+    std::memset(p, 0, bytes);
+}
+
+void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
+  Block& b = blk();
+  Group& g = *b.warps[g_t.tid / 32];
+  collective(
+      g, Op::LdMatrix, [&](Deposit& d) { d.ptr = p; },
+      [&] {
+        for (int l = 0; l < 32; ++l)
+          for (int i = 0; i < 4; ++i) {
+            uint16_t h[2];
+            for (int e = 0; e < 2; ++e) {
+              // matrix i: row addresses from lanes 8i..8i+7; lane l gets row l/4, cols 2(l%4)+e (or the
+              // transpose: row 2(l%4)+e, col l/4).
+              const int row = trans ? 2 * (l % 4) + e : l / 4, col = trans ? l / 4 : 2 * (l % 4) + e;
+              const auto* rp = static_cast<const unsigned char*>(g.dep[8 * i + row].ptr);
+              std::memcpy(&h[e], smem_at(smem_offset(rp) + 2 * col, 2, "ldmatrix"), 2);
+            }
+            g.result4[4 * l + i] = h[0] | (static_cast<uint32_t>(h[1]) << 16);
+          }
+      },
+      [&](int me) {
+        for (int i = 0; i < 4; ++i) r[i] = g.result4[4 * me + i];
+      });
+}
+
+void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  Block& b = blk();
+  Group& g = *b.warps[g_t.tid / 32];
+  collective(
+      g, Op::Mma16816,
+      [&](Deposit& dp) {
+        std::memcpy(dp.regs, a, 16);
+        dp.bits = b0 | (static_cast<uint64_t>(b1) << 32);
+        std::memcpy(dp.acc, d, 16);
+      },
+      [&] {
+        float A[16][16], Bm[16][8];
+        for (int l = 0; l < 32; ++l) {
+          const int gq = l / 4, t = l % 4;
+          for (int i = 0; i < 8; ++i) {
+            const uint32_t v = g.dep[l].regs[i / 2];
+            const float f = bf16_bits_to_float(static_cast<uint16_t>(i % 2 ? v >> 16 : v & 0xFFFF));
+            A[gq + 8 * ((i / 2) % 2)][2 * t + (i % 2) + 8 * (i / 4)] = f;
+            const uint32_t bv = static_cast<uint32_t>(g.dep[l].bits >> (32 * ((i / 2) % 2)));
+            if (i < 4)
+              Bm[2 * t + (i % 2) + 8 * (i / 2)][gq] = bf16_bits_to_float(static_cast<uint16_t>(i % 2 ? bv >> 16 : bv & 0xFFFF));
+          }
+        }
+        for (int l = 0; l < 32; ++l) {
+          const int gq = l / 4, t = l % 4;
+          for (int i = 0; i < 4; ++i) {
+            const int row = gq + 8 * (i / 2), col = 2 * t + (i % 2);
+            double acc = g.dep[l].acc[i];
+            for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * Bm[k][col];
+            float f = static_cast<float>(acc);
+            std::memcpy(&g.result4[4 * l + i], &f, 4);
+          }
+        }
+      },
+      [&](int me) {
+        for (int i = 0; i < 4; ++i) std::memcpy(&d[i], &g.result4[4 * me + i], 4);
+      });
+}
+
+// ---- launch ----
+void register_global(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> g(g_globals_mu);
+  g_globals.emplace_back(reinterpret_cast<uintptr_t>(p), bytes);
+}
+void clear_globals() {
+  std::lock_guard<std::mutex> g(g_globals_mu);
+  g_globals.clear();
+}
+
+void set_max_dynamic_smem(const void* func, int bytes) { g_max_dyn_smem[func] = bytes; }
+
+void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
+  const Config& cfg = config();
+  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024) fail("launch: block (%u,%u,%u) not modelled", block.x, block.y, block.z);
+  if (block.x % 128) fail("launch: %u threads is not a whole number of warpgroups", block.x);
+  const int max_dyn = g_max_dyn_smem.count(func) ? g_max_dyn_smem[func] : 48 * 1024;
+  if (smem > static_cast<size_t>(max_dyn))
+    fail("launch: %zu bytes of dynamic shared memory above the function's limit %d (cudaFuncSetAttribute)", smem, max_dyn);
+  if (smem > 227 * 1024) fail("launch: %zu bytes of dynamic shared memory above sm_90's 227 KB", smem);
+  if (cfg.smem_offset + smem > kWindowBytes) fail("EMU_SMEM_OFFSET too large");
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        Block b;
+        b.idx = dim3(bx, by, bz);
+        b.nthreads = block.x;
+        b.live = block.x;
+        b.window_store.assign(kWindowBytes + 1024, 0xFF);  // uninitialised smem reads as bf16 NaN
+        b.window = b.window_store.data() + (1024 - reinterpret_cast<uintptr_t>(b.window_store.data()) % 1024) % 1024;
+        b.dyn_off = cfg.smem_offset;
+        b.dyn_bytes = static_cast<uint32_t>(smem);
+        b.chunk_version.assign(kWindowBytes / kChunk, 0);
+        b.chunk_pending.assign(kWindowBytes / kChunk, 0);
+        b.chunk_readers.assign(kWindowBytes / kChunk, 0);
+        b.rng.seed(cfg.seed * 7919u + bx * 131u + by * 17u + bz);
+        const int nw = block.x / 32, nwg = block.x / 128;
+        for (int w = 0; w < nw; ++w) {
+          b.warps.emplace_back(new Group);
+          Group& g = *b.warps.back();
+          g.size = 32, g.base = 32 * w;
+          g.dep.resize(32), g.result.resize(32), g.result4.resize(128);
+        }
+        for (int w = 0; w < nwg; ++w) {
+          b.wgs.emplace_back(new Group);
+          Group& g = *b.wgs.back();
+          g.size = 128, g.base = 128 * w;
+          g.dep.resize(128), g.result.resize(128), g.fenced.assign(128, false), g.last_written.resize(128);
+        }
+        b.dma = std::thread(dma_loop, &b);
+        std::vector<std::thread> threads;
+        threads.reserve(block.x);
+        for (unsigned t = 0; t < block.x; ++t)
+          threads.emplace_back([&, t] {
+            g_t.blk = &b;
+            g_t.tid = static_cast<int>(t);
+            threadIdx = uint3{t, 0, 0};
+            blockIdx = uint3{bx, by, bz};
+            blockDim = block;
+            gridDim = grid;
+            body();
+            thread_exit_hook();
+          });
+        for (auto& th : threads) th.join();
+        {
+          std::lock_guard<std::mutex> lk(b.dma_mu);
+          b.dma_stop = true;
+        }
+        b.dma_cv.notify_all();
+        b.dma.join();
+        // Every phase the kernel started must have completed: a partial phase means mismatched arrival
+        // counts or transaction bytes.
+        for (auto& kv : b.bars) {
+          const Mbar& m = kv.second;
+          if (m.pending != m.count || m.tx != 0)
+            fail("block (%u,%u,%u) ended with mbarrier 0x%x in an incomplete phase %u: %u of %u arrivals missing, "
+                 "tx-count %lld",
+                 bx, by, bz, kv.first, m.phase, m.pending, m.count, static_cast<long long>(m.tx));
+        }
+        std::lock_guard<std::mutex> sg(g_stats_mu);
+        ++g_stats.blocks;
+      }
+}
+
+}  // namespace emu
