@@ -200,7 +200,9 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       for (int kk = 0; kk < Cfg::kBK / Cfg::kWgmmaK; ++kk) {
         const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k128B);
         const uint64_t db = cuda::wgmma_desc(b_base + kk * kKStepB, kLboB, kSbo, cuda::WgmmaSwizzle::k128B);
-        cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+        // The immediates say "MN-major": A is when transposed (stored K x M), B when NOT transposed (a
+        // row-major K x N has N contiguous). wgmma's default is K-major for both.
+        cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
       }
       cuda::wgmma_commit_group();
 #pragma unroll
