@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The sm_90a attention forward (kernels/attention/attention_sm90.cu: TMA, mbarriers, wgmma) run on the
-# CPU, without a GPU: the real kernel source compiled by g++ as host C++, every GPU thread of a block a
-# std::thread, and the Hopper features it uses emulated from NVIDIA's documentation (README.md here).
+# The sm_90a kernels (kernels/attention/attention_sm90.cu and kernels/gemm/gemm_sm90.cu: TMA, mbarriers,
+# wgmma) run on the CPU, without a GPU: each kernel's real source compiled by g++ as host C++, every GPU
+# thread of a block a std::thread, and the Hopper features they use emulated from NVIDIA's
+# documentation (README.md here).
 #
-#   tests/emu/emu.sh BUILD_DIR            build, then the checks CI runs (~1 min): the repository's
-#                                         descriptor and fragment helpers against the emulator's, the
-#                                         kernel on partial tiles and on AttentionWgmmaForward's shapes,
-#                                         other shared-memory offsets and TMA/wgmma timings
-#   tests/emu/emu.sh BUILD_DIR --all      also every T in {1..300} x B x NH (~3 min) and GPT-2's shape
-#   tests/emu/emu.sh BUILD_DIR --mutants  ten mutants of the kernel, each of which must be caught (~5 min)
+#   tests/emu/emu.sh BUILD_DIR            build, then the checks CI runs (~2-3 min): the repository's
+#                                         descriptor and fragment helpers against the emulator's; the
+#                                         attention forward on partial tiles and on AttentionWgmmaForward's
+#                                         shapes; the GEMM on every transpose, epilogue and split-K; both
+#                                         under other shared-memory offsets, grids and TMA/wgmma timings
+#   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes (~6 min)
+#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of both kernels (10 + 14), each of which must be caught
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,18 +20,22 @@ mode=${2:-ci}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cuda_inc=${GPT2_EMU_CUDA_INCLUDE:-${CUDA_HOME:-/usr/local/cuda}/include}
-cxx=(g++ -std=c++17 -O2 -pthread -fno-strict-aliasing -Wall -Wno-unknown-pragmas -Wno-attributes -Wno-class-memaccess)
+cxx=(g++ -std=c++17 -O2 -pthread -fno-strict-aliasing -Wall -Wno-unknown-pragmas -Wno-attributes -Wno-class-memaccess
+  -Wno-psabi)
 inc=(-I"$here/include" -I"$repo" -I"$repo/src" -I"$cuda_inc")
 
-# build_kernel SRC BINARY: the emulator around a copy of SRC whose only change is the <<<...>>> launch.
+# build_kernel KERNEL SRC BINARY (KERNEL: attention or gemm): the emulator around a copy of SRC whose only
+# change is the <<<...>>> launch.
 build_kernel() {
-  local src=$1 bin=$2 gen="$2.emu.cpp" o
+  local kernel=$1 src=$2 bin=$3 gen="$3.emu.cpp" o ns
+  ns=${kernel}_detail
   sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\((.*)\);/::emu::Launch(\2).run(\1, \3);/' "$src" > "$gen"
   local changed
   changed=$(diff "$src" "$gen" | grep -c '^>')
   [[ $changed == 1 ]] || { echo "emu: expected the launch line alone rewritten in $src, got $changed lines" >&2; return 1; }
-  for o in emu_runtime cudart_stubs attention_driver; do
-    if [[ ! -f $out/$o.o || $here/src/$o.cpp -nt $out/$o.o || $here/include/emu/runtime.h -nt $out/$o.o ]]; then
+  for o in emu_runtime cudart_stubs "${kernel}_driver"; do
+    if [[ ! -f $out/$o.o || $here/src/$o.cpp -nt $out/$o.o || $here/include/emu/runtime.h -nt $out/$o.o ||
+          $here/include/emu/prelude.h -nt $out/$o.o ]]; then
       "${cxx[@]}" "${inc[@]}" -c "$here/src/$o.cpp" -o "$out/$o.o" || return 1
     fi
   done
@@ -37,47 +43,54 @@ build_kernel() {
   if [[ ! -f $out/sm90a_host.o || $repo/kernels/common/sm90a_host.cu -nt $out/sm90a_host.o ]]; then
     "${cxx[@]}" "${inc[@]}" -x c++ -c "$repo/kernels/common/sm90a_host.cu" -o "$out/sm90a_host.o" || return 1
   fi
-  "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL -DKERNEL_SRC="\"$gen\"" -c "$here/src/kernel_tu.cpp" -o "$bin.o" &&
-    "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,attention_driver,sm90a_host}.o "$bin.o"
+  "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL -DKERNEL_NS="$ns" -DKERNEL_SRC="\"$gen\"" \
+    -c "$here/src/kernel_tu.cpp" -o "$bin.o" &&
+    "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,"${kernel}_driver",sm90a_host}.o "$bin.o"
 }
+src_of() { [[ $1 == attention ]] && echo "$repo/kernels/attention/attention_sm90.cu" || echo "$repo/kernels/gemm/gemm_sm90.cu"; }
 
 status=0
 check() {  # check NAME CMD...: runs CMD, prints its verdict line
-  local name=$1
+  local name=$1 log
   shift
-  if "$@" > "$out/$name.log" 2>&1; then
-    echo "PASS  $name: $(tail -1 "$out/$name.log" | cut -c1-110)"
+  log=$out/$(echo "$name" | tr ' =' '_-').log
+  if "$@" > "$log" 2>&1; then
+    echo "PASS  $name: $(tail -1 "$log" | cut -c1-110)"
   else
-    echo "FAIL  $name (log: $out/$name.log)"
-    grep -E 'FAIL|ERROR' "$out/$name.log" | head -5
+    echo "FAIL  $name (log: $log)"
+    grep -E 'FAIL|ERROR' "$log" | head -5
     status=1
   fi
 }
 
 if [[ $mode == --mutants ]]; then
-  python3 "$here/mutations/mutate.py" "$repo/kernels/attention/attention_sm90.cu" "$out/mutants" > "$out/mutants.list" || exit 1
   caught=0 total=0
-  while read -r m; do
-    total=$((total + 1))
-    if ! build_kernel "$out/mutants/$m.cu" "$out/mutant_$m" > "$out/mutant_$m.build.log" 2>&1; then
-      echo "MUTANT $m: BUILD FAILED (log: $out/mutant_$m.build.log)"
-      continue
-    fi
-    # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads it
-    if EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 120 "$out/mutant_$m" --quick --stop-on-fail \
-      > "$out/mutant_$m.log" 2>&1; then
-      echo "MUTANT $m: NOT CAUGHT"
-    else
-      caught=$((caught + 1))
-      echo "MUTANT $m: caught: $(grep -m1 -E '\[emu\] ERROR|FAIL ' "$out/mutant_$m.log" | cut -c1-150)"
-    fi
-  done < "$out/mutants.list"
+  for kernel in attention gemm; do
+    python3 "$here/mutations/mutate_$kernel.py" "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
+      exit 1
+    while read -r m; do
+      total=$((total + 1))
+      bin=$out/mutant_${kernel}_$m
+      if ! build_kernel $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
+        echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
+        continue
+      fi
+      # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads it
+      if EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1; then
+        echo "MUTANT $kernel/$m: NOT CAUGHT"
+      else
+        caught=$((caught + 1))
+        echo "MUTANT $kernel/$m: caught: $(grep -m1 -E '\[emu\] ERROR|FAIL' "$bin.log" | cut -c1-150)"
+      fi
+    done < "$out/mutants_$kernel.list"
+  done
   echo "mutants caught: $caught of $total"
   ((caught == total)) && exit 0
   exit 1
 fi
 
-build_kernel "$repo/kernels/attention/attention_sm90.cu" "$out/emu_attention" || exit 1
+build_kernel attention "$(src_of attention)" "$out/emu_attention" || exit 1
+build_kernel gemm "$(src_of gemm)" "$out/emu_gemm" || exit 1
 # The repository's wgmma_desc and wgmma_acc_row/col (host-callable), taken from ptx.cuh as text.
 s=$(grep -n '^enum class WgmmaSwizzle' "$repo/kernels/common/ptx.cuh" | cut -d: -f1)
 e=$(grep -n '^__host__ __device__ constexpr int wgmma_acc_col' "$repo/kernels/common/ptx.cuh" | cut -d: -f1)
@@ -86,16 +99,22 @@ sed -n "${s},$((e + 2))p" "$repo/kernels/common/ptx.cuh" > "$out/repo_ptx_helper
 "${cxx[@]}" -I"$here/include" -I"$out" -I"$repo" -I"$cuda_inc" "$here/src/check_ptx_helpers.cpp" -o "$out/check_ptx_helpers" ||
   exit 1
 check layout_helpers "$out/check_ptx_helpers"
-check quick_shapes "$out/emu_attention" --quick
-check test_shapes "$out/emu_attention" --test-shapes
-check smem_offset_0 env EMU_SMEM_OFFSET=0 "$out/emu_attention" --quick
-check smem_offset_16 env EMU_SMEM_OFFSET=16 EMU_SEED=2 "$out/emu_attention" --quick
-check smem_offset_1008 env EMU_SMEM_OFFSET=1008 EMU_SEED=3 "$out/emu_attention" --quick
-check no_delays env EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0 "$out/emu_attention" --quick
-check long_tma_delay env EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7 "$out/emu_attention" --quick
+check attention_quick "$out/emu_attention" --quick
+check attention_test_shapes "$out/emu_attention" --test-shapes
+check gemm_all_cases "$out/emu_gemm"
+for v in "EMU_SMEM_OFFSET=0" "EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
+         "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
+  check "attention_quick $v" env $v "$out/emu_attention" --quick
+done
+for v in "EMU_SMS=2" "EMU_SMS=4" "EMU_SMS=4 EMU_CONCURRENT_BLOCKS=1" "EMU_SMEM_OFFSET=16 EMU_SEED=2" \
+         "EMU_SMEM_OFFSET=1008 EMU_SEED=3" "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" \
+         "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
+  check "gemm_quick $v" env $v "$out/emu_gemm" --quick
+done
 if [[ $mode == --all ]]; then
-  check all_shapes "$out/emu_attention"
-  check gpt2_shape "$out/emu_attention" --gpt2
+  check attention_all_shapes "$out/emu_attention"
+  check attention_gpt2 "$out/emu_attention" --gpt2
+  check gemm_gpt2 "$out/emu_gemm" --gpt2
 fi
 echo "emu: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
 exit $status

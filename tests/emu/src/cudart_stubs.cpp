@@ -65,6 +65,7 @@ cudaError_t CUDARTAPI cudaGetDevice(int* device) {
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int) {
   if (attr == cudaDevAttrComputeCapabilityMajor) *value = 9;
   else if (attr == cudaDevAttrComputeCapabilityMinor) *value = 0;
+  else if (attr == cudaDevAttrMultiProcessorCount) *value = static_cast<int>(emu::config().sms);
   else *value = 0;
   return cudaSuccess;
 }

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -103,6 +104,7 @@ struct Group {  // a warp (32) or a warpgroup (128)
   std::deque<std::vector<WgmmaOp>> committed;
   std::vector<bool> fenced;
   std::vector<std::map<const float*, std::vector<uint32_t>>> last_written;
+  std::vector<std::map<const float*, std::vector<float>>> chain_val;  // running value of in-flight chains
 };
 
 struct Mbar {
@@ -297,32 +299,59 @@ Desc decode(uint64_t d) {
               static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4, static_cast<uint32_t>((d >> 49) & 7),
               static_cast<uint32_t>(d >> 62)};
 }
+// Swizzle width W of a layout type in 16-byte units (PTX "Matrix Descriptor Format": 0 interleave (no
+// swizzle), 1 128B, 2 64B, 3 32B; CUTLASS cute/arch/mma_sm90_desc.hpp LayoutType).
+int layout_w(uint32_t layout) { return layout == 1 ? 8 : layout == 2 ? 4 : layout == 3 ? 2 : 1; }
 void check_desc(uint64_t raw, int trans, const char* which) {
   const Desc d = decode(raw);
   if ((raw >> 14) & 3 || (raw >> 30) & 3 || (raw >> 46) & 7 || (raw >> 52) & 0x3FF)
     fail("wgmma %s descriptor 0x%016llx has reserved bits set", which, static_cast<unsigned long long>(raw));
-  if (d.layout != 1)
-    fail("wgmma %s descriptor: layout type %u (the emulator models the 128-byte swizzle only)", which, d.layout);
-  if (d.base_off != ((d.start >> 7) & 7))
-    fail("wgmma %s descriptor: base offset %u, but the start address 0x%x is %u rows into its 1024-byte swizzle "
-         "pattern (PTX: base offset = (start >> 7) & 7)",
-         which, d.base_off, d.start, (d.start >> 7) & 7);
-  if (trans == 0 && (d.start % 128) + 32 > 128)
-    fail("wgmma %s (K-major) start 0x%x: the k16 slice (32 bytes) crosses a 128-byte swizzle row", which, d.start);
-  if (trans == 1 && d.start % 128 != 0)
-    fail("wgmma %s (MN-major) start 0x%x not at a 128-byte row start", which, d.start);
+  if (d.base_off != 0) fail("wgmma %s descriptor: base offset %u (only 0 is modelled)", which, d.base_off);
+  // Not documented as errors here: the addresses are computed anyway (swizzle on the absolute address
+  // bits), noted once, and the numbers decide.
+  static std::atomic<int> noted{0};
+  if (d.layout == 1 && ((d.start >> 7) & 7) != 0 && noted++ == 0)
+    note("WARNING wgmma %s descriptor: base offset 0 but the start address 0x%x is %u rows into its 1024-byte "
+         "swizzle pattern (PTX: base offset = (start >> 7) & 7 for such starts)",
+         which, d.start, (d.start >> 7) & 7);
+  const uint32_t row = 16u * layout_w(d.layout);
+  if (d.layout != 0 && trans == 0 && (d.start % row) + 32 > row && noted++ == 0)
+    note("WARNING wgmma %s (K-major) start 0x%x: the k16 slice (32 bytes) crosses a %u-byte swizzle row", which,
+         d.start, row);
+  if (d.layout != 0 && trans == 1 && d.start % row != 0 && noted++ == 0)
+    note("WARNING wgmma %s (MN-major) start 0x%x not at a %u-byte row start", which, d.start, row);
 }
-// Address of element (mn, k) of a k16 operand slice (CUTLASS make_gmma_desc canonical layouts, SW128):
-//   K-major : ((8,m),(T,2)) : ((8T,SBO),(1,T))        -> start + (mn%8)*128 + (mn/8)*SBO + 2k
-//   MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO))  -> start + 2(mn%64) + (mn/64)*LBO + (k%8)*128 + (k/8)*SBO
-// then the 128-byte swizzle of the address: bits [4,7) ^= bits [7,10) (Swizzle<3,4,3> on byte addresses).
+// Address of element (mn, k) of a k16 operand slice, 16-bit elements (T = 8 per 16 bytes). CUTLASS
+// make_gmma_desc canonical layouts (cute/atom/mma_traits_sm90_gmma.hpp:160-194), in elements:
+//   K-major,  swizzled (W = 8/4/2): ((8,m),(T,2)) : ((W*T,SBO),(1,T))
+//             -> start + (mn%8)*16W + (mn/8)*SBO + 2k
+//   K-major,  interleave:           ((8,m),(T,2)) : ((1T,SBO),(1,LBO))
+//             -> start + (mn%8)*16 + (mn/8)*SBO + 2(k%8) + (k/8)*LBO
+//   MN-major, swizzled:             ((T,W,m),(8,k)) : ((1,T,LBO),(W*T,SBO))
+//             -> start + 2(mn%8W) + (mn/8W)*LBO + (k%8)*16W + (k/8)*SBO
+//   MN-major, interleave:           ((T,1,m),(8,k)) : ((1,T,SBO),(1T,LBO))
+//             -> start + 2(mn%8) + (mn/8)*SBO + (k%8)*16 + (k/8)*LBO
+// then the swizzle of the byte address, Swizzle<log2 W,4,3>: bits [4,4+log2 W) ^= bits [7,7+log2 W)
+// (cute/swizzle.hpp; applied to the raw smem address, cute/pointer_swizzle.hpp).
+uint32_t swizzle_w(uint32_t addr, int w) {
+  const uint32_t mask = static_cast<uint32_t>(w - 1);
+  return addr ^ (((addr >> 7) & mask) << 4);
+}
 uint32_t operand_addr(const Desc& d, int trans, int mn, int k) {
+  const int w = layout_w(d.layout);
   uint32_t a;
+  if (d.layout == 0) {
+    if (trans == 0)
+      a = d.start + (mn % 8) * 16 + (mn / 8) * d.sbo + 2 * (k % 8) + (k / 8) * d.lbo;
+    else
+      a = d.start + 2 * (mn % 8) + (mn / 8) * d.sbo + (k % 8) * 16 + (k / 8) * d.lbo;
+    return a;
+  }
   if (trans == 0)
-    a = d.start + (mn % 8) * 128 + (mn / 8) * d.sbo + 2 * k;
+    a = d.start + (mn % 8) * 16 * w + (mn / 8) * d.sbo + 2 * k;
   else
-    a = d.start + 2 * (mn % 64) + (mn / 64) * d.lbo + (k % 8) * 128 + (k / 8) * d.sbo;
-  return swizzle128(a);
+    a = d.start + 2 * (mn % (8 * w)) + (mn / (8 * w)) * d.lbo + (k % 8) * 16 * w + (k / 8) * d.sbo;
+  return swizzle_w(a, w);
 }
 float bf16_bits_to_float(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -347,7 +376,11 @@ void op_chunks(Block& b, const WgmmaOp& op, std::vector<uint32_t>& out) {
   out.erase(std::unique(out.begin(), out.end()), out.end());
 }
 
-void retire(Block& b, Group& g, WgmmaOp& op) {  // g.mu held
+// later_use(t, d): another unretired wgmma (issued after this one) accumulates into thread t's registers
+// d. Then the chain's running value stays in g.chain_val and the registers keep the in-flight poison:
+// they are architecturally defined only once the last wgmma on them has retired.
+template <class LaterUse>
+void retire(Block& b, Group& g, WgmmaOp& op, LaterUse&& later_use) {  // g.mu held
   {
     std::lock_guard<std::mutex> lk(b.mu);
     for (auto& cv : op.chunks) {
@@ -397,10 +430,21 @@ void retire(Block& b, Group& g, WgmmaOp& op) {  // g.mu held
       B[k][n] = bf16_bits_to_float(h);
     }
   const int nregs = op.n / 2;
+  if (getenv("EMU_DEBUG_NAN")) {
+    int na = 0, nb = 0, nd = 0;
+    for (int m = 0; m < 64; ++m) for (int k = 0; k < 16; ++k) na += std::isnan(A[m][k]);
+    for (int k = 0; k < 16; ++k) for (int n = 0; n < op.n; ++n) nb += std::isnan(B[k][n]);
+    for (int t = 0; t < 128; ++t) for (int i = 0; i < nregs; ++i) nd += op.scale_d && std::isnan(op.chained[t] ? op.d[t][i] : op.old[t][i]);
+    const Desc da = decode(op.desc_a), db = decode(op.desc_b);
+    note("retire wg %d: A start 0x%x B start 0x%x scale_d %d chained %d  NaN: A %d B %d D-in %d", g.base / 128, da.start, db.start, op.scale_d, (int)op.chained[0], na, nb, nd);
+  }
   for (int t = 0; t < 128; ++t) {
     const int w = t / 32, l = t % 32;
     float* d = op.d[t];
     auto& lw = g.last_written[t][d];
+    auto& cv = g.chain_val[t][d];
+    if (op.chained[t] && cv.size() != static_cast<size_t>(nregs)) fail("emulator: chained wgmma without a chain value");
+    float res[128];
     if (lw.size() != static_cast<size_t>(nregs) || std::memcmp(lw.data(), d, 4 * nregs) != 0)
       fail("accumulator registers of thread %d were written while its wgmma was in flight", g.base + t);
     for (int i = 0; i < nregs; ++i) {
@@ -408,10 +452,14 @@ void retire(Block& b, Group& g, WgmmaOp& op) {  // g.mu held
       const int row = 16 * w + l / 4 + 8 * ((i / 2) % 2), col = 2 * (l % 4) + (i % 2) + 8 * (i / 4);
       double acc = 0;
       for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * B[k][col];
-      const double base = op.scale_d ? (op.chained[t] ? d[i] : op.old[t][i]) : 0.0;
-      d[i] = static_cast<float>(base + acc);
+      const double base = op.scale_d ? (op.chained[t] ? cv[i] : op.old[t][i]) : 0.0;
+      res[i] = static_cast<float>(base + acc);
     }
-    std::memcpy(lw.data(), d, 4 * nregs);
+    cv.assign(res, res + nregs);
+    if (!later_use(t, d)) {
+      std::memcpy(d, res, 4 * nregs);
+      std::memcpy(lw.data(), d, 4 * nregs);
+    }
   }
 }
 
@@ -524,6 +572,8 @@ const Config& config() {
     c.wait_delay_us = get("EMU_WAIT_DELAY_US", c.wait_delay_us);
     c.timeout_s = get("EMU_TIMEOUT_S", c.timeout_s);
     c.seed = get("EMU_SEED", c.seed);
+    c.concurrent_blocks = get("EMU_CONCURRENT_BLOCKS", c.concurrent_blocks);
+    c.sms = get("EMU_SMS", c.sms);
     if (c.smem_offset % 16) fail("EMU_SMEM_OFFSET must be a multiple of 16 (dynamic smem is 16-byte aligned)");
     return c;
   }();
@@ -841,7 +891,20 @@ void wgmma_wait(int pending) {
         if (!g.committed.empty() && static_cast<int>(g.committed.size()) > pending)
           std::this_thread::sleep_for(std::chrono::microseconds(b.rand_us(config().wait_delay_us)));
         while (static_cast<int>(g.committed.size()) > pending) {
-          for (auto& op : g.committed.front()) retire(b, g, op);
+          auto& grp = g.committed.front();
+          for (size_t i = 0; i < grp.size(); ++i) {
+            auto later_use = [&](int t, const float* d) {
+              for (size_t j = i + 1; j < grp.size(); ++j)
+                if (grp[j].d[t] == d) return true;
+              for (size_t q = 1; q < g.committed.size(); ++q)
+                for (auto& o : g.committed[q])
+                  if (o.d[t] == d) return true;
+              for (auto& o : g.open)
+                if (o.d[t] == d) return true;
+              return false;
+            };
+            retire(b, g, grp[i], later_use);
+          }
           g.committed.pop_front();
         }
         for (int t = 0; t < 128; ++t) g.fenced[t] = false;
@@ -950,67 +1013,84 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
     fail("launch: %zu bytes of dynamic shared memory above the function's limit %d (cudaFuncSetAttribute)", smem, max_dyn);
   if (smem > 227 * 1024) fail("launch: %zu bytes of dynamic shared memory above sm_90's 227 KB", smem);
   if (cfg.smem_offset + smem > kWindowBytes) fail("EMU_SMEM_OFFSET too large");
+  // Blocks run concurrently, up to EMU_CONCURRENT_BLOCKS at a time (0: the whole grid at once), as
+  // the resident blocks of a persistent grid do on the GPU.
+  std::vector<dim3> ids;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        Block b;
-        b.idx = dim3(bx, by, bz);
-        b.nthreads = block.x;
-        b.live = block.x;
-        b.window_store.assign(kWindowBytes + 1024, 0xFF);  // uninitialised smem reads as bf16 NaN
-        b.window = b.window_store.data() + (1024 - reinterpret_cast<uintptr_t>(b.window_store.data()) % 1024) % 1024;
-        b.dyn_off = cfg.smem_offset;
-        b.dyn_bytes = static_cast<uint32_t>(smem);
-        b.chunk_version.assign(kWindowBytes / kChunk, 0);
-        b.chunk_pending.assign(kWindowBytes / kChunk, 0);
-        b.chunk_readers.assign(kWindowBytes / kChunk, 0);
-        b.rng.seed(cfg.seed * 7919u + bx * 131u + by * 17u + bz);
-        const int nw = block.x / 32, nwg = block.x / 128;
-        for (int w = 0; w < nw; ++w) {
-          b.warps.emplace_back(new Group);
-          Group& g = *b.warps.back();
-          g.size = 32, g.base = 32 * w;
-          g.dep.resize(32), g.result.resize(32), g.result4.resize(128);
-        }
-        for (int w = 0; w < nwg; ++w) {
-          b.wgs.emplace_back(new Group);
-          Group& g = *b.wgs.back();
-          g.size = 128, g.base = 128 * w;
-          g.dep.resize(128), g.result.resize(128), g.fenced.assign(128, false), g.last_written.resize(128);
-        }
-        b.dma = std::thread(dma_loop, &b);
-        std::vector<std::thread> threads;
-        threads.reserve(block.x);
-        for (unsigned t = 0; t < block.x; ++t)
-          threads.emplace_back([&, t] {
-            g_t.blk = &b;
-            g_t.tid = static_cast<int>(t);
-            threadIdx = uint3{t, 0, 0};
-            blockIdx = uint3{bx, by, bz};
-            blockDim = block;
-            gridDim = grid;
-            body();
-            thread_exit_hook();
-          });
-        for (auto& th : threads) th.join();
-        {
-          std::lock_guard<std::mutex> lk(b.dma_mu);
-          b.dma_stop = true;
-        }
-        b.dma_cv.notify_all();
-        b.dma.join();
-        // Every phase the kernel started must have completed: a partial phase means mismatched arrival
-        // counts or transaction bytes.
-        for (auto& kv : b.bars) {
-          const Mbar& m = kv.second;
-          if (m.pending != m.count || m.tx != 0)
-            fail("block (%u,%u,%u) ended with mbarrier 0x%x in an incomplete phase %u: %u of %u arrivals missing, "
-                 "tx-count %lld",
-                 bx, by, bz, kv.first, m.phase, m.pending, m.count, static_cast<long long>(m.tx));
-        }
-        std::lock_guard<std::mutex> sg(g_stats_mu);
-        ++g_stats.blocks;
+      for (unsigned bx = 0; bx < grid.x; ++bx) ids.push_back(dim3(bx, by, bz));
+  const size_t wave = cfg.concurrent_blocks ? cfg.concurrent_blocks : ids.size();
+  for (size_t first = 0; first < ids.size(); first += wave) {
+    const size_t last = std::min(ids.size(), first + wave);
+    std::vector<std::unique_ptr<Block>> blocks;
+    std::vector<std::thread> threads;
+    for (size_t bi = first; bi < last; ++bi) {
+      const unsigned bx = ids[bi].x, by = ids[bi].y, bz = ids[bi].z;
+      blocks.emplace_back(new Block);
+      Block& b = *blocks.back();
+      b.idx = ids[bi];
+      b.nthreads = block.x;
+      b.live = block.x;
+      b.window_store.assign(kWindowBytes + 1024, 0xFF);  // uninitialised smem reads as bf16 NaN
+      b.window = b.window_store.data() + (1024 - reinterpret_cast<uintptr_t>(b.window_store.data()) % 1024) % 1024;
+      b.dyn_off = cfg.smem_offset;
+      b.dyn_bytes = static_cast<uint32_t>(smem);
+      b.chunk_version.assign(kWindowBytes / kChunk, 0);
+      b.chunk_pending.assign(kWindowBytes / kChunk, 0);
+      b.chunk_readers.assign(kWindowBytes / kChunk, 0);
+      b.rng.seed(cfg.seed * 7919u + bx * 131u + by * 17u + bz);
+      const int nw = block.x / 32, nwg = block.x / 128;
+      for (int w = 0; w < nw; ++w) {
+        b.warps.emplace_back(new Group);
+        Group& g = *b.warps.back();
+        g.size = 32, g.base = 32 * w;
+        g.dep.resize(32), g.result.resize(32), g.result4.resize(128);
       }
+      for (int w = 0; w < nwg; ++w) {
+        b.wgs.emplace_back(new Group);
+        Group& g = *b.wgs.back();
+        g.size = 128, g.base = 128 * w;
+        g.dep.resize(128), g.result.resize(128), g.fenced.assign(128, false), g.last_written.resize(128);
+        g.chain_val.resize(128);
+      }
+      b.dma = std::thread(dma_loop, &b);
+    }
+    for (auto& bp : blocks) {
+      Block* bb = bp.get();
+      for (unsigned t = 0; t < block.x; ++t)
+        threads.emplace_back([&, bb, t] {
+          g_t.blk = bb;
+          g_t.tid = static_cast<int>(t);
+          threadIdx = uint3{t, 0, 0};
+          blockIdx = uint3{bb->idx.x, bb->idx.y, bb->idx.z};
+          blockDim = block;
+          gridDim = grid;
+          body();
+          thread_exit_hook();
+        });
+    }
+    for (auto& th : threads) th.join();
+    for (auto& bp : blocks) {
+      Block& b = *bp;
+      {
+        std::lock_guard<std::mutex> lk(b.dma_mu);
+        b.dma_stop = true;
+      }
+      b.dma_cv.notify_all();
+      b.dma.join();
+      // Every phase the kernel started must have completed: a partial phase means mismatched arrival
+      // counts or transaction bytes.
+      for (auto& kv : b.bars) {
+        const Mbar& m = kv.second;
+        if (m.pending != m.count || m.tx != 0)
+          fail("block (%u,%u,%u) ended with mbarrier 0x%x in an incomplete phase %u: %u of %u arrivals missing, "
+               "tx-count %lld",
+               b.idx.x, b.idx.y, b.idx.z, kv.first, m.phase, m.pending, m.count, static_cast<long long>(m.tx));
+      }
+      std::lock_guard<std::mutex> sg(g_stats_mu);
+      ++g_stats.blocks;
+    }
+  }
 }
 
 }  // namespace emu

@@ -20,13 +20,11 @@
 #undef __forceinline__
 #undef __grid_constant__
 #undef __launch_bounds__
-#undef __noinline__
 #define __global__
 #define __device__
 #define __host__
 #define __shared__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __grid_constant__
 #define __launch_bounds__(...)
 
@@ -49,6 +47,14 @@ inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   std::memcpy(&r, &bits, sizeof(T));
   return r;
 }
+
+// The device min/max overloads of CUDA's math headers (declared for nvcc only).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
 
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __expf(float x) { return std::exp(x); }

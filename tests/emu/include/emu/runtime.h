@@ -1,4 +1,4 @@
-// CPU emulator of the sm_90a features the attention kernel uses. Every GPU thread of a block runs as a
+// CPU emulator of the sm_90a features the wgmma GEMM (and attention) kernels use. Every GPU thread of a block runs as a
 // std::thread; warps / warpgroups rendezvous through mutex + condition variable. See README.md.
 #pragma once
 
@@ -28,6 +28,8 @@ struct Config {
   unsigned wait_delay_us = 1500;   // EMU_WAIT_DELAY_US: wgmma.wait_group retires after 0..delay us
   unsigned timeout_s = 20;         // EMU_TIMEOUT_S: a blocking wait longer than this is a deadlock
   unsigned seed = 1;               // EMU_SEED
+  unsigned concurrent_blocks = 0;  // EMU_CONCURRENT_BLOCKS: blocks run at once (0: the whole grid)
+  unsigned sms = 3;                // EMU_SMS: the "device"'s multiprocessor count (persistent grid size)
 };
 const Config& config();
 

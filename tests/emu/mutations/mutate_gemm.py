@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Writes mutants of gemm_sm90.cu: mutate_gemm.py SRC OUT_DIR [NAME ...] writes OUT_DIR/NAME.cu for each
+mutation (all by default) and prints the names; SRC is only read. Each mutation is an exact text
+replacement that must match exactly once, so a change to the kernel that moves a pattern fails loudly
+here instead of silently testing nothing (tests/emu/emu.sh --mutants)."""
+import os, sys
+
+MMA_FIXED = "cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);"
+
+MUTATIONS = {
+    # B's transpose immediate inverted: the bug the emulator found on 2026-11-25, before any GPU ran it
+    "b_transpose_inverted": [(MMA_FIXED, MMA_FIXED.replace("kTransB ? 0 : 1", "kTransB ? 1 : 0"))],
+    # A's descriptor says 64-byte swizzle while TMA wrote the 128-byte pattern
+    "desc_swizzle_64B": [("const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k128B);",
+                          "const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k64B);")],
+    # stride between 8-row core-matrix groups doubled
+    "sbo_x2": [("constexpr uint32_t kSbo = 1024;", "constexpr uint32_t kSbo = 2048;")],
+    # MN-major B: the second 64-wide N block at 16 bytes instead of the next box
+    "lbo_b_wrong": [("constexpr uint32_t kLboB = kTransB ? 16 : Cfg::kBoxBytes;",
+                     "constexpr uint32_t kLboB = kTransB ? 16 : Cfg::kBoxBytes / 2;")],
+    # K-major A: k16 step of 64 bytes instead of 32
+    "kstep_a_x2": [("constexpr uint32_t kKStepA = kTransA ? Cfg::kWgmmaK * 128 : Cfg::kWgmmaK * 2;",
+                    "constexpr uint32_t kKStepA = kTransA ? Cfg::kWgmmaK * 128 : Cfg::kWgmmaK * 4;")],
+    # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
+    "consumer_parity": [("cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);",
+                         "cuda::mbarrier_wait(&full[s], ((it / Cfg::kStages) & 1) ^ 1);")],
+    # producer waits for the wrong empty parity: its first wait on a fresh barrier never completes
+    "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);",
+                         "cuda::mbarrier_wait(&empty[s], (it / Cfg::kStages) & 1);")],
+    # wait_group<1> where 0 is needed: the epilogue reads accumulators still in flight
+    "end_wait_1": [("    cuda::wgmma_wait_group<0>();\n#pragma unroll\n    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);\n    if (lane == 0)",
+                    "    cuda::wgmma_wait_group<1>();\n#pragma unroll\n    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);\n    if (lane == 0)")],
+    # two groups kept in flight but the previous stage still released: a stage freed before its wgmma retired
+    "loop_wait_2": [("      cuda::wgmma_wait_group<1>();", "      cuda::wgmma_wait_group<2>();")],
+    # expect_tx announces half of the stage's bytes
+    "expect_tx_half": [("cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);",
+                        "cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes / 2);")],
+    # empty barrier expects 4 arrivals instead of 8 (one consumer warpgroup can free a stage alone)
+    "empty_count_half": [("cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);",
+                          "cuda::mbarrier_init(&empty[s], Cfg::kWarpgroupThreads / 32);")],
+    # scale-d never 0: each unit accumulates on top of the previous unit's tile
+    "scale_d_always_1": [(MMA_FIXED, MMA_FIXED.replace("(kt > 0 || kk > 0) ? 1 : 0", "1"))],
+    # both consumers take the first 64 rows of A
+    "a_rows_offset_0": [("const uint32_t a_rows_offset = static_cast<uint32_t>(c * Cfg::kBoxBytes);",
+                         "const uint32_t a_rows_offset = 0u;")],
+    # accumulator fragment: registers 4j+2,4j+3 (row +8) swapped with 4j,4j+1
+    "acc_fragment_rows": [("make_float2(acc[4 * j], acc[4 * j + 1]);\n      *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);",
+                           "make_float2(acc[4 * j + 2], acc[4 * j + 3]);\n      *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[4 * j], acc[4 * j + 1]);")],
+}
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit("usage: mutate_gemm.py SRC OUT_DIR [NAME ...]")
+    base = open(sys.argv[1]).read()
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    names = sys.argv[3:] or list(MUTATIONS)
+    for name in names:
+        text = base
+        for old, new in MUTATIONS[name]:
+            n = text.count(old)
+            if n != 1:
+                sys.exit(f"mutation {name}: pattern found {n} times:\n{old}")
+            text = text.replace(old, new)
+        open(os.path.join(out, name + ".cu"), "w").write(text)
+        print(name)
+
+
+if __name__ == "__main__":
+    main()

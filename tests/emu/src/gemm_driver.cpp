@@ -1,0 +1,370 @@
+// Test driver: calls the repository's wgmma host launcher gemm_detail::gemm_bf16_wgmma (which encodes
+// the tensor maps through the repository's sm90a_host.cu and launches the kernel in the emulator) the way
+// gemm.cu's gemm_hand does for the wgmma path (split-K range, partial workspace, epilogue choice), then
+// finishes split-K with the reduction gemm_splitk_reduce_epilogue performs (sum of the splits in order,
+// then the repository's apply_epilogue4), and compares C (and aux) with a double-precision loop at
+// tests/gpu/test_gemm.cpp's bf16 tolerance: max|gpu-ref| <= 2*max|naive_bf16-ref| + max|ref|/512.
+#include "emu/prelude.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/gemm/gemm_common.cuh"
+#include "kernels/gemm/gemm_sm90.cuh"
+
+using bf16 = __nv_bfloat16;
+using gpt2::kernels::GemmEpilogue;
+namespace gd = gpt2::kernels::gemm_detail;
+
+namespace {
+
+constexpr size_t kGuard = 64;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kSentinel = 12288.0f;
+
+float rbf(float x) { return __bfloat162float(__float2bfloat16(x)); }
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = rbf(d(gen));
+  return v;
+}
+template <class F>
+F gelu_host(F x) {
+  const F s = static_cast<F>(0.7978845608028654);
+  return static_cast<F>(0.5) * x * (static_cast<F>(1) + std::tanh(s * (x + static_cast<F>(0.044715) * x * x * x)));
+}
+template <class F>
+F gelu_grad_host(F x) {
+  const F s = static_cast<F>(0.7978845608028654);
+  const F t = std::tanh(s * (x + static_cast<F>(0.044715) * x * x * x));
+  return static_cast<F>(0.5) * (static_cast<F>(1) + t) + static_cast<F>(0.5) * x * (static_cast<F>(1) - t * t) * s *
+                                                             (static_cast<F>(1) + static_cast<F>(3 * 0.044715) * x * x);
+}
+const char* ep_name(GemmEpilogue ep) {
+  switch (ep) {
+    case GemmEpilogue::kNone: return "none";
+    case GemmEpilogue::kBias: return "bias";
+    case GemmEpilogue::kBiasGelu: return "bias_gelu";
+    case GemmEpilogue::kDGelu: return "dgelu";
+  }
+  return "?";
+}
+
+struct Case {
+  int M, N, K;
+  bool ta, tb;
+  GemmEpilogue ep;
+  bool acc;
+  int splits = 1;  // forced split-K factor (GemmTestHooks::hand_force_splits)
+  std::string str() const {
+    char b[160];
+    snprintf(b, sizeof b, "M=%d N=%d K=%d%s%s ep=%s%s split=%d", M, N, K, ta ? " A^T" : "", tb ? " B^T" : "",
+             ep_name(ep), acc ? " C+=" : "", splits);
+    return b;
+  }
+};
+
+struct Inputs {
+  std::vector<float> a, b, bias, aux, c0;
+};
+struct Outputs {
+  std::vector<float> c, aux;
+};
+
+Inputs make_inputs(const Case& g, uint32_t seed) {
+  Inputs in;
+  in.a = random_vec(static_cast<size_t>(g.M) * g.K, seed);
+  in.b = random_vec(static_cast<size_t>(g.K) * g.N, seed + 1);
+  const size_t mn = static_cast<size_t>(g.M) * g.N;
+  if (g.ep == GemmEpilogue::kBias || g.ep == GemmEpilogue::kBiasGelu) in.bias = random_vec(g.N, seed + 2);
+  if (g.ep == GemmEpilogue::kDGelu) in.aux = random_vec(mn, seed + 3);
+  in.c0 = g.acc ? random_vec(mn, seed + 4) : std::vector<float>(mn, kNaN);
+  return in;
+}
+
+// tests/gpu/test_gemm.cpp reference(): exact (double) or the naive bf16 chain.
+Outputs reference(const Case& g, const Inputs& in, bool naive) {
+  const size_t mn = static_cast<size_t>(g.M) * g.N;
+  Outputs out;
+  out.c.resize(mn);
+  if (g.ep == GemmEpilogue::kBiasGelu) out.aux.resize(mn);
+  auto rnd = [&](double v) { return naive ? static_cast<double>(rbf(static_cast<float>(v))) : v; };
+  for (int i = 0; i < g.M; ++i)
+    for (int j = 0; j < g.N; ++j) {
+      double s = 0;
+      float sf = 0;
+      for (int k = 0; k < g.K; ++k) {
+        const float av = g.ta ? in.a[static_cast<size_t>(k) * g.M + i] : in.a[static_cast<size_t>(i) * g.K + k];
+        const float bv = g.tb ? in.b[static_cast<size_t>(j) * g.K + k] : in.b[static_cast<size_t>(k) * g.N + j];
+        if (naive)
+          sf = std::fma(av, bv, sf);
+        else
+          s += static_cast<double>(av) * bv;
+      }
+      if (naive) s = sf;
+      const size_t idx = static_cast<size_t>(i) * g.N + j;
+      double v = s;
+      switch (g.ep) {
+        case GemmEpilogue::kNone:
+          if (g.acc) v += in.c0[idx];
+          break;
+        case GemmEpilogue::kBias: v += in.bias[j]; break;
+        case GemmEpilogue::kBiasGelu: {
+          const double pre = rnd(v + in.bias[j]);
+          out.aux[idx] = static_cast<float>(pre);
+          v = naive ? gelu_host<float>(static_cast<float>(pre)) : gelu_host<double>(pre);
+          break;
+        }
+        case GemmEpilogue::kDGelu:
+          v *= naive ? gelu_grad_host<float>(in.aux[idx]) : gelu_grad_host<double>(in.aux[idx]);
+          break;
+      }
+      out.c[idx] = static_cast<float>(rnd(v));
+    }
+  return out;
+}
+
+// A "device" buffer: kGuard sentinels on both sides; 16-byte aligned data (as cudaMalloc gives 256).
+template <class T>
+struct Dev {
+  std::vector<T> store;
+  size_t n = 0, lead = 0;
+  Dev() = default;
+  Dev(const std::vector<float>& v, float fill = kSentinel) : n(v.size()) {
+    lead = kGuard;
+    store.assign(lead + n + kGuard + 64, T(fill));
+    // align data() to 256 bytes
+    while (reinterpret_cast<uintptr_t>(store.data() + lead) % 256) ++lead;
+    for (size_t i = 0; i < store.size(); ++i) store[i] = T(fill);
+    for (size_t i = 0; i < n; ++i) store[lead + i] = T(v[i]);
+  }
+  T* data() { return n ? store.data() + lead : nullptr; }
+  float at(size_t i) const { return static_cast<float>(store[lead + i]); }
+  std::vector<float> get() const {
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; ++i) r[i] = at(i);
+    return r;
+  }
+  long guard_writes(float fill = kSentinel) const {
+    long bad = 0;
+    for (size_t i = 0; i < store.size(); ++i)
+      if ((i < lead || i >= lead + n)) {
+        const float x = static_cast<float>(store[i]);
+        bad += !(x == fill || (std::isnan(x) && std::isnan(fill)));
+      }
+    return bad;
+  }
+};
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
+  return m;
+}
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+template <GemmEpilogue kEp>
+void reduce_splits(const float* partial, int splits, const gd::EpilogueParams<bf16>& ep) {
+  // gemm.cu gemm_splitk_reduce_epilogue, one "thread" per 4 columns, on the host.
+  const int n4 = static_cast<int>((ep.N + 3) / 4);
+  const size_t slice = static_cast<size_t>(ep.M) * ep.N;
+  for (long i = 0; i < static_cast<long>(ep.M) * n4; ++i) {
+    const int row = static_cast<int>(i / n4), col = static_cast<int>(i % n4) * 4;
+    const size_t idx = static_cast<size_t>(row) * ep.N + col;
+    float v[4] = {0, 0, 0, 0};
+    for (int s = 0; s < splits; ++s) {
+      const float* src = partial + s * slice + idx;
+      if (ep.vec4) {
+        float x[4];
+        gd::load4(src, x);
+        for (int j = 0; j < 4; ++j) v[j] += x[j];
+      } else {
+        for (int j = 0; j < 4; ++j)
+          if (col + j < ep.N) v[j] += src[j];
+      }
+    }
+    gd::apply_epilogue4<bf16, kEp>(ep, row, col, v);
+  }
+}
+
+struct Result {
+  bool pass;
+  double err_c, allowed_c, err_aux, allowed_aux;
+  long guard;
+  double secs;
+};
+
+Result run_case(const Case& g, uint32_t seed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Inputs in = make_inputs(g, seed);
+  const Outputs ref = reference(g, in, false), naive = reference(g, in, true);
+  const size_t mn = static_cast<size_t>(g.M) * g.N;
+  Dev<bf16> a(in.a), b(in.b), bias(in.bias), c(in.c0);
+  Dev<bf16> aux(g.ep == GemmEpilogue::kDGelu ? in.aux
+                                             : (g.ep == GemmEpilogue::kBiasGelu ? std::vector<float>(mn, kNaN)
+                                                                                : std::vector<float>()));
+  emu::clear_globals();
+  emu::register_global(a.data(), in.a.size() * 2);
+  emu::register_global(b.data(), in.b.size() * 2);
+  const int lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
+  if (!gd::wgmma_takes(a.data(), b.data(), lda, ldb)) {
+    printf("SKIP %s: TMA cannot describe it (the launcher would fall back to mma.sync)\n", g.str().c_str());
+    return Result{true, 0, 0, 0, 0, 0, 0};
+  }
+  // gemm.cu gemm_hand: epilogue parameters and the wgmma split-K range.
+  gd::EpilogueParams<bf16> epp;
+  epp.c = c.data(), epp.bias = bias.data(), epp.aux = aux.data(), epp.M = g.M, epp.N = g.N, epp.accumulate = g.acc;
+  auto aligned = [](const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  epp.vec4 = g.N % 4 == 0 && aligned(epp.c, 8) && (epp.bias == nullptr || aligned(epp.bias, 8)) &&
+             (epp.aux == nullptr || aligned(epp.aux, 8));
+  const int splits = g.splits;
+  const int k_per_split = static_cast<int>(gpt2::cuda::ceil_div(gpt2::cuda::ceil_div(g.K, splits), gd::kWgmmaBK) * gd::kWgmmaBK);
+  const int used = static_cast<int>(gpt2::cuda::ceil_div(g.K, k_per_split));
+  Dev<float> ws(std::vector<float>(used > 1 ? static_cast<size_t>(used) * mn : 0, kNaN), kNaN);
+  gd::gemm_bf16_wgmma(a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
+                      used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep, nullptr);
+  long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
+               (used > 1 ? ws.guard_writes(kNaN) : 0);
+  if (used > 1) {
+    switch (g.ep) {
+      case GemmEpilogue::kNone: reduce_splits<GemmEpilogue::kNone>(ws.data(), used, epp); break;
+      case GemmEpilogue::kBias: reduce_splits<GemmEpilogue::kBias>(ws.data(), used, epp); break;
+      case GemmEpilogue::kBiasGelu: reduce_splits<GemmEpilogue::kBiasGelu>(ws.data(), used, epp); break;
+      case GemmEpilogue::kDGelu: reduce_splits<GemmEpilogue::kDGelu>(ws.data(), used, epp); break;
+    }
+  }
+  Result r{};
+  const std::vector<float> gc = c.get();
+  r.err_c = max_abs_diff(gc, ref.c);
+  r.allowed_c = 2.0 * max_abs_diff(naive.c, ref.c) + max_abs(ref.c) / 512.0;
+  if (getenv("EMU_DUMP")) {  // where the wrong elements are (tile coordinates of the first few)
+    int shown = 0;
+    long bad = 0;
+    for (int i = 0; i < g.M; ++i)
+      for (int j = 0; j < g.N; ++j) {
+        const size_t idx = static_cast<size_t>(i) * g.N + j;
+        const double d = std::fabs(static_cast<double>(gc[idx]) - ref.c[idx]);
+        if (!(d <= r.allowed_c)) {
+          ++bad;
+          if (shown++ < 12)
+            printf("  bad C[%d][%d] = %g (ref %g) tile (%d,%d) local (%d,%d)\n", i, j, gc[idx], ref.c[idx], i / 128,
+                   j / 128, i % 128, j % 128);
+        }
+      }
+    printf("  %ld bad elements of %zu\n", bad, mn);
+  }
+  r.pass = r.err_c <= r.allowed_c;
+  if (g.ep == GemmEpilogue::kBiasGelu) {
+    r.err_aux = max_abs_diff(aux.get(), ref.aux);
+    r.allowed_aux = 2.0 * max_abs_diff(naive.aux, ref.aux) + max_abs(ref.aux) / 512.0;
+    r.pass = r.pass && r.err_aux <= r.allowed_aux;
+  }
+  r.guard = guard;
+  r.pass = r.pass && guard == 0;
+  r.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, stop = false, gpt2 = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--quick")) quick = true;
+    if (!strcmp(argv[i], "--stop-on-fail")) stop = true;
+    if (!strcmp(argv[i], "--gpt2")) gpt2 = true;
+  }
+  const GemmEpilogue eps[] = {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasGelu, GemmEpilogue::kDGelu};
+  std::vector<Case> cases;
+  auto all_eps = [&](int M, int N, int K, int t, int splits) {
+    for (GemmEpilogue ep : eps) cases.push_back({M, N, K, (t & 1) != 0, (t & 2) != 0, ep, false, splits});
+    cases.push_back({M, N, K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, splits});
+  };
+  for (int i = 1; i + 8 < argc + 0 && i < argc; ++i)
+    if (!strcmp(argv[i], "--case")) {  // --case M N K ta tb ep(0..3) acc splits
+      Case c{atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]), atoi(argv[i + 4]) != 0, atoi(argv[i + 5]) != 0,
+             eps[atoi(argv[i + 6])], atoi(argv[i + 7]) != 0, atoi(argv[i + 8])};
+      cases.push_back(c);
+    }
+  if (!cases.empty()) {
+  } else if (gpt2) {
+    // GPT-2 124M linear layers at 256 rows (C = 768), and GemmWgmma.Gpt2LinearLayersAndPersistentTiles'
+    // 110-tile shape: many units per persistent block.
+    cases.push_back({256, 2304, 768, false, false, GemmEpilogue::kBias, false, 1});      // qkv forward
+    cases.push_back({256, 3072, 768, false, false, GemmEpilogue::kBiasGelu, false, 1});  // fc forward
+    cases.push_back({256, 3072, 768, false, true, GemmEpilogue::kDGelu, false, 1});      // dinp of fc_proj * gelu'
+    cases.push_back({768, 768, 1024, true, false, GemmEpilogue::kNone, true, 2});        // dw += inp^T dout, split 2
+    cases.push_back({1160, 1288, 200, false, false, GemmEpilogue::kBiasGelu, false, 1});
+    cases.push_back({1160, 1288, 200, true, false, GemmEpilogue::kNone, true, 1});
+  } else if (quick) {
+    // every transpose combination, with several output tiles per block and split-K
+    for (int t = 0; t < 4; ++t) cases.push_back({200, 136, 104, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
+    for (int t = 0; t < 4; ++t) cases.push_back({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 3});
+    cases.push_back({296, 264, 136, false, false, GemmEpilogue::kBias, false, 1});
+  } else {
+    for (int t = 0; t < 4; ++t) all_eps(136, 72, 72, t, 1);      // kTmaShapes[0]: one 128x128 tile + tails
+    for (int t = 0; t < 4; ++t) all_eps(200, 136, 104, t, 1);    // kTmaShapes[2]: 4 tiles on 3 blocks
+    for (int t = 0; t < 4; ++t) {                                // kTmaShapes[1]: boxes mostly out of bounds
+      cases.push_back({8, 8, 8, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
+      cases.push_back({8, 8, 8, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 1});
+    }
+    for (int t = 0; t < 4; ++t) all_eps(200, 136, 392, t, 3);    // GemmWgmma.ForcedSplitK: 12 units on 3 blocks
+    for (int t = 0; t < 4; ++t) {                                // 9 tiles on 3 blocks: the ring runs across tiles
+      cases.push_back({296, 264, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
+      cases.push_back({296, 264, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 1});
+    }
+    all_eps(37, 45, 40, 2, 1);                                    // M, N free (B^T): scalar epilogue (vec4 off)
+    all_eps(37, 72, 40, 0, 1);
+    cases.push_back({72, 104, 1032, false, false, GemmEpilogue::kNone, true, 1});   // 17 k-steps, one tile
+    cases.push_back({72, 104, 1032, true, false, GemmEpilogue::kNone, true, 4});    // dw-like: A^T, split 4
+    cases.push_back({72, 104, 1032, true, true, GemmEpilogue::kBias, false, 4});
+  }
+  int fails = 0, n = 0;
+  uint32_t seed = 1200;
+  for (const Case& g : cases) {
+    // Each case in a child process, so that an emulator error (which ends the process) fails that case only.
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const long blocks0 = emu::stats().blocks, ops0 = emu::stats().wgmma_ops, tma0 = emu::stats().tma_copies;
+      const Result r = run_case(g, seed);
+      printf("%s %-48s maxerr C %.3g (allowed %.3g)", r.pass ? "PASS" : "FAIL", g.str().c_str(), r.err_c, r.allowed_c);
+      if (g.ep == GemmEpilogue::kBiasGelu) printf(" aux %.3g (allowed %.3g)", r.err_aux, r.allowed_aux);
+      if (r.guard) printf(" GUARD WRITES %ld", r.guard);
+      printf("  [blocks %ld wgmma %ld tma %ld, %.1fs]\n", emu::stats().blocks - blocks0,
+             emu::stats().wgmma_ops - ops0, emu::stats().tma_copies - tma0, r.secs);
+      fflush(stdout);
+      _exit(r.pass ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    const int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc != 0 && rc != 1) printf("FAIL %-48s emulator error / crash (exit %d, see the [emu] line above)\n", g.str().c_str(), rc);
+    seed += 7;
+    ++n;
+    if (rc != 0) ++fails;
+    if (rc != 0 && stop) break;
+  }
+  printf("%s: %d of %d cases passed\n", fails ? "FAIL" : "PASS", n - fails, n);
+  return fails ? 1 : 0;
+}
