@@ -66,7 +66,7 @@ check() {  # check NAME CMD...: runs CMD, prints its verdict line
 if [[ $mode == --mutants ]]; then
   caught=0 total=0
   for kernel in attention gemm; do
-    python3 "$here/mutations/mutate_$kernel.py" "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
+    python3 "$here/mutations/mutate.py" $kernel "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
       exit 1
     while read -r m; do
       total=$((total + 1))
