@@ -68,9 +68,7 @@ __device__ __forceinline__ float lds_f32(const float* p) {
 template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                    Args... args) {
-  if (smem_bytes > 48 * 1024) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
-  }
+  cuda::allow_dynamic_smem(kernel, smem_bytes);
   kernel<<<grid, block, smem_bytes, stream>>>(static_cast<Params>(args)...);
   CUDA_CHECK_LAUNCH();
 }

@@ -290,9 +290,7 @@ void attention_fwd_wgmma(bf16* out, float* lse, const bf16* qkv, int B, int T_, 
                                3 * static_cast<uint64_t>(C) * T_ * sizeof(bf16)};
   const uint32_t box[3] = {Cfg::kHeadDim, Cfg::kBlockN, 1};
   const CUtensorMap map = make_bf16_tensor_map(qkv, 3, dims, strides, box, "attention qkv");
-  // > 48 KB of dynamic shared memory; an attribute of the current device's function, so set on every call.
-  CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(Cfg::kSmemBytes)));
+  cuda::allow_dynamic_smem(attention_fwd_wgmma_tma, Cfg::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(T_, Cfg::kBlockM)), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   const float scale_log2 = (1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim))) * cuda::kLog2e;  // as attention.cu

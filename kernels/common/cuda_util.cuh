@@ -4,7 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_dtype.hpp"
@@ -23,6 +27,27 @@ template <>
 __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory. Above the default 48 KB a kernel must opt in
+// through an attribute of the function on the current device. It is set once per (kernel, device) and only
+// raised afterwards: cudaFuncSetAttribute is a driver call, and on every launch it can wait for work
+// already queued on the device. Thread-safe.
+inline void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> granted;
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& current = granted[{kernel, device}];
+  if (current >= bytes) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  current = bytes;
+}
+template <class... Params>
+void allow_dynamic_smem(void (*kernel)(Params...), size_t bytes) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
 
 // exp and log through exp2/log2: exp(x) = exp2(x * kLog2e), log(x) = log2(x) * kLn2.
 constexpr float kLog2e = 1.4426950408889634f;

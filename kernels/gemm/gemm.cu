@@ -645,12 +645,7 @@ void split_k_range(int K, int splits, int& k_per_split, int& used) {
 template <bool kTransA, bool kTransB, bool kAsync, GemmEpilogue kEp>
 void launch_bf16_tc(const GemmParams<bf16>& p, int splits, cudaStream_t stream) {
   auto kernel = gemm_bf16_mma_sync_multistage<kTransA, kTransB, kAsync, kEp>;
-  static const bool configured = [&] {  // once per instantiation: > 48 KB of dynamic shared memory
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(TcTile::kSmemBytes)));
-    return true;
-  }();
-  (void)configured;
+  cuda::allow_dynamic_smem(kernel, TcTile::kSmemBytes);
   const long tiles = ceil_div(p.M, TcTile::kBM) * ceil_div(p.N, TcTile::kBN);
   kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), TcTile::kThreads, TcTile::kSmemBytes,
            stream>>>(p);

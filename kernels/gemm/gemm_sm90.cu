@@ -273,9 +273,7 @@ int sm_count() {
 template <bool kTransA, bool kTransB, GemmEpilogue kEp>
 void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, cudaStream_t stream) {
   auto kernel = gemm_bf16_wgmma_tma_persistent<kTransA, kTransB, kEp>;
-  // > 48 KB of dynamic shared memory; an attribute of the current device's function, so set on every call.
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(WgmmaTile::kSmemBytes)));
+  cuda::allow_dynamic_smem(kernel, WgmmaTile::kSmemBytes);
   const long units = ceil_div(p.M, WgmmaTile::kBM) * ceil_div(p.N, WgmmaTile::kBN) * p.splits;
   const unsigned grid = static_cast<unsigned>(units < sm_count() ? units : sm_count());
   kernel<<<grid, WgmmaTile::kThreads, WgmmaTile::kSmemBytes, stream>>>(ta, tb, p);

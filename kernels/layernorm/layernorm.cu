@@ -538,10 +538,7 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
     constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
     with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
       auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
-      // Above 48 KiB of dynamic shared memory a kernel must opt in (host-side attribute, no sync).
-      if (smem > 48 * 1024) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      }
+      cuda::allow_dynamic_smem(kernel, smem);
       kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
                                                                  part.rows_per_block);
     });
