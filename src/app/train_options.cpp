@@ -79,8 +79,10 @@ ParsedArgs parse_train_args(int argc, char** argv) {
        "hand | cublaslt: the CUDA GEMM backend (hand-written tensor-core kernels, or cuBLASLt)")
       ("recompute", po::value<std::string>(&recompute)->default_value("none"),
        "none | selective | full: activations dropped in forward and recomputed in backward, trading compute "
-       "for memory with bit-identical gradients. selective: the layernorm and GELU outputs; full: everything "
-       "but each block's input (backward reruns each block's forward). Both backends")
+       "for memory with the same gradients: bit-identical, except selective with --gemm cublaslt in bf16 "
+       "(cuBLASLt's fused GELU rounds unlike the GELU kernel that recomputes it: within bf16 rounding). "
+       "selective: the layernorm and GELU outputs; full: everything but each block's input (backward reruns "
+       "each block's forward). Both backends")
       ("cuda-graph", po::bool_switch(&c.cuda_graph),
        "GPU: replay each micro-step's forward and backward as one CUDA Graph (captured at the second micro-step "
        "of a shape; the first runs eagerly) instead of ~20 launches per layer. Micro-steps that communicate "

@@ -139,7 +139,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   ~ModelImpl() override {
-    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);  // no CHECK: may run while an error unwinds
+    for (const CapturedStep& g : graphs_) cudaGraphExecDestroy(g.exec);  // no CHECK: may run while an error unwinds
   }
 
   T* params() {
@@ -162,6 +162,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
 
   void set_params(const float* host) override {
     const size_t n = table_.total();
+    flush_deferred();  // a deferred forward (CUDA Graph mode) runs on the weights it was given
     wait_all_params();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(master_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -175,6 +176,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     CUDA_CHECK(cudaMemcpy(host, master_.data(), master_.bytes(), cudaMemcpyDeviceToHost));
   }
   void set_moments(const float* m, const float* v) override {
+    flush_deferred();  // as in set_params
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(m_.data(), m, m_.bytes(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(v_.data(), v, v_.bytes(), cudaMemcpyHostToDevice));
@@ -390,29 +392,67 @@ class ModelImpl final : public GPT2Cuda::Impl {
   };
   // forward_with_loss and the backward of every block (not the encoder: its launch depends on the
   // batch's token plan), as one graph launch; the first micro-step of a key runs eagerly instead.
+  // Up to kMaxGraphs keys keep their graphs, so keys that alternate (two micro-batch shapes, two loss
+  // weights) are captured once each, not again at every switch.
   void run_step_graph(const GraphKey& key) {
     auto device_work = [&] {
       forward_with_loss(key.B, key.T_, key.dloss);
       backward_blocks({});
     };
-    if (graph_exec_ == nullptr || !(graph_key_ == key)) {
-      if (!(warm_key_ == key)) {  // warm-up: allocations, cuBLASLt heuristics, kernel attributes
-        warm_key_ = key;
+    drop_stale_graphs();
+    auto hit = std::find_if(graphs_.begin(), graphs_.end(), [&](const CapturedStep& g) { return g.key == key; });
+    if (hit == graphs_.end()) {
+      if (std::find(warmed_.begin(), warmed_.end(), key) == warmed_.end()) {
+        // warm-up: allocations, cuBLASLt heuristics, kernel attributes happen outside the capture
+        if (warmed_.size() == kMaxGraphs) warmed_.erase(warmed_.begin());
+        warmed_.push_back(key);
         device_work();
         return;
       }
-      if (graph_exec_ != nullptr) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
-      graph_exec_ = nullptr;
-      cudaGraph_t graph = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-      device_work();
-      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      const cudaError_t inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
-      cudaGraphDestroy(graph);
-      CUDA_CHECK(inst);
-      graph_key_ = key;
+      if (graphs_.size() == kMaxGraphs) {  // the least recently used goes
+        CUDA_CHECK(cudaGraphExecDestroy(graphs_.front().exec));
+        graphs_.erase(graphs_.begin());
+      }
+      graphs_.push_back({key, capture(device_work)});
+      hit = graphs_.end() - 1;
+    } else {
+      std::rotate(hit, hit + 1, graphs_.end());  // most recently used last
+      hit = graphs_.end() - 1;
     }
-    CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
+    CUDA_CHECK(cudaGraphLaunch(hit->exec, stream_));
+  }
+  // The work `enqueue` puts on the stream, as an instantiated graph. Thread-local capture mode: another
+  // thread's CUDA calls (the communication threads) neither join nor invalidate the capture. If
+  // `enqueue` throws, the capture is ended before the error goes on, so the stream stays usable.
+  template <class F>
+  cudaGraphExec_t capture(F&& enqueue) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue();
+    } catch (...) {
+      if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    GPT2_CHECK(end == cudaSuccess && graph != nullptr,
+               "--cuda-graph: capturing the micro-step failed ("
+                   << cudaGetErrorString(end)
+                   << "): a call in the step is not allowed while a stream is captured; run without --cuda-graph");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(inst);
+    return exec;
+  }
+  // Graphs captured over buffers that were since reallocated (ensure_activations) are never replayed.
+  void drop_stale_graphs() {
+    auto stale = [&](const GraphKey& k) { return k.layout != layout_; };
+    for (const CapturedStep& g : graphs_)
+      if (stale(g.key)) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+    graphs_.erase(std::remove_if(graphs_.begin(), graphs_.end(), [&](const CapturedStep& g) { return stale(g.key); }),
+                  graphs_.end());
+    warmed_.erase(std::remove_if(warmed_.begin(), warmed_.end(), stale), warmed_.end());
   }
 
   // The per-token losses go to pinned host memory asynchronously; take_loss_sum() adds them up after
@@ -707,6 +747,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
 
   // One launch for every owned piece of every tensor (kernels::adamw_update_multi_cuda).
   void adamw_step(const kernels::AdamWStep& step) override {
+    flush_deferred();   // as in set_params
     wait_all_params();  // the update must not race the gather still writing the parameters
     kernels::adamw_update_multi_cuda<T>(master_.data(), params(), grads_.data(), m_.data(), v_.data(), chunks_.data(),
                                         static_cast<int>(chunks_.size()), step, stream_);
@@ -757,8 +798,13 @@ class ModelImpl final : public GPT2Cuda::Impl {
   } deferred_;
   bool have_deferred_ = false;
   uint64_t layout_ = 0;  // bumped whenever the activations are reallocated
-  GraphKey graph_key_, warm_key_;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  struct CapturedStep {
+    GraphKey key;
+    cudaGraphExec_t exec = nullptr;
+  };
+  static constexpr size_t kMaxGraphs = 4;
+  std::vector<CapturedStep> graphs_;  // least recently used first
+  std::vector<GraphKey> warmed_;      // keys whose eager warm-up micro-step has run
   std::vector<GPT2Cuda::ParamArrival> arrivals_;  // parameters still arriving (set_param_arrivals)
 };
 
