@@ -7,13 +7,16 @@
 //
 //  * One block per (query tile of 128 rows, head, batch), the longest causal prefix first. Warpgroup 0
 //    is the producer: one thread issues the TMA copies, Q once and then K and V of each key tile into a
-//    2-stage ring. Warpgroups 1 and 2 are consumers, 64 query rows each (one wgmma M).
+//    3-stage ring. Warpgroups 1 and 2 are consumers, 64 query rows each (one wgmma M).
 //  * Per key tile a consumer runs S = Q K^T as 4 wgmma m64n128k16 from shared memory (64 fp32 registers a
 //    thread), masks the diagonal tile, updates the online softmax in registers (fp32, log2 domain, as
 //    the mma.sync kernel in attention.cu), and runs O += P V as 8 wgmma m64n64k16 with P in registers:
 //    the m64n128 accumulator's registers 8j..8j+7 are the A fragment of keys 16j..16j+15 once packed to
 //    bf16 (ptx.cuh, wgmma_m64n64k16_bf16_rs), so P never goes through shared memory. K and V have
 //    barriers of their own: S starts while V is still arriving.
+//  * Intra-warpgroup overlap (FlashAttention-3 section 3.2): S of tile j and P V of tile j - 1 are
+//    issued together, and the softmax of tile j runs while P V of tile j - 1 is still on the tensor
+//    cores (wgmma.wait_group 1, then 0). The registers stay at S 64 + O 32 + P 32, as without it.
 //  * Out of bounds rows (the last query tile, keys past T) come in as zeros from TMA: the tensor map is
 //    rank 3 (3C, T, B), so a tile never reads the next sequence's rows.
 //
@@ -28,13 +31,13 @@
 //  * V (B of O += P V, MN-major: keys are K, dims are N, contiguous): SBO = 1024 (8 key rows), LBO = the
 //    next 64-wide block of N (there is one: set to a tile's size, never used); the k16 step moves the
 //    start by 16 rows = 2048 bytes; transpose immediate 1.
-//  * Barrier phases: key tile j uses stage j % 2; consumers wait k_full/v_full for parity (j/2) & 1, the
+//  * Barrier phases: key tile j uses stage j % 3; consumers wait k_full/v_full for parity (j/3) & 1, the
 //    producer waits empty for the opposite parity (a fresh barrier passes at once). empty counts one
-//    arrival from lane 0 of each of the 8 consumer warps, after its warpgroup's wgmma.wait_group.
+//    arrival from lane 0 of each of the 8 consumer warps, after the wgmma.wait_group that retires P V of
+//    the stage's tile (one iteration after its S: hence 3 stages, so tile j + 1 loads during tile j).
 //
-// Left for later (docs/performance.md): the intra-warpgroup overlap of the softmax of tile j with S of
-// tile j+1 and the ping-pong of the two consumers around the softmax (FlashAttention-3 sections 3.1-3.2),
-// setmaxnreg register rebalancing, a persistent tile scheduler.
+// Left for later (docs/performance.md): the ping-pong of the two consumers around the softmax
+// (FlashAttention-3 section 3.1), setmaxnreg register rebalancing, a persistent tile scheduler.
 #include "kernels/attention/attention_sm90.cuh"
 
 #include <cmath>
@@ -61,7 +64,9 @@ struct WgmmaFwdConfig {
   static constexpr int kBlockM = kWgRows * kConsumers;   // 128 queries a block
   static constexpr int kBlockN = 128;                    // keys a tile: S is m64n128, 64 fp32 registers
   static constexpr int kWgmmaK = 16;
-  static constexpr int kStages = 2;                      // K, V of the next tile load while this one is used
+  // K, V of tile j + 1 load while tiles j - 1 (its P V) and j (its S) are in use: a stage is released
+  // only when P V of its tile retires, one tile after its S.
+  static constexpr int kStages = 3;
   static constexpr int kTileBytes = 128 * kHeadDim * 2;  // 16 KB: a TMA box of 128 rows x 64 dims
   static constexpr int kAlign = 1024;                    // swizzle atoms start 1024-aligned
   static constexpr int kBarriers = 1 + 3 * kStages;      // q_full, k_full[s], v_full[s], empty[s]
@@ -71,6 +76,118 @@ struct WgmmaFwdConfig {
   static_assert(kTileBytes % kAlign == 0, "1024-aligned tiles");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
 };
+
+// ---- consumer building blocks (one warpgroup; register layouts in the file comment) ----
+// wgmma exists in the sm_90a device pass only (ptx.cuh), like the kernel body that calls these.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using Fwd = WgmmaFwdConfig;
+constexpr uint32_t kSbo = 1024;                   // 8 rows of 128 bytes
+constexpr uint32_t kLboKMajor = 16;               // unused by K-major operands (encodes as 1)
+constexpr uint32_t kLboV = Fwd::kTileBytes;      // V's next 64-wide block of N: there is none
+
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) cuda::wgmma_fence_operand(r[i]);
+}
+__device__ __forceinline__ void fence_operands(uint32_t (&r)[Fwd::kBlockN / Fwd::kWgmmaK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Fwd::kBlockN / Fwd::kWgmmaK; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cuda::wgmma_fence_operand(r[kk][i]);
+  }
+}
+
+// S = Q K^T (raw dot products), 64 x 128: 4 wgmma m64n128k16 from shared memory (not committed).
+__device__ __forceinline__ void issue_s(float (&sc)[64], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+  for (int kk = 0; kk < Fwd::kHeadDim / Fwd::kWgmmaK; ++kk) {
+    const uint64_t da = cuda::wgmma_desc(q_base + kk * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
+    const uint64_t db = cuda::wgmma_desc(k_base + kk * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
+    cuda::wgmma_m64n128k16_bf16<0, 0>(sc, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// O += P V, 64 x 64: 8 wgmma m64n64k16 with P's registers as A (not committed).
+__device__ __forceinline__ void issue_pv(float (&o)[32], uint32_t (&pa)[Fwd::kBlockN / Fwd::kWgmmaK][4],
+                                         uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < Fwd::kBlockN / Fwd::kWgmmaK; ++kk) {
+    const uint64_t dv = cuda::wgmma_desc(v_base + kk * Fwd::kWgmmaK * 128, kLboV, kSbo, cuda::WgmmaSwizzle::k128B);
+    cuda::wgmma_m64n64k16_bf16_rs<1>(o, pa[kk], dv, 1);
+  }
+}
+
+// Where this thread's accumulator rows are, and the softmax scale.
+struct SoftmaxRows {
+  int row0, lane, T_;
+  float scale_log2;
+};
+
+// Masks a key tile whose first key is col0 and turns S into P (fp32, in place) with the online softmax in
+// the log2 domain; alpha[r] is how much O's row half r must shrink. The 4 threads of a quad share each
+// row; register i holds row half r = (i/2) % 2: i = 4q + 2r + e.
+__device__ __forceinline__ void softmax_tile(float (&sc)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                             bool diagonal, int col0, const SoftmaxRows& w) {
+  // Only the diagonal tile has keys past a row or past T (an earlier key tile of a query tile ends
+  // before the query tile starts, so before T).
+  if (diagonal) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int row = w.row0 + 8 * ((i / 2) % 2);
+      const int col = col0 + cuda::wgmma_acc_col(w.lane, i);
+      if (col > row || col >= w.T_) sc[i] = -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < 16; ++q) mx = fmaxf(mx, fmaxf(sc[4 * q + 2 * r], sc[4 * q + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run[r], mx * w.scale_log2);
+    // Every row sees key 0 in the first tile, so m_new is finite; kept as the mma.sync kernel has it.
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = exp2f(m_run[r] - m_use);
+    m_run[r] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2f(fmaf(sc[4 * q + 2 * r + e], w.scale_log2, -m_use));
+        sc[4 * q + 2 * r + e] = p;
+        sum += p;
+      }
+    }
+    l_run[r] = l_run[r] * alpha[r] + sum;
+  }
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[32], const float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      o[4 * q + 2 * r] *= alpha[r];
+      o[4 * q + 2 * r + 1] *= alpha[r];
+    }
+  }
+}
+
+// P as bf16 A fragments, straight from the S registers (see the file comment).
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[Fwd::kBlockN / Fwd::kWgmmaK][4], const float (&sc)[64]) {
+#pragma unroll
+  for (int kk = 0; kk < Fwd::kBlockN / Fwd::kWgmmaK; ++kk) {
+    pa[kk][0] = cuda::pack_bf16x2(sc[8 * kk + 0], sc[8 * kk + 1]);
+    pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);
+    pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);
+    pa[kk][3] = cuda::pack_bf16x2(sc[8 * kk + 6], sc[8 * kk + 7]);
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
     attention_fwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, bf16* out, float* lse, int T_, int C,
@@ -128,9 +245,6 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
   const int warp = tid_wg / 32, lane = tid_wg % 32;
   const int g = lane >> 2, tq = lane & 3;
   const int row0 = m0 + c * Cfg::kWgRows + 16 * warp + g;  // the row of registers with (i/2) % 2 == 0; +8 otherwise
-  constexpr uint32_t kSbo = 1024;
-  constexpr uint32_t kLboKMajor = 16;  // unused by K-major operands (encodes as 1)
-  constexpr uint32_t kLboV = Cfg::kTileBytes;
   const uint32_t q_base = cuda::smem_u32(sQ) + static_cast<uint32_t>(c * Cfg::kWgRows * 128);
 
   float o[32], sc[64];
@@ -138,105 +252,60 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
   for (int i = 0; i < 32; ++i) o[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < 64; ++i) sc[i] = 0.0f;  // never read (scale-d 0 on the first k16), but defined
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2];
+  uint32_t pa[Cfg::kBlockN / Cfg::kWgmmaK][4];
+  const SoftmaxRows rows{row0, lane, T_, scale_log2};
 
+  // Key tile 0: S alone, then its softmax. From tile 1 on, S of tile j and P V of tile j - 1 are in
+  // flight together, and the softmax of tile j runs while the tensor cores finish P V (the intra-
+  // warpgroup overlap of FlashAttention-3, section 3.2): the exp2 work hides behind the second product.
+  // P of tile j - 1 stays in `pa` until that product retires, so the softmax writes fp32 into `sc` and
+  // packs it only after the wait.
   cuda::mbarrier_wait(q_full, 0);
-  for (int j = 0; j < n_tiles; ++j) {
-    const int s = j % Cfg::kStages;
-    const uint32_t parity = (j / Cfg::kStages) & 1;
-
-    // S = Q K^T (raw dot products), 64 x 128 per consumer
-    cuda::mbarrier_wait(&k_full[s], parity);
-    const uint32_t k_base = cuda::smem_u32(sK(s));
+  cuda::mbarrier_wait(&k_full[0], 0);
+  cuda::wgmma_fence();
+  fence_operands(sc);
+  issue_s(sc, q_base, cuda::smem_u32(sK(0)));
+  cuda::wgmma_commit_group();
+  cuda::wgmma_wait_group<0>();
+  fence_operands(sc);
+  softmax_tile(sc, m_run, l_run, alpha, /*diagonal=*/qt == 0, 0, rows);
+  pack_p(pa, sc);  // O is still zero: no rescale
+  for (int j = 1; j < n_tiles; ++j) {
+    const int s = j % Cfg::kStages, sp = (j - 1) % Cfg::kStages;
+    // Both waits before the first wgmma: a wait loop between two wgmma makes ptxas insert a warpgroup
+    // fence of its own (C7519). V of tile j - 1 has had a whole iteration to land.
+    cuda::mbarrier_wait(&k_full[s], (j / Cfg::kStages) & 1);
+    cuda::mbarrier_wait(&v_full[sp], ((j - 1) / Cfg::kStages) & 1);
+    cuda::wgmma_fence();  // o was rescaled and pa packed by ordinary instructions
+    fence_operands(sc);
+    fence_operands(o);
+    issue_s(sc, q_base, cuda::smem_u32(sK(s)));
+    cuda::wgmma_commit_group();
+    issue_pv(o, pa, cuda::smem_u32(sV(sp)));
+    cuda::wgmma_commit_group();
+    cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run
+    fence_operands(sc);
+    softmax_tile(sc, m_run, l_run, alpha, /*diagonal=*/j == qt, j * Cfg::kBlockN, rows);
+    cuda::wgmma_wait_group<0>();
+    fence_operands(o);
+    fence_operands(pa);
+    // This warp has read K and V of tile j - 1 for the last time.
+    if (lane == 0) cuda::mbarrier_arrive(&empty[sp]);
+    rescale_o(o, alpha);
+    pack_p(pa, sc);
+  }
+  {  // P V of the last key tile
+    const int sl = (n_tiles - 1) % Cfg::kStages;
+    cuda::mbarrier_wait(&v_full[sl], ((n_tiles - 1) / Cfg::kStages) & 1);
     cuda::wgmma_fence();
-#pragma unroll
-    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(sc[i]);
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kHeadDim / Cfg::kWgmmaK; ++kk) {
-      const uint64_t da = cuda::wgmma_desc(q_base + kk * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
-      const uint64_t db = cuda::wgmma_desc(k_base + kk * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
-      cuda::wgmma_m64n128k16_bf16<0, 0>(sc, da, db, kk > 0 ? 1 : 0);
-    }
+    fence_operands(o);
+    issue_pv(o, pa, cuda::smem_u32(sV(sl)));
     cuda::wgmma_commit_group();
     cuda::wgmma_wait_group<0>();
-#pragma unroll
-    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(sc[i]);
-
-    // Causal / end-of-sequence mask: only the diagonal tile has keys past a row or past T (an earlier
-    // key tile of a query tile ends before the query tile starts, so before T).
-    if (j == qt) {
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        const int row = row0 + 8 * ((i / 2) % 2);
-        const int col = j * Cfg::kBlockN + cuda::wgmma_acc_col(lane, i);
-        if (col > row || col >= T_) sc[i] = -INFINITY;
-      }
-    }
-
-    // Online softmax in the log2 domain; the 4 threads of a quad share each row. Register i holds row
-    // half r = (i/2) % 2: i = 4q + 2r + e.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int q = 0; q < 16; ++q) mx = fmaxf(mx, fmaxf(sc[4 * q + 2 * r], sc[4 * q + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx * scale_log2);
-      // Every row sees key 0 in the first tile, so m_new is finite; kept as the mma.sync kernel has it.
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m_run[r] - m_use);
-      m_run[r] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int q = 0; q < 16; ++q) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = exp2f(fmaf(sc[4 * q + 2 * r + e], scale_log2, -m_use));
-          sc[4 * q + 2 * r + e] = p;
-          sum += p;
-        }
-      }
-      l_run[r] = l_run[r] * alpha + sum;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        o[4 * q + 2 * r] *= alpha;
-        o[4 * q + 2 * r + 1] *= alpha;
-      }
-    }
-
-    // P as bf16 A fragments, straight from the S registers (see the file comment).
-    uint32_t pa[Cfg::kBlockN / Cfg::kWgmmaK][4];
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / Cfg::kWgmmaK; ++kk) {
-      pa[kk][0] = cuda::pack_bf16x2(sc[8 * kk + 0], sc[8 * kk + 1]);
-      pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pa[kk][3] = cuda::pack_bf16x2(sc[8 * kk + 6], sc[8 * kk + 7]);
-    }
-
-    // O += P V, 64 x 64 per consumer
-    cuda::mbarrier_wait(&v_full[s], parity);
-    const uint32_t v_base = cuda::smem_u32(sV(s));
-    cuda::wgmma_fence();  // o was rescaled by ordinary instructions
-#pragma unroll
-    for (int i = 0; i < 32; ++i) cuda::wgmma_fence_operand(o[i]);
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / Cfg::kWgmmaK; ++kk) {
-      const uint64_t dv = cuda::wgmma_desc(v_base + kk * Cfg::kWgmmaK * 128, kLboV, kSbo, cuda::WgmmaSwizzle::k128B);
-      cuda::wgmma_m64n64k16_bf16_rs<1>(o, pa[kk], dv, 1);
-    }
-    cuda::wgmma_commit_group();
-    cuda::wgmma_wait_group<0>();
-#pragma unroll
-    for (int i = 0; i < 32; ++i) cuda::wgmma_fence_operand(o[i]);
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / Cfg::kWgmmaK; ++kk) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) cuda::wgmma_fence_operand(pa[kk][i]);
-    }
-    // This warp has read K and V of stage s for the last time.
-    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);
+    fence_operands(o);
+    fence_operands(pa);
+    if (lane == 0) cuda::mbarrier_arrive(&empty[sl]);
   }
 
   // out = O / l (bf16), lse = (m + log2 l) * ln 2
