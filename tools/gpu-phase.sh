@@ -204,13 +204,14 @@ phase_A() {
   step gpu_smoke 60 "kernel == CPU" "$bin/test_gpu_smoke"
   local fam
   for fam in encoder layernorm gemm attention elementwise; do
-    step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*'
+    step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
   done
   # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU) in processes of their
   # own: a kernel that traps (a barrier wait that never completes traps after ~10 s) leaves the CUDA
   # context unusable for the rest of its process.
   step kernels_gemm_wgmma 150 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
-  step kernels_attention_wgmma 150 "== CPU and mma.sync" gtest test_gpu_attention --gtest_filter='AttentionWgmmaForward.*'
+  step kernels_attention_wgmma 240 "== CPU and mma.sync" gtest test_gpu_attention \
+    --gtest_filter='AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
   step model_step_vs_cpu 300 "loss 1e-5, grads 1e-4" gtest test_gpu_model
   step decode_kv_cache 240 "== CPU decode" gtest test_gpu_decode
   step reducer_1rank 120 "exact" "$bin/mpirun" -n 1 "$bin/test_gpu_reducer"
@@ -233,6 +234,9 @@ phase_A() {
     # the Hopper forward: TMA, mbarriers and wgmma across a producer and two consumer warpgroups
     gpu_step synccheck_attention_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
       --gtest_filter='AttentionWgmmaForward.AgreesWithMmaSync'
+    # the Hopper backward: TMA, mbarriers and wgmma, named barriers around the dS^T tile, the dQ turns
+    gpu_step synccheck_attention_wgmma_bwd 240 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
+      --gtest_filter='AttentionWgmmaBackward.AgreesWithRecomputeDq'
     gpu_step synccheck_gemm_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_gemm" \
       --gtest_filter='GemmWgmma.ForcedSplitK'
     # the 5-product backward: four warps share the dS^T tile in shared memory each turn

@@ -5,8 +5,8 @@
 //    accumulation), ldmatrix fragments from padded shared-memory tiles, cp.async double buffering of
 //    the streamed tiles. Each warp owns whole 16-row MMA tiles, so softmax statistics and the P / dS
 //    operands never leave registers.
-//  * on compute capability 9.0, opt-in (AttentionForwardPath::kWgmma), the bf16 forward at hs = 64 runs
-//    on wgmma fed by TMA (attention_sm90.cu).
+//  * on compute capability 9.0, opt-in (AttentionForwardPath::kWgmma, AttentionBackwardPath::kWgmma), the
+//    bf16 forward and backward at hs = 64 run on wgmma fed by TMA (attention_sm90.cu, attention_bwd_sm90.cu).
 //  * fp32 SIMT path for everything else (T = float, any hs <= 128), also the fallback that
 //    attention_force_generic() selects for tests.
 // Both: the T x T score matrix is never materialised; causal tiles above the diagonal are skipped;
@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -1268,29 +1270,34 @@ namespace {
 
 bool g_force_generic = false;
 
-// A path named by an environment variable: unset, empty or `first` (the default) gives first_path,
-// `second` gives second_path, anything else is fatal (naming the variable and the choices).
+// A path named by an environment variable: unset or empty gives the first choice (the default), a
+// choice's name gives its path, anything else is fatal (naming the variable and every choice).
 template <class Path>
-Path path_from_env(const char* var, const char* what, const char* first, Path first_path, const char* second,
-                   Path second_path) {
+Path path_from_env(const char* var, const char* what, std::initializer_list<std::pair<const char*, Path>> choices) {
   const char* env = std::getenv(var);
-  if (env == nullptr || *env == '\0' || std::strcmp(env, first) == 0) return first_path;
-  GPT2_CHECK(std::strcmp(env, second) == 0,
-             "" << var << "='" << env << "' is not a " << what << ": use " << first << " (the default) or " << second);
-  return second_path;
+  if (env == nullptr || *env == '\0') return choices.begin()->second;
+  std::string names;
+  for (const auto& [name, path] : choices) {
+    if (std::strcmp(env, name) == 0) return path;
+    names += names.empty() ? std::string(name) + " (the default)" : std::string(", ") + name;
+  }
+  GPT2_CHECK(false, "" << var << "='" << env << "' is not a " << what << ": use " << names);
+  return choices.begin()->second;
 }
 
 AttentionForwardPath& forward_path() {
-  static AttentionForwardPath path =
-      path_from_env("GPT2_ATTENTION_FWD", "forward path", "mma-sync", AttentionForwardPath::kMmaSync, "wgmma",
-                    AttentionForwardPath::kWgmma);
+  static AttentionForwardPath path = path_from_env<AttentionForwardPath>(
+      "GPT2_ATTENTION_FWD", "forward path",
+      {{"mma-sync", AttentionForwardPath::kMmaSync}, {"wgmma", AttentionForwardPath::kWgmma}});
   return path;
 }
 
 AttentionBackwardPath& backward_path() {
-  static AttentionBackwardPath path =
-      path_from_env("GPT2_ATTENTION_BWD", "backward path", "recompute-dq", AttentionBackwardPath::kRecomputeDq,
-                    "accumulate-dq", AttentionBackwardPath::kAccumulateDq);
+  static AttentionBackwardPath path = path_from_env<AttentionBackwardPath>(
+      "GPT2_ATTENTION_BWD", "backward path",
+      {{"recompute-dq", AttentionBackwardPath::kRecomputeDq},
+       {"accumulate-dq", AttentionBackwardPath::kAccumulateDq},
+       {"wgmma", AttentionBackwardPath::kWgmma}});
   return path;
 }
 
@@ -1391,6 +1398,14 @@ bool attention_fwd_wgmma_available() {
 #endif
 }
 
+bool attention_bwd_wgmma_available() {
+#if defined(GPT2_HAVE_SM90A)
+  return attention_detail::attention_bwd_wgmma_ready();
+#else
+  return false;
+#endif
+}
+
 void attention_set_backward_path(AttentionBackwardPath path) {
   backward_path() = path;
 }
@@ -1452,6 +1467,21 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
                 dout, out, B, T_, C, NH);
 
   if constexpr (std::is_same_v<T, bf16>) {
+#if defined(GPT2_HAVE_SM90A)
+    if (!g_force_generic && backward_path() == AttentionBackwardPath::kWgmma &&
+        attention_detail::attention_bwd_wgmma_ready() &&
+        attention_detail::attention_bwd_wgmma_takes(dqkv, dout, qkv, C, NH)) {
+      // kAccumulateDq's scratch and protocol: the counters and ticket cleared, dq_acc needs no clearing
+      CUDA_CHECK(cudaMemsetAsync(parts.dq_turns, 0, parts.turns_bytes, stream));
+      attention_detail::attention_bwd_wgmma(dqkv, parts.dq_acc, parts.dq_turns, parts.ticket, dout, qkv, lse, D, B, T_,
+                                            C, NH, stream);
+      const long rows_btc = static_cast<long>(B) * T_;
+      const long pairs = rows_btc * (C / 2);
+      launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),
+                    dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
+      return;
+    }
+#endif
     if (!g_force_generic && aligned16(dqkv) && aligned16(dout) && aligned16(qkv)) {
       const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
         constexpr int HS = decltype(hs_const)::value;

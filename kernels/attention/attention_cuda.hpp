@@ -47,12 +47,18 @@ bool attention_fwd_wgmma_available();
 //   kAccumulateDq: one block per key tile computes dK, dV and adds its share dS K to an fp32 dQ
 //                  accumulator, the key tiles of each query tile taking turns in key order (FlashAttention-2's
 //                  deterministic mode): 5 matrix products, plus the accumulator's traffic and the waits.
-// The default is kRecomputeDq: kAccumulateDq has not run on a GPU yet (docs/performance.md). The
-// environment variable GPT2_ATTENTION_BWD=accumulate-dq (or recompute-dq) chooses at the first launch;
-// attention_set_backward_path overrides it (tests, benchmarks). Not thread-safe.
-enum class AttentionBackwardPath { kRecomputeDq, kAccumulateDq };
+//   kWgmma:        kAccumulateDq's scheme on Hopper's instructions: wgmma fed by TMA, a producer and a
+//                  consumer warpgroup (FlashAttention-3's structure, attention_bwd_sm90.cu), where it
+//                  applies: compute capability 9.0 with a build for architecture 90, hs = 64, 16-byte
+//                  aligned dqkv, dout and qkv. Elsewhere kRecomputeDq runs.
+// The default is kRecomputeDq: kAccumulateDq and kWgmma have not run on a GPU yet (docs/performance.md).
+// The environment variable GPT2_ATTENTION_BWD=accumulate-dq or wgmma (or recompute-dq) chooses at the first
+// launch; attention_set_backward_path overrides it (tests, benchmarks). Not thread-safe.
+enum class AttentionBackwardPath { kRecomputeDq, kAccumulateDq, kWgmma };
 void attention_set_backward_path(AttentionBackwardPath path);
 AttentionBackwardPath attention_backward_path();
+// Whether kWgmma can run in this process (a 9.0 device and the kernel's sm_90a code), for tests to skip.
+bool attention_bwd_wgmma_available();
 
 // Bytes of scratch attention_backward_cuda needs (either path, so the path can change without
 // reallocating): D = rowsum(dout * out), fp32 (B,NH,T); the dQ accumulator, fp32 (B,T,C); the turn
@@ -65,7 +71,7 @@ size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 //   [in] dout (B,T,C), qkv (B,T,3C), out (B,T,C) (the forward output), lse (B,NH,T);
 //   [out] dqkv (B,T,3C) overwritten (q, k and v parts); scratch: attention_backward_scratch_bytes
 // Deterministic: every dK, dV element has one owner, and dQ is either owned too (kRecomputeDq) or summed
-// in a fixed order (kAccumulateDq); no float atomics.
+// in a fixed order (kAccumulateDq, kWgmma); no float atomics.
 template <class T>
 void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
                              int T_, int C, int NH, cudaStream_t stream);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The sm_90a kernels (kernels/attention/attention_sm90.cu and kernels/gemm/gemm_sm90.cu: TMA, mbarriers,
-# wgmma) run on the CPU, without a GPU: each kernel's real source compiled by g++ as host C++, every GPU
+# The sm_90a kernels (kernels/attention/attention_sm90.cu, attention_bwd_sm90.cu and kernels/gemm/gemm_sm90.cu:
+# TMA, mbarriers, wgmma) run on the CPU, without a GPU: each kernel's real source compiled by g++ as host C++, every GPU
 # thread of a block a std::thread, and the Hopper features they use emulated from NVIDIA's
 # documentation (README.md here).
 #
@@ -9,8 +9,8 @@
 #                                         attention forward on partial tiles and on AttentionWgmmaForward's
 #                                         shapes; the GEMM on every transpose, epilogue and split-K; both
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
-#   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes (~6 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of both kernels (10 + 14), each of which must be caught
+#   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
+#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of the kernels (10 + 11 + 14), each must be caught
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,11 +24,11 @@ cxx=(g++ -std=c++17 -O2 -pthread -fno-strict-aliasing -Wall -Wno-unknown-pragmas
   -Wno-psabi)
 inc=(-I"$here/include" -I"$repo" -I"$repo/src" -I"$cuda_inc")
 
-# build_kernel KERNEL SRC BINARY (KERNEL: attention or gemm): the emulator around a copy of SRC whose only
-# change is the <<<...>>> launch.
+# build_kernel KERNEL SRC BINARY (KERNEL: attention, attention_bwd or gemm): the emulator around a copy of
+# SRC whose only change is the <<<...>>> launch.
 build_kernel() {
   local kernel=$1 src=$2 bin=$3 gen="$3.emu.cpp" o ns
-  ns=${kernel}_detail
+  ns=${kernel%_bwd}_detail
   sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\((.*)\);/::emu::Launch(\2).run(\1, \3);/' "$src" > "$gen"
   local changed
   changed=$(diff "$src" "$gen" | grep -c '^>')
@@ -47,7 +47,13 @@ build_kernel() {
     -c "$here/src/kernel_tu.cpp" -o "$bin.o" &&
     "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,"${kernel}_driver",sm90a_host}.o "$bin.o"
 }
-src_of() { [[ $1 == attention ]] && echo "$repo/kernels/attention/attention_sm90.cu" || echo "$repo/kernels/gemm/gemm_sm90.cu"; }
+src_of() {
+  case $1 in
+    attention) echo "$repo/kernels/attention/attention_sm90.cu" ;;
+    attention_bwd) echo "$repo/kernels/attention/attention_bwd_sm90.cu" ;;
+    *) echo "$repo/kernels/gemm/gemm_sm90.cu" ;;
+  esac
+}
 
 status=0
 check() {  # check NAME CMD...: runs CMD, prints its verdict line
@@ -65,7 +71,7 @@ check() {  # check NAME CMD...: runs CMD, prints its verdict line
 
 if [[ $mode == --mutants ]]; then
   caught=0 total=0
-  for kernel in attention gemm; do
+  for kernel in attention attention_bwd gemm; do
     python3 "$here/mutations/mutate.py" $kernel "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
       exit 1
     while read -r m; do
@@ -90,6 +96,7 @@ if [[ $mode == --mutants ]]; then
 fi
 
 build_kernel attention "$(src_of attention)" "$out/emu_attention" || exit 1
+build_kernel attention_bwd "$(src_of attention_bwd)" "$out/emu_attention_bwd" || exit 1
 build_kernel gemm "$(src_of gemm)" "$out/emu_gemm" || exit 1
 # The repository's wgmma_desc and wgmma_acc_row/col (host-callable), taken from ptx.cuh as text.
 s=$(grep -n '^enum class WgmmaSwizzle' "$repo/kernels/common/ptx.cuh" | cut -d: -f1)
@@ -106,6 +113,12 @@ for v in "EMU_SMEM_OFFSET=0" "EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_SMEM_OFFSET=10
          "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
   check "attention_quick $v" env $v "$out/emu_attention" --quick
 done
+check attention_bwd_quick "$out/emu_attention_bwd" --quick
+check attention_bwd_test_shapes "$out/emu_attention_bwd" --test-shapes
+for v in "EMU_CONCURRENT_BLOCKS=1 EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_CONCURRENT_BLOCKS=2 EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
+         "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
+  check "attention_bwd_quick $v" env $v "$out/emu_attention_bwd" --quick
+done
 for v in "EMU_SMS=2" "EMU_SMS=4" "EMU_SMS=4 EMU_CONCURRENT_BLOCKS=1" "EMU_SMEM_OFFSET=16 EMU_SEED=2" \
          "EMU_SMEM_OFFSET=1008 EMU_SEED=3" "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" \
          "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
@@ -114,6 +127,12 @@ done
 if [[ $mode == --all ]]; then
   check attention_all_shapes "$out/emu_attention"
   check attention_gpt2 "$out/emu_attention" --gpt2
+  # 8 blocks at a time (in ticket order, as resident blocks would be) and no added latencies: key tile kt
+  # waits for key tiles 0..kt-1 on every query tile, which under emulation on 2 cores can outlast the
+  # kernel's own 10 s barrier-wait trap (wall clock; the shadow traps after EMU_TIMEOUT_S when longer)
+  local_bwd_env=(EMU_CONCURRENT_BLOCKS=8 EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0 EMU_TIMEOUT_S=300)
+  check attention_bwd_all_shapes env "${local_bwd_env[@]}" "$out/emu_attention_bwd"
+  check attention_bwd_gpt2 env "${local_bwd_env[@]}" "$out/emu_attention_bwd" --gpt2
   check gemm_gpt2 "$out/emu_gemm" --gpt2
 fi
 echo "emu: $([[ $status == 0 ]] && echo PASS || echo FAIL)"

@@ -102,10 +102,12 @@ using ForwardPathScope =
     PathScope<kernels::AttentionForwardPath, kernels::attention_forward_path, kernels::attention_set_forward_path>;
 
 std::string path_names() {
+  const kernels::AttentionBackwardPath bwd = kernels::attention_backward_path();
   return std::string(kernels::attention_forward_path() == kernels::AttentionForwardPath::kWgmma ? " wgmma-fwd"
                                                                                                 : " mma-sync-fwd") +
-         (kernels::attention_backward_path() == kernels::AttentionBackwardPath::kAccumulateDq ? " accumulate-dq"
-                                                                                             : " recompute-dq");
+         (bwd == kernels::AttentionBackwardPath::kAccumulateDq ? " accumulate-dq"
+          : bwd == kernels::AttentionBackwardPath::kWgmma      ? " wgmma-bwd"
+                                                               : " recompute-dq");
 }
 
 template <class T>
@@ -301,6 +303,64 @@ TEST(AttentionWgmmaForward, FallsBackToMmaSyncWhereItDoesNotApply) {
     const ForwardResult asked = forward_on_path(s, kernels::AttentionForwardPath::kWgmma, 72);
     expect_bit_identical(mma.out, asked.out, "out (mma.sync vs wgmma asked for)");
     expect_bit_identical(mma.lse, asked.lse, "lse (mma.sync vs wgmma asked for)");
+  }
+}
+
+// The Hopper backward (wgmma + TMA, hs = 64 only; dQ summed by the 64-key tiles in turns): T = 1, tails
+// of the 64-row tiles (rows >= T come in zero-filled), exact multiples, a peaky softmax, GPT-2's shape
+// (16 key tiles taking turns on each query tile). check_attention runs it twice on poisoned outputs and
+// scratch: the results must be bit-identical. Runs on a 9.0 device with the sm_90a code; skips elsewhere.
+TEST(AttentionWgmmaBackward, MatchesCpu) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  BackwardPathScope path(kernels::AttentionBackwardPath::kWgmma);
+  uint32_t seed = 1900;
+  for (const Shape& s : {Shape{1, 1, 64, 1}, Shape{2, 64, 128, 2}, Shape{3, 37, 256, 4}, Shape{2, 128, 128, 2},
+                         Shape{2, 129, 192, 3}, Shape{1, 257, 64, 1}, Shape{2, 200, 256, 4}, Shape{1, 150, 256, 4, 3.0f}})
+    check_attention<bf16>(s, false, seed += 10);
+  check_attention<bf16>(kGpt2Shape, false, 17);
+}
+
+// dq/dk/dv of one bf16 backward on `path` (after the default forward), outputs poisoned first.
+std::vector<float> backward_on_path(const Shape& s, kernels::AttentionBackwardPath path, uint32_t seed) {
+  Buffers d(s, seed);
+  kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+  BackwardPathScope scope(path);
+  poison(d.dqkv.data(), d.dqkv.bytes());
+  poison(d.scratch.data(), d.scratch.bytes());
+  kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(), d.out.data(),
+                                         d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return d.dqkv.download();
+}
+
+// The wgmma backward and the mma.sync one compute the same dq/dk/dv up to summation order (a few bf16
+// ulps), at GPT-2's head count with T not a multiple of the tiles. Skips off 9.0.
+TEST(AttentionWgmmaBackward, AgreesWithRecomputeDq) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  const Shape s = {2, 333, 768, 12};
+  const std::vector<float> mma = backward_on_path(s, kernels::AttentionBackwardPath::kRecomputeDq, 82);
+  const std::vector<float> wgmma = backward_on_path(s, kernels::AttentionBackwardPath::kWgmma, 82);
+  EXPECT_LE(test::max_abs_diff(mma, wgmma), 4.0 / 256 * test::max_abs(mma)) << "dqkv";
+}
+
+// Two runs of the wgmma backward at GPT-2's shape give the same bits: dQ is summed in key order whatever
+// the blocks' timing. Skips off 9.0.
+TEST(AttentionWgmmaBackward, Deterministic) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  const std::vector<float> a = backward_on_path(kGpt2Shape, kernels::AttentionBackwardPath::kWgmma, 92);
+  const std::vector<float> b = backward_on_path(kGpt2Shape, kernels::AttentionBackwardPath::kWgmma, 92);
+  expect_bit_identical(a, b, "dqkv (two runs)");
+}
+
+// Asking for the wgmma backward where it does not apply (head sizes other than 64; any device other than
+// 9.0) runs kRecomputeDq: the same bits as asking for it. Runs on every GPU.
+TEST(AttentionWgmmaBackward, FallsBackToRecomputeDqWhereItDoesNotApply) {
+  for (const Shape& s : {Shape{2, 200, 320, 4}, Shape{1, 129, 512, 4}, Shape{2, 150, 256, 4}}) {
+    if (s.C / s.NH == 64 && kernels::attention_bwd_wgmma_available()) continue;  // it applies there
+    SCOPED_TRACE(name(s));
+    const std::vector<float> mma = backward_on_path(s, kernels::AttentionBackwardPath::kRecomputeDq, 102);
+    const std::vector<float> asked = backward_on_path(s, kernels::AttentionBackwardPath::kWgmma, 102);
+    expect_bit_identical(mma, asked, "dqkv (recompute-dq vs wgmma asked for)");
   }
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes mutants of an sm_90a kernel: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention or gemm)
+"""Writes mutants of an sm_90a kernel: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention, attention_bwd or gemm)
 writes OUT_DIR/NAME.cu for each of that kernel's mutations (all by default) and prints the names; SRC is
 only read. Each mutation is an exact text replacement that must match exactly once, so a change to the
 kernel that moves a pattern fails loudly here instead of silently testing nothing (tests/emu/emu.sh
@@ -7,45 +7,53 @@ kernel that moves a pattern fails loudly here instead of silently testing nothin
 import os, sys
 
 # ---- attention_sm90.cu ---------------------------------------------------------------------------
-WAIT_PV = ("    cuda::wgmma_commit_group();\n    cuda::wgmma_wait_group<0>();\n#pragma unroll\n"
-           "    for (int i = 0; i < 32; ++i) cuda::wgmma_fence_operand(o[i]);")
-ARRIVE = "    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);\n"
+LOOP_PV_WAIT = ("    cuda::wgmma_wait_group<0>();\n    fence_operands(o);\n    fence_operands(pa);\n"
+                "    // This warp has read K and V of tile j - 1 for the last time.\n"
+                "    if (lane == 0) cuda::mbarrier_arrive(&empty[sp]);\n")
+LOOP_TAIL = "    rescale_o(o, alpha);\n    pack_p(pa, sc);\n  }\n"
 
 ATTENTION = {
     # V is MN-major: transpose immediate 0 reads it as K-major
     "v_transpose_0": [("cuda::wgmma_m64n64k16_bf16_rs<1>(o, pa[kk], dv, 1);",
                        "cuda::wgmma_m64n64k16_bf16_rs<0>(o, pa[kk], dv, 1);")],
     # causal mask lets one future key in
-    "mask_off_by_one": [("if (col > row || col >= T_) sc[i] = -INFINITY;",
-                         "if (col > row + 1 || col >= T_) sc[i] = -INFINITY;")],
-    # consumers wait for the wrong k_full/v_full parity (a fresh barrier's parity-1 wait passes at once)
-    "consumer_parity": [("const uint32_t parity = (j / Cfg::kStages) & 1;",
-                         "const uint32_t parity = ((j / Cfg::kStages) & 1) ^ 1;")],
+    "mask_off_by_one": [("if (col > row || col >= w.T_) sc[i] = -INFINITY;",
+                         "if (col > row + 1 || col >= w.T_) sc[i] = -INFINITY;")],
+    # consumers wait for the wrong k_full parity (a fresh barrier's parity-1 wait passes at once)
+    "consumer_parity": [("cuda::mbarrier_wait(&k_full[s], (j / Cfg::kStages) & 1);",
+                         "cuda::mbarrier_wait(&k_full[s], ((j / Cfg::kStages) & 1) ^ 1);")],
     # producer waits for the wrong empty parity: the first wait on a fresh barrier never completes
     "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);",
                          "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
     # the stage is released (empty arrive) before the P V wgmma that reads V retired
-    "release_before_wait": [(ARRIVE, ""),
-                            (WAIT_PV, WAIT_PV.replace("    cuda::wgmma_wait_group<0>();\n",
-                                                      ARRIVE + "    cuda::wgmma_wait_group<0>();\n"))],
-    # no wgmma.wait_group after S = Q K^T: the softmax reads accumulators still in flight
-    "missing_s_wait": [("    cuda::wgmma_commit_group();\n    cuda::wgmma_wait_group<0>();\n#pragma unroll\n"
-                        "    for (int i = 0; i < 64; ++i)",
-                        "    cuda::wgmma_commit_group();\n#pragma unroll\n    for (int i = 0; i < 64; ++i)")],
+    "release_before_wait": [(LOOP_PV_WAIT,
+                             "    // This warp has read K and V of tile j - 1 for the last time.\n"
+                             "    if (lane == 0) cuda::mbarrier_arrive(&empty[sp]);\n"
+                             "    cuda::wgmma_wait_group<0>();\n    fence_operands(o);\n    fence_operands(pa);\n")],
+    # no wgmma.wait_group 1 in the loop: the softmax reads S still in flight
+    "missing_s_wait": [("    cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run\n", "")],
+    # P of tile j packed into the A registers while P V of tile j - 1 still reads them
+    "pack_before_pv_wait": [(LOOP_PV_WAIT + LOOP_TAIL,
+                             "    pack_p(pa, sc);\n" + LOOP_PV_WAIT + "    rescale_o(o, alpha);\n  }\n")],
+    # O rescaled while P V of tile j - 1 still accumulates into it
+    "rescale_before_pv_wait": [(LOOP_PV_WAIT + LOOP_TAIL,
+                                "    rescale_o(o, alpha);\n" + LOOP_PV_WAIT + "    pack_p(pa, sc);\n  }\n")],
     # expect_tx announces half of V's bytes
     "expect_tx_short": [("cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes);",
                          "cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes / 2);")],
     # A fragment registers 1 and 2 swapped (rows g+8 / k+8 confused)
-    "a_fragment_swap": [("      pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);\n"
-                         "      pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);",
-                         "      pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);\n"
-                         "      pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);")],
+    "a_fragment_swap": [("    pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);\n"
+                         "    pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);",
+                         "    pa[kk][1] = cuda::pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);\n"
+                         "    pa[kk][2] = cuda::pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);")],
     # V's k16 step as 8 rows instead of 16
-    "v_kstep_wrong": [("cuda::wgmma_desc(v_base + kk * Cfg::kWgmmaK * 128,",
+    "v_kstep_wrong": [("cuda::wgmma_desc(v_base + kk * Fwd::kWgmmaK * 128,",
                        "cuda::wgmma_desc(v_base + kk * 8 * 128,")],
     # the O rescale applied to the wrong register half
-    "rescale_wrong_half": [("        o[4 * q + 2 * r] *= alpha;\n        o[4 * q + 2 * r + 1] *= alpha;",
-                            "        o[4 * q + 2 * (1 - r)] *= alpha;\n        o[4 * q + 2 * (1 - r) + 1] *= alpha;")],
+    "rescale_wrong_half": [("      o[4 * q + 2 * r] *= alpha[r];\n      o[4 * q + 2 * r + 1] *= alpha[r];",
+                            "      o[4 * q + 2 * (1 - r)] *= alpha[r];\n      o[4 * q + 2 * (1 - r) + 1] *= alpha[r];")],
+    # P V of the last key tile left out: the diagonal tile's values never reach O
+    "last_pv_missing": [("    issue_pv(o, pa, cuda::smem_u32(sV(sl)));\n", "")],
 }
 
 
@@ -94,12 +102,49 @@ GEMM = {
 }
 
 
-MUTATIONS = {"attention": ATTENTION, "gemm": GEMM}
+# ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
+BWD_ARRIVE = "    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);\n"
+BWD_DVDK = ("    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n    cuda::wgmma_commit_group();\n")
+
+ATTENTION_BWD = {
+    # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
+    "consumer_parity": [("cuda::mbarrier_wait(&full[s], (j / Cfg::kStages) & 1);",
+                         "cuda::mbarrier_wait(&full[s], ((j / Cfg::kStages) & 1) ^ 1);")],
+    # producer waits for the wrong empty parity: its first wait on a fresh barrier never completes
+    "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);",
+                         "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
+    # the stage is released before dV += P^T dO and dK += dS^T Q retired (they read its dO and Q)
+    "early_stage_release": [(BWD_ARRIVE, ""), (BWD_DVDK, BWD_DVDK + BWD_ARRIVE)],
+    # dO as B of dV read K-major: the transpose immediate of an MN-major operand dropped
+    "transpose_immediate_0": [("cuda::wgmma_m64n64k16_bf16_rs<1>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);",
+                               "cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);")],
+    # no causal mask: keys after the query get probability
+    "causal_mask_off": [("s[i] = (diagonal && q0 + col < key) ? 0.0f : p;", "s[i] = p;")],
+    # dQ turns broken: a key tile adds without waiting for the lower key tiles
+    "turn_order_broken": [("while (cuda::ld_acquire_gpu(turn) < kt) {", "while (cuda::ld_acquire_gpu(turn) < 0) {")],
+    # the swizzle of the K/V A-fragment loads forgotten
+    "ldmatrix_no_swizzle": [("const int chunk = (2 * (kk0 + kk) + (lane >> 4)) ^ (row & 7);",
+                             "const int chunk = (2 * (kk0 + kk) + (lane >> 4));")],
+    # the transposed dS loads swapped (queries and keys confused)
+    "ds_ldmatrix_not_transposed": [("cuda::ldmatrix_x4_trans(a[kk], sds", "cuda::ldmatrix_x4(a[kk], sds")],
+    # S^T used before its wgmma retired (no wait)
+    "missing_s_wait": [("      issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n      cuda::wgmma_commit_group();\n"
+                        "      cuda::wgmma_wait_group<0>();\n",
+                        "      issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n      cuda::wgmma_commit_group();\n")],
+    # expect_tx announces half of Q's and dO's bytes
+    "expect_tx_short": [("cuda::mbarrier_arrive_expect_tx(&full[s], 2 * Cfg::kQTileBytes);",
+                         "cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kQTileBytes);")],
+    # lse taken as log2 already (the log2 e factor dropped)
+    "lse_scale_wrong": [("sLse(s)[r] = in ? lse_bh[q0 + r] * cuda::kLog2e : INFINITY;",
+                         "sLse(s)[r] = in ? lse_bh[q0 + r] : INFINITY;")],
+}
+
+MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM}
 
 
 def main():
     if len(sys.argv) < 4 or sys.argv[1] not in MUTATIONS:
-        sys.exit("usage: mutate.py attention|gemm SRC OUT_DIR [NAME ...]")
+        sys.exit("usage: mutate.py attention|attention_bwd|gemm SRC OUT_DIR [NAME ...]")
     table = MUTATIONS[sys.argv[1]]
     base = open(sys.argv[2]).read()
     out = sys.argv[3]

@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
-      shapes = {{2, 129, 2}, {1, 300, 1}, {2, 63, 1}, {1, 256, 3}};
+      shapes = {{2, 129, 2}, {1, 300, 1}, {2, 63, 1}, {1, 256, 3}, {1, 520, 1}};  // 520: the stage ring wraps
     } else if (a == "--test-shapes") {  // AttentionWgmmaForward.MatchesCpu's own list (hs = 64)
       shapes = {{1, 1, 1}, {2, 64, 2}, {3, 37, 4}, {2, 128, 2}, {2, 129, 3}, {1, 257, 1}, {2, 200, 4}, {1, 150, 4, 3.0f}};
     } else if (a == "--gpt2") {
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     }
   }
   if (shapes.empty())
-    for (int T : {1, 63, 64, 127, 128, 129, 200, 256, 300})
+    for (int T : {1, 63, 64, 127, 128, 129, 200, 256, 300, 400, 520})
       for (int B : {1, 2})
         for (int NH : {1, 2, 3}) shapes.push_back({B, T, NH});
   const auto& cfg = emu::config();

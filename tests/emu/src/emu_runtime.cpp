@@ -935,6 +935,7 @@ void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
   collective(
       g, Op::LdMatrix, [&](Deposit& d) { d.ptr = p; },
       [&] {
+        std::lock_guard<std::mutex> lk(b.mu);  // chunk state
         for (int l = 0; l < 32; ++l)
           for (int i = 0; i < 4; ++i) {
             uint16_t h[2];
@@ -943,7 +944,12 @@ void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
               // transpose: row 2(l%4)+e, col l/4).
               const int row = trans ? 2 * (l % 4) + e : l / 4, col = trans ? l / 4 : 2 * (l % 4) + e;
               const auto* rp = static_cast<const unsigned char*>(g.dep[8 * i + row].ptr);
-              std::memcpy(&h[e], smem_at(smem_offset(rp) + 2 * col, 2, "ldmatrix"), 2);
+              const uint32_t off = smem_offset(rp) + 2 * col;
+              if (b.chunk_pending[off / kChunk] > 0)
+                fail("ldmatrix reads shared memory (chunk 0x%x) with an outstanding TMA write: the full barrier "
+                     "was not waited for",
+                     off / kChunk * kChunk);
+              std::memcpy(&h[e], smem_at(off, 2, "ldmatrix"), 2);
             }
             g.result4[4 * l + i] = h[0] | (static_cast<uint32_t>(h[1]) << 16);
           }
@@ -992,6 +998,24 @@ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
       });
 }
 
+// ---- global-memory flags ----
+int spin_load_acquire(const int* flag) {
+  thread_local const int* last = nullptr;
+  thread_local int last_value = 0;
+  thread_local Clock::time_point since;
+  const int v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+  const auto now = Clock::now();
+  if (flag != last || v != last_value) {
+    last = flag, last_value = v, since = now;
+  } else {
+    if (now - since > std::chrono::seconds(config().timeout_s))
+      fail("deadlock: a spin on the global flag %p has read %d for %u s", static_cast<const void*>(flag), v,
+           config().timeout_s);
+    std::this_thread::yield();
+  }
+  return v;
+}
+
 // ---- launch ----
 void register_global(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> g(g_globals_mu);
@@ -1019,7 +1043,11 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) ids.push_back(dim3(bx, by, bz));
-  const size_t wave = cfg.concurrent_blocks ? cfg.concurrent_blocks : ids.size();
+  // The default (0) is the whole grid, in waves of at most kMaxEmuThreads threads: each GPU thread is an
+  // OS thread, and GPT-2's attention grid (192 blocks x 384) would exceed the process's thread mappings.
+  constexpr size_t kMaxEmuThreads = 24576;
+  const size_t wave = cfg.concurrent_blocks ? cfg.concurrent_blocks
+                                            : std::max<size_t>(1, std::min(ids.size(), kMaxEmuThreads / block.x));
   for (size_t first = 0; first < ids.size(); first += wave) {
     const size_t last = std::min(ids.size(), first + wave);
     std::vector<std::unique_ptr<Block>> blocks;

@@ -4,8 +4,9 @@
 // nor the second recomputation of S and dP that recompute-dq adds). GB/s counts each tensor read or
 // written once. The second argument 1 forces the fp32 SIMT fallback (for comparison); the forward's third
 // is its kernel: 0 mma.sync, 1 wgmma + TMA (compute capability 9.0; elsewhere it runs mma.sync, and the
-// benchmark says so in its label); the backward's third is the way it gets dQ: 0 recompute-dq
-// (7 products), 1 accumulate-dq (5 products, key tiles in turns; see AttentionBackwardPath).
+// benchmark says so in its label); the backward's third is its path: 0 recompute-dq (7 products), 1
+// accumulate-dq (5 products, key tiles in turns), 2 wgmma + TMA (accumulate-dq's scheme on compute
+// capability 9.0; elsewhere recompute-dq runs, and the label says so; see AttentionBackwardPath).
 //   bench_gpu_kernels --benchmark_filter=attention
 #include <benchmark/benchmark.h>
 
@@ -74,8 +75,12 @@ void BM_attention_backward_bf16(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0));
   kernels::attention_force_generic(state.range(1) != 0);
   const kernels::AttentionBackwardPath saved = kernels::attention_backward_path();
-  kernels::attention_set_backward_path(state.range(2) != 0 ? kernels::AttentionBackwardPath::kAccumulateDq
-                                                           : kernels::AttentionBackwardPath::kRecomputeDq);
+  const kernels::AttentionBackwardPath paths[3] = {kernels::AttentionBackwardPath::kRecomputeDq,
+                                                   kernels::AttentionBackwardPath::kAccumulateDq,
+                                                   kernels::AttentionBackwardPath::kWgmma};
+  kernels::attention_set_backward_path(paths[state.range(2)]);
+  if (state.range(2) == 2 && !kernels::attention_bwd_wgmma_available())
+    state.SetLabel("wgmma unavailable: recompute-dq ran");
   AttentionBuffers buf(B);
   kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, nullptr);
   // reads dout, qkv, out, lse; writes dqkv; D written and read once
@@ -91,8 +96,8 @@ void BM_attention_backward_bf16(benchmark::State& state) {
   kernels::attention_set_backward_path(saved);
 }
 
-// {B, force_generic, wgmma}: B*T = 8192 and 65536 on the tensor cores (mma.sync, then wgmma); the SIMT
-// fallback at 8192 for reference.
+// {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, then wgmma;
+// backward: recompute-dq, accumulate-dq, wgmma); the SIMT fallback at 8192 for reference.
 BENCHMARK(BM_attention_forward_bf16)
     ->Args({8, 0, 0})
     ->Args({64, 0, 0})
@@ -106,6 +111,8 @@ BENCHMARK(BM_attention_backward_bf16)
     ->Args({64, 0, 0})
     ->Args({8, 0, 1})
     ->Args({64, 0, 1})
+    ->Args({8, 0, 2})
+    ->Args({64, 0, 2})
     ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

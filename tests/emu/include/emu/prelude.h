@@ -60,6 +60,17 @@ inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __expf(float x) { return std::exp(x); }
 template <class T>
 inline T __ldcs(const T* p) { return *p; }
+// Global memory that other blocks (other std::threads) write: relaxed atomics, so the spin-wait protocols
+// (attention backward's dQ turns) are data-race free; the ordering comes from the acquire/release flags.
+template <class T>
+inline T __ldcg(const T* p) {
+  T v;
+  __atomic_load(p, &v, __ATOMIC_RELAXED);
+  return v;
+}
+template <class T>
+inline void __stcg(T* p, T v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 
 // cuda_runtime.h's templated overload (declared for nvcc only): a kernel's address as the function key.
 template <class T>

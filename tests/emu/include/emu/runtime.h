@@ -28,7 +28,7 @@ struct Config {
   unsigned wait_delay_us = 1500;   // EMU_WAIT_DELAY_US: wgmma.wait_group retires after 0..delay us
   unsigned timeout_s = 20;         // EMU_TIMEOUT_S: a blocking wait longer than this is a deadlock
   unsigned seed = 1;               // EMU_SEED
-  unsigned concurrent_blocks = 0;  // EMU_CONCURRENT_BLOCKS: blocks run at once (0: the whole grid)
+  unsigned concurrent_blocks = 0;  // EMU_CONCURRENT_BLOCKS: blocks run at once (0: the whole grid, <= 24576 threads)
   unsigned sms = 3;                // EMU_SMS: the "device"'s multiprocessor count (persistent grid size)
 };
 const Config& config();
@@ -89,6 +89,11 @@ void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int trans_b, 
 void cp_async(void* dst, const void* src, int bytes, bool full);
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans);
 void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
+
+// ---- global-memory flags ------------------------------------------------------------------------
+// ld.acquire.gpu of a flag another block sets, as used in spin loops: yields the CPU, and fails as a
+// deadlock when the same thread has read the same unchanged value of the same flag for EMU_TIMEOUT_S.
+int spin_load_acquire(const int* flag);
 
 // ---- launch --------------------------------------------------------------------------------------
 struct LaunchStats {

@@ -25,7 +25,8 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { emu::ldmatrix_x
 inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emu::mma_16816(d, a, b0, b1);
 }
-inline int ld_acquire_gpu(const int* flag) { return __atomic_load_n(flag, __ATOMIC_ACQUIRE); }
+// A spin on a flag that other blocks set: yields, and a value unchanged for EMU_TIMEOUT_S is a deadlock.
+inline int ld_acquire_gpu(const int* flag) { return emu::spin_load_acquire(flag); }
 inline void red_release_gpu_add(int* flag, int v) { __atomic_fetch_add(flag, v, __ATOMIC_RELEASE); }
 
 // ---- sm_90: mbarrier, TMA, proxy fence ----
@@ -35,12 +36,17 @@ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbar
 inline void mbarrier_arrive(uint64_t* bar) { emu::mbar_arrive(smem_u32(bar), 0); }
 inline uint64_t global_timer_ns() { return emu::global_timer_ns(); }
 constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
-// try_wait.parity in a loop; like the repository's, a wait longer than 10 s traps.
+// try_wait.parity in a loop; like the repository's, a wait longer than 10 s traps (or EMU_TIMEOUT_S when
+// that is longer: emulated time runs thousands of times slower, and the attention backward's GPT-2 shape
+// makes key tile 15 wait for key tiles 0..14 in turn).
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   const uint64_t t0 = emu::global_timer_ns();
+  const uint64_t limit = kBarrierWaitTrapNs > emu::config().timeout_s * 1'000'000'000ull
+                             ? kBarrierWaitTrapNs
+                             : emu::config().timeout_s * 1'000'000'000ull;
   while (!emu::mbar_try_wait_parity(addr, parity)) {
-    if (emu::global_timer_ns() - t0 > kBarrierWaitTrapNs) emu::trap("mbarrier wait exceeded 10 s (phase never completed)");
+    if (emu::global_timer_ns() - t0 > limit) emu::trap("mbarrier wait exceeded its limit (phase never completed)");
   }
 }
 inline void tma_load_2d(void* dst, const void* tensor_map, uint64_t* bar, int c0, int c1) {

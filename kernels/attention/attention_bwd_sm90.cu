@@ -1,0 +1,510 @@
+// The Hopper backward of causal attention (bf16, hs = 64, compute capability 9.0, sm_90a code), in
+// FlashAttention-3's structure: dK, dV and dQ from 5 matrix products per (key tile, query tile), no dQ
+// recompute.
+//
+//   TMA (K, V once; Q, dO per query tile) --kv_full, full[s]--> consumer warpgroup (64 keys)
+//        ^                                                              |
+//        +-------------------------- empty[s] -------------------------+
+//
+//  * One block per (key tile of 64 keys, head, batch), taken from a ticket (as attention.cu's
+//    attention_bwd_tc_accumulate_dq: key tile fastest, so key tile kt - 1 of a head has started when kt
+//    starts). Warpgroup 1 is the producer: one thread issues the TMA copies (K and V of the key tile once;
+//    Q and dO of each 64-row query tile into a 2-stage ring), and its first warp copies the tile's lse
+//    (times log2 e) and D rows into the stage with plain stores before arriving on the same barrier.
+//    Warpgroup 0 is the consumer (kConsumers: the code takes more, 64 keys each, alternating the dQ
+//    share by query tile; see WgmmaBwdConfig for why there is one).
+//  * Per query tile the consumer computes, keys on the accumulator rows (m64n64, 32 fp32 registers each):
+//      S^T  = K Q^T                 A = its 64 K rows (registers, ldmatrix), B = Q (smem, K-major)
+//      dP^T = V dO^T                A = its 64 V rows (registers, ldmatrix), B = dO (smem, K-major)
+//      P^T  = exp2(S^T scale_log2 - lse log2 e), causal mask;  dS^T = P^T (dP^T - D)
+//      dV  += P^T dO, dK += dS^T Q  A = P^T / dS^T packed to bf16 from the accumulators, B MN-major
+//    writes dS^T (bf16) to shared memory, and computes the tile's share of dQ over the block's keys,
+//      dQ_part = dS K               A = dS (registers, ldmatrix.trans of dS^T), B = K (smem, MN-major)
+//    which it adds to the fp32 accumulator dq_acc in key order: dq_turns counts the key tiles done with a
+//    query tile; key tile kt waits for kt, writes (kt == 0) or adds, and counts itself (the
+//    kAccumulateDq protocol of attention.cu, bwd_add_dq_share; attention_bwd_store_dq scales it to bf16
+//    afterwards). Deterministic, no float atomics; the waits only go to lower key tiles, which started
+//    earlier, so they cannot deadlock.
+//  * Every product is the register-A wgmma m64n64k16 of ptx.cuh (there is no m64n64 SS wrapper): the A
+//    operands that do not come out of an accumulator (K, V, dS) are loaded by ldmatrix. dS reaches wgmma
+//    through registers, so no generic-to-async proxy fence is needed: the shared memory wgmma reads is
+//    written by TMA alone.
+//  * Out of bounds rows (keys or queries past T) come in as zeros from TMA (rank-3 maps, (cols, T, B)):
+//    keys past T are masked by causality (every valid query is before them); queries past T get lse =
+//    +inf, so P^T = 0 there, and their dQ rows are not stored.
+//
+// NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
+// GPT2_ATTENTION_BWD=wgmma or attention_set_backward_path (attention_cuda.hpp). tests/emu runs its source
+// on the CPU.
+//
+// Layout facts (attention_sm90.cu and kernels/gemm/gemm_sm90.cu have the sources):
+//  * Every tile is token rows x 64 dims of bf16 = 128 bytes a row, written by TMA as 64-row boxes with the
+//    128-byte swizzle (8-row, 1024-byte atoms; 16-byte chunk c of row r at chunk c ^ (r % 8)); tiles are
+//    1024-aligned. Every tile is one 64-row box.
+//  * B operands: K-major (Q, dO as B of S^T, dP^T): SBO = 1024, LBO unused, the k16 step adds 32 bytes.
+//    MN-major (dO, Q as B of dV, dK; K as B of dQ): SBO = 1024 (8 token rows), LBO = the next 64-wide N
+//    block (there is none: set to a tile's size), the k16 step adds 16 rows = 2048 bytes, transpose
+//    immediate 1.
+//  * Register A (ptx.cuh, wgmma_m64n64k16_bf16_rs) is mma.sync's A fragment per warp, so ldmatrix.x4
+//    fills it: K, V rows from the swizzled tiles (non-transposed), dS from the [key][query] dS^T tile
+//    (transposed; a padded pitch of 72, as attention.cu's sdS). An m64n64 accumulator's registers
+//    8j..8j+7 are the A fragment of its columns 16j..16j+15 once packed (as the forward's P).
+//  * Barrier phases: query tile j uses stage j % 2; consumers wait full for parity (j / 2) & 1, the
+//    producer waits empty for the opposite parity (a fresh barrier passes at once). full counts the 32
+//    lanes of the producer's first warp (lane 0's arrive carries the expect_tx of Q and dO); empty counts
+//    lane 0 of each consumer warp, after the wgmma.wait_group that retires dV and dK (the last readers of
+//    the stage's Q and dO) and after the lse/D reads.
+//  * dS^T is double-buffered (query tile j in buffer j % 2): a warp may write tile j + 1's while another
+//    still reads tile j's for dQ; tile j + 2's writes wait behind named barrier 1 of tile j + 1, which
+//    every reader of tile j reaches only when done.
+//
+// Left for later (docs/performance.md): two consumers with setmaxnreg (the producer gives its registers
+// away), 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T (needs an m64n64 SS wrapper in
+// ptx.cuh and a proxy fence), overlap of the dQ add with the next tile's products.
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "kernels/attention/attention_sm90.cuh"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90a_host.cuh"
+
+namespace gpt2::kernels::attention_detail {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Launch configuration (named data; the reasons in the comments).
+struct WgmmaBwdConfig {
+  static constexpr int kHeadDim = kWgmmaHeadSize;  // 64 bf16 = 128 bytes: one swizzle row per token
+  // One consumer warpgroup: 256 threads get 255 registers each. The consumer needs about 210 without
+  // spilling (dK, dV 64 + S^T, dP^T 64 + fragments and addresses); with a second consumer (384 threads, 168
+  // registers) ptxas spilled and serialized the wgmma (C7512), and setmaxnreg is not in ptx.cuh.
+  static constexpr int kConsumers = 1;
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + kWarpgroupThreads;  // the producer warpgroup last
+  static constexpr int kWgKeys = 64;                      // one wgmma M of keys per consumer
+  static constexpr int kBlockN = kWgKeys * kConsumers;    // 64 keys a block
+  static constexpr int kBlockM = 64;                      // queries a tile: every product is m64n64, 32 registers
+  static constexpr int kWgmmaK = 16;
+  static constexpr int kStages = 2;                       // Q, dO of tile j + 1 load while tile j is used
+  static constexpr int kRowBytes = kHeadDim * 2;          // 128
+  static constexpr int kBoxRows = 64;                     // one TMA box: 64 rows x 64 dims = 8 KB
+  static constexpr int kBoxBytes = kBoxRows * kRowBytes;
+  static constexpr int kKvTileBytes = kBlockN * kRowBytes;  // 16 KB: K or V, two boxes
+  static constexpr int kQTileBytes = kBlockM * kRowBytes;   // 8 KB: Q or dO, one box
+  static constexpr int kDsPitch = kBlockM + 8;              // bf16; 144-byte rows spread ldmatrix over banks
+  static constexpr int kDsBytes = kBlockN * kDsPitch * 2;
+  static constexpr int kAlign = 1024;                       // swizzle atoms start 1024-aligned
+  // offsets from the aligned base
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKvTileBytes;
+  static constexpr int kOffQ = kOffV + kKvTileBytes;                   // stage s at + s * kQTileBytes
+  static constexpr int kOffDo = kOffQ + kStages * kQTileBytes;
+  static constexpr int kOffDs = kOffDo + kStages * kQTileBytes;        // buffer i at + i * kDsBytes
+  static constexpr int kOffLse = kOffDs + 2 * kDsBytes;                // [stage][64] fp32, lse * log2 e
+  static constexpr int kOffD = kOffLse + kStages * kBlockM * 4;        // [stage][64] fp32
+  static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;        // kv_full, full[s], empty[s]
+  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kOffWork = kOffBar + kBarriers * 8;             // the block's ticket
+  static constexpr size_t kSmemBytes = kAlign + kOffWork + 16;
+  static_assert(kBlockN % kBlockM == 0, "a query tile starts inside one key tile");
+  static_assert(kBlockM == kBoxRows, "Q, dO tiles are one box");
+  static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
+  static_assert(kQTileBytes % kAlign == 0 && kKvTileBytes % kAlign == 0, "1024-aligned tiles");
+  static_assert(kDsBytes % 16 == 0 && kOffBar % 8 == 0, "aligned dS^T buffers and barriers");
+  static_assert(kBlockM >= 16, "turn counters (attention.cu) are sized for query tiles of >= 16 rows");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using Bwd = WgmmaBwdConfig;
+constexpr uint32_t kSbo = 1024;                  // 8 rows of 128 bytes
+constexpr uint32_t kLboKMajor = 16;              // unused by K-major operands (encodes as 1)
+constexpr uint32_t kLboMnMajor = Bwd::kKvTileBytes;  // the next 64-wide block of N: there is none
+constexpr int kKSteps = Bwd::kHeadDim / Bwd::kWgmmaK;  // 4 k16 steps over the head dimension
+constexpr int kQSteps = Bwd::kBlockM / Bwd::kWgmmaK;   // 4 k16 steps over a query tile
+constexpr int kNSteps = Bwd::kBlockN / Bwd::kWgmmaK;   // k16 steps over the block's keys
+
+__device__ __forceinline__ void fence_acc(float (&r)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) cuda::wgmma_fence_operand(r[i]);
+}
+template <int N>
+__device__ __forceinline__ void fence_frags(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cuda::wgmma_fence_operand(r[kk][i]);
+  }
+}
+
+// A fragments of this warp's 16 rows (row0 = the warpgroup's first) of a swizzled K or V tile, k16 steps
+// kk0 .. kk0 + kSteps - 1 of the head dimension. Lane l addresses row (l % 16), 16-byte chunk 2kk + l / 16.
+template <int kSteps>
+__device__ __forceinline__ void load_rows_a(uint32_t (&a)[kSteps][4], const unsigned char* tile, int row0, int lane,
+                                            int kk0) {
+  const int row = row0 + (lane & 15);
+  const unsigned char* r = tile + row * Bwd::kRowBytes;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const int chunk = (2 * (kk0 + kk) + (lane >> 4)) ^ (row & 7);
+    cuda::ldmatrix_x4(a[kk], r + chunk * 16);
+  }
+}
+
+// D (+)= A B^T over k16 steps kk0 .. kk0 + kSteps - 1 of the head dimension: A in registers, B = a K-major
+// tile (Q or dO); kk0 == 0 starts D. Not committed.
+template <int kSteps>
+__device__ __forceinline__ void issue_rows_dot(float (&d)[32], uint32_t (&a)[kSteps][4], uint32_t b_base, int kk0) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const uint64_t db = cuda::wgmma_desc(b_base + (kk0 + kk) * 32, kLboKMajor, kSbo, cuda::WgmmaSwizzle::k128B);
+    cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (kk0 + kk) > 0 ? 1 : 0);
+  }
+}
+
+// D += A B over kSteps k16 steps of tokens: A in registers, B = an MN-major token tile (dO, Q or K).
+template <int kSteps>
+__device__ __forceinline__ void issue_tokens_dot(float (&d)[32], uint32_t (&a)[kSteps][4], uint32_t b_base,
+                                                 bool accumulate) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const uint64_t db =
+        cuda::wgmma_desc(b_base + kk * Bwd::kWgmmaK * Bwd::kRowBytes, kLboMnMajor, kSbo, cuda::WgmmaSwizzle::k128B);
+    cuda::wgmma_m64n64k16_bf16_rs<1>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);
+  }
+}
+
+// An m64n64 accumulator as bf16 A fragments of its 4 column blocks of 16.
+__device__ __forceinline__ void pack_a(uint32_t (&a)[kQSteps][4], const float (&acc)[32]) {
+#pragma unroll
+  for (int kk = 0; kk < kQSteps; ++kk) {
+    a[kk][0] = cuda::pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]);
+    a[kk][1] = cuda::pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]);
+    a[kk][2] = cuda::pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]);
+    a[kk][3] = cuda::pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]);
+  }
+}
+
+// Where this thread's accumulator elements are: register i is key row `key0 + 8 ((i / 2) % 2)` and query
+// column `q0 + wgmma_acc_col(lane, i)`.
+struct TileRows {
+  int key0, lane;
+};
+
+// S^T -> P^T in place: masked (query < key) or exp2(S^T scale_log2 - lse log2 e). lse2 is the stage's row
+// (+inf past T). Only tiles that start before the key tile ends can hold query < key.
+__device__ __forceinline__ void probabilities(float (&s)[32], const float* lse2, int q0, bool diagonal,
+                                              const TileRows& w, float scale_log2) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int col = cuda::wgmma_acc_col(w.lane, i);
+    const int key = w.key0 + 8 * ((i / 2) % 2);
+    const float p = exp2f(fmaf(s[i], scale_log2, -lse2[col]));
+    s[i] = (diagonal && q0 + col < key) ? 0.0f : p;
+  }
+}
+
+// dP^T -> dS^T in place: P^T (dP^T - D).
+__device__ __forceinline__ void score_grads(float (&dp)[32], const float (&p)[32], const float* d_row, int lane) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dp[i] = p[i] * (dp[i] - d_row[cuda::wgmma_acc_col(lane, i)]);
+}
+
+// The packed dS^T fragments into the [key][query] tile: register kk, r holds key row 8 (r % 2) and query
+// columns 16 kk + 8 (r / 2) + 2 tq, +1 of this thread's pair.
+__device__ __forceinline__ void store_ds(bf16* sds, const uint32_t (&ds)[kQSteps][4], int key_row, int tq) {
+#pragma unroll
+  for (int kk = 0; kk < kQSteps; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      bf16* dst = sds + (key_row + 8 * (r % 2)) * Bwd::kDsPitch + 16 * kk + 8 * (r / 2) + 2 * tq;
+      *reinterpret_cast<uint32_t*>(dst) = ds[kk][r];
+    }
+  }
+}
+
+// dS (this warp's 16 queries x the block's keys) as A fragments, from the [key][query] dS^T tile
+// transposed on load: lanes 0-7 address (keys 0-7, queries 0-7), 8-15 (keys 0-7, queries 8-15), 16-23
+// (keys 8-15, queries 0-7), 24-31 (keys 8-15, queries 8-15) of each k16 step.
+__device__ __forceinline__ void load_ds_a(uint32_t (&a)[kNSteps / 2][4], const bf16* sds, int half, int warp,
+                                          int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kNSteps / 2; ++kk) {
+    const int key = (half * kNSteps / 2 + kk) * 16 + (lane & 7) + ((lane >> 4) << 3);
+    cuda::ldmatrix_x4_trans(a[kk], sds + key * Bwd::kDsPitch + warp * 16 + ((lane >> 3) & 1) * 8);
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The kernel's pointers and sizes (attention_bwd_wgmma's arguments).
+struct WgmmaBwdArgs {
+  bf16* dqkv;          // (B,T,3C): dK, dV written here
+  float* dq_acc;       // (B,T,C) fp32: dQ summed in key order
+  int* dq_turns;       // (B,NH,ceil(T/64)) zeroed: key tiles done per query tile
+  int* ticket;         // zeroed: the next (key tile, head, batch)
+  const float* lse;    // (B,NH,T), natural log
+  const float* D;      // (B,NH,T) rowsum(dout * out)
+  int T_, C, NH;
+  float scale_log2, scale;
+};
+
+__global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
+    attention_bwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, const __grid_constant__ CUtensorMap tmap_dout,
+                            const WgmmaBwdArgs args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = WgmmaBwdConfig;
+  const int T_ = args.T_, C = args.C, NH = args.NH;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
+  unsigned char* sK = smem + Cfg::kOffK;
+  unsigned char* sV = smem + Cfg::kOffV;
+  auto sQ = [&](int s) { return smem + Cfg::kOffQ + s * Cfg::kQTileBytes; };
+  auto sDo = [&](int s) { return smem + Cfg::kOffDo + s * Cfg::kQTileBytes; };
+  auto sDs = [&](int i) { return reinterpret_cast<bf16*>(smem + Cfg::kOffDs + i * Cfg::kDsBytes); };
+  auto sLse = [&](int s) { return reinterpret_cast<float*>(smem + Cfg::kOffLse) + s * Cfg::kBlockM; };
+  auto sD = [&](int s) { return reinterpret_cast<float*>(smem + Cfg::kOffD) + s * Cfg::kBlockM; };
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBar);
+  uint64_t* full = kv_full + 1;
+  uint64_t* empty = full + Cfg::kStages;
+  int* work = reinterpret_cast<int*>(smem + Cfg::kOffWork);
+
+  if (threadIdx.x == 0) {
+    *work = atomicAdd(args.ticket, 1);
+    cuda::mbarrier_init(kv_full, 1);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      cuda::mbarrier_init(&full[s], 32);
+      cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);
+    }
+    cuda::fence_mbarrier_init();
+  }
+  __syncthreads();  // the last block-wide barrier: from here on the roles run independently
+
+  const int n_kv = static_cast<int>(gridDim.x);
+  const int kt = *work % n_kv, h = (*work / n_kv) % NH, b = *work / (n_kv * NH);
+  const int k0 = kt * Cfg::kBlockN;
+  const int nq = static_cast<int>(cuda::ceil_div(T_, Cfg::kBlockM));
+  const int qt0 = k0 / Cfg::kBlockM;  // the first query tile that sees these keys
+  const int n_tiles = nq - qt0;
+  const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
+  const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
+  const int warp = tid_wg / 32, lane = tid_wg % 32;
+
+  if (wg == Cfg::kConsumers) {
+    // ---- producer: its first warp; coordinates are {column, token, batch} ----
+    if (warp != 0) return;
+    const int q_col = h * Cfg::kHeadDim;
+    if (lane == 0) {
+      cuda::tma_prefetch_descriptor(&tmap_qkv);
+      cuda::tma_prefetch_descriptor(&tmap_dout);
+      cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes);
+      for (int half = 0; half < Cfg::kBlockN / Cfg::kBoxRows; ++half) {
+        const int row = k0 + half * Cfg::kBoxRows;
+        cuda::tma_load_3d(sK + half * Cfg::kBoxBytes, &tmap_qkv, kv_full, C + q_col, row, b);
+        cuda::tma_load_3d(sV + half * Cfg::kBoxBytes, &tmap_qkv, kv_full, 2 * C + q_col, row, b);
+      }
+    }
+    const float* lse_bh = args.lse + (static_cast<size_t>(b) * NH + h) * T_;
+    const float* d_bh = args.D + (static_cast<size_t>(b) * NH + h) * T_;
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % Cfg::kStages;
+      const int q0 = (qt0 + j) * Cfg::kBlockM;
+      cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);
+      for (int r = lane; r < Cfg::kBlockM; r += 32) {
+        const bool in = q0 + r < T_;
+        sLse(s)[r] = in ? lse_bh[q0 + r] * cuda::kLog2e : INFINITY;
+        sD(s)[r] = in ? d_bh[q0 + r] : 0.0f;
+      }
+      if (lane == 0) {
+        cuda::mbarrier_arrive_expect_tx(&full[s], 2 * Cfg::kQTileBytes);
+        cuda::tma_load_3d(sQ(s), &tmap_qkv, &full[s], q_col, q0, b);
+        cuda::tma_load_3d(sDo(s), &tmap_dout, &full[s], q_col, q0, b);
+      } else {
+        cuda::mbarrier_arrive(&full[s]);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  const int c = wg;  // keys [64c, 64c + 64) of the key tile
+  const int g = lane >> 2, tq = lane & 3;
+  const int wrow = c * Cfg::kWgKeys + 16 * warp;  // this warp's first key row in the tile
+  const uint32_t k_base = cuda::smem_u32(sK);
+  const int c3 = 3 * C;
+
+  float dv[32], dk[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dv[i] = dk[i] = 0.0f;
+
+  cuda::mbarrier_wait(kv_full, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % Cfg::kStages;
+    const int qt = qt0 + j;
+    const int q0 = qt * Cfg::kBlockM;
+    const bool diagonal = q0 < k0 + Cfg::kBlockN;
+    cuda::mbarrier_wait(&full[s], (j / Cfg::kStages) & 1);
+
+    // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
+    float st[32], dpt[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) st[i] = dpt[i] = 0.0f;
+    {  // S^T = K Q^T
+      uint32_t ka[kKSteps][4];
+      load_rows_a<kKSteps>(ka, sK, wrow, lane, 0);
+      cuda::wgmma_fence();
+      fence_acc(st);
+      issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);
+      cuda::wgmma_commit_group();
+      cuda::wgmma_wait_group<0>();
+      fence_acc(st);
+      fence_frags(ka);
+    }
+    {  // dP^T = V dO^T; P^T is computed while it runs
+      uint32_t va[kKSteps][4];
+      load_rows_a<kKSteps>(va, sV, wrow, lane, 0);
+      cuda::wgmma_fence();
+      fence_acc(dpt);
+      issue_rows_dot<kKSteps>(dpt, va, cuda::smem_u32(sDo(s)), 0);
+      cuda::wgmma_commit_group();
+      probabilities(st, sLse(s), q0 - k0, diagonal, TileRows{wrow + g, lane}, args.scale_log2);
+      cuda::wgmma_wait_group<0>();
+      fence_acc(dpt);
+      fence_frags(va);
+    }
+    score_grads(dpt, st, sD(s), lane);
+
+    // dV += P^T dO, dK += dS^T Q; dS^T to shared memory for the dQ share
+    uint32_t pa[kQSteps][4], dsa[kQSteps][4];
+    pack_a(pa, st);
+    pack_a(dsa, dpt);
+    cuda::wgmma_fence();
+    fence_acc(dv);
+    fence_acc(dk);
+    issue_tokens_dot<kQSteps>(dv, pa, cuda::smem_u32(sDo(s)), true);
+    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);
+    cuda::wgmma_commit_group();
+    bf16* sds = sDs(j % 2);
+    store_ds(sds, dsa, wrow + g, tq);
+    cuda::wgmma_wait_group<0>();
+    fence_acc(dv);
+    fence_acc(dk);
+    fence_frags(pa);
+    fence_frags(dsa);
+    // This warp has read Q, dO, lse and D of the stage for the last time.
+    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);
+    cuda::named_barrier_sync(1, Cfg::kConsumerThreads);  // both halves of dS^T are in
+
+    if (c == j % Cfg::kConsumers) {
+      // dQ[query tile qt] (+)= dS K over the block's keys, in this key tile's turn
+      float dq[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) dq[i] = 0.0f;
+      for (int half = 0; half < 2; ++half) {
+        uint32_t da[kNSteps / 2][4];
+        load_ds_a(da, sds, half, warp, lane);
+        cuda::wgmma_fence();
+        fence_acc(dq);
+        issue_tokens_dot<kNSteps / 2>(dq, da, k_base + half * (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, half > 0);
+        cuda::wgmma_commit_group();
+        cuda::wgmma_wait_group<0>();
+        fence_acc(dq);
+        fence_frags(da);
+      }
+
+      // Our turn: key tiles 0 .. kt-1 have added theirs (acquire), so the sum grows in key order.
+      int* turn = args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;
+      if (tid_wg == 0) {
+        while (cuda::ld_acquire_gpu(turn) < kt) {
+        }
+      }
+      cuda::named_barrier_sync(2 + c, Cfg::kWarpgroupThreads);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = q0 + 16 * warp + g + 8 * r;
+        if (row >= T_) continue;
+        float* dst = args.dq_acc + (static_cast<size_t>(b) * T_ + row) * C + static_cast<size_t>(h) * Cfg::kHeadDim + 2 * tq;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          float2 v = make_float2(dq[4 * q + 2 * r], dq[4 * q + 2 * r + 1]);
+          if (kt > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
+            const float2 before = __ldcg(reinterpret_cast<const float2*>(dst + 8 * q));
+            v.x = before.x + v.x;
+            v.y = before.y + v.y;
+          }
+          __stcg(reinterpret_cast<float2*>(dst + 8 * q), v);
+        }
+      }
+      // this key tile's turn at query tile qt is over: every thread's dq_acc writes precede the release
+      cuda::named_barrier_sync(2 + c, Cfg::kWarpgroupThreads);
+      if (tid_wg == 0) cuda::red_release_gpu_add(turn, 1);
+    }
+  }
+
+  // dK (times the softmax scale) and dV of this thread's two key rows
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = k0 + wrow + g + 8 * r;
+    if (key >= T_) continue;
+    bf16* krow =
+        args.dqkv + (static_cast<size_t>(b) * T_ + key) * c3 + C + static_cast<size_t>(h) * Cfg::kHeadDim + 2 * tq;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      *reinterpret_cast<__nv_bfloat162*>(krow + 8 * q) =
+          __floats2bfloat162_rn(dk[4 * q + 2 * r] * args.scale, dk[4 * q + 2 * r + 1] * args.scale);
+      *reinterpret_cast<__nv_bfloat162*>(krow + C + 8 * q) = __floats2bfloat162_rn(dv[4 * q + 2 * r], dv[4 * q + 2 * r + 1]);
+    }
+  }
+#else
+  // Compiled for another architecture: this kernel is launched only where attention_bwd_wgmma_ready()
+  // found its sm_90a code, so this body never runs.
+  (void)tmap_qkv, (void)tmap_dout, (void)args;
+  __trap();
+#endif
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool attention_bwd_wgmma_ready() {
+  static const bool ready = sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_bwd_wgmma_tma));
+  return ready;
+}
+
+bool attention_bwd_wgmma_takes(const bf16* dqkv, const bf16* dout, const bf16* qkv, int C, int NH) {
+  return NH > 0 && C % NH == 0 && C / NH == kWgmmaHeadSize && C % 8 == 0 && aligned16(dqkv) && aligned16(dout) &&
+         aligned16(qkv);
+}
+
+void attention_bwd_wgmma(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const bf16* dout, const bf16* qkv,
+                         const float* lse, const float* D, int B, int T_, int C, int NH, cudaStream_t stream) {
+  using Cfg = WgmmaBwdConfig;
+  GPT2_CHECK(attention_bwd_wgmma_takes(dqkv, dout, qkv, C, NH),
+             "the wgmma attention backward was given a shape or pointers it does not take (C=" << C << ", NH=" << NH
+                                                                                              << ")");
+  // qkv as (B, T, 3C) and dout as (B, T, C): dimension 0 the columns, 1 the tokens, 2 the sequences.
+  const uint32_t box[3] = {Cfg::kHeadDim, Cfg::kBoxRows, 1};
+  const uint64_t dims_qkv[3] = {3 * static_cast<uint64_t>(C), static_cast<uint64_t>(T_), static_cast<uint64_t>(B)};
+  const uint64_t strides_qkv[2] = {3 * static_cast<uint64_t>(C) * sizeof(bf16),
+                                   3 * static_cast<uint64_t>(C) * T_ * sizeof(bf16)};
+  const CUtensorMap map_qkv = make_bf16_tensor_map(qkv, 3, dims_qkv, strides_qkv, box, "attention backward qkv");
+  const uint64_t dims_do[3] = {static_cast<uint64_t>(C), static_cast<uint64_t>(T_), static_cast<uint64_t>(B)};
+  const uint64_t strides_do[2] = {static_cast<uint64_t>(C) * sizeof(bf16), static_cast<uint64_t>(C) * T_ * sizeof(bf16)};
+  const CUtensorMap map_do = make_bf16_tensor_map(dout, 3, dims_do, strides_do, box, "attention backward dout");
+  cuda::allow_dynamic_smem(attention_bwd_wgmma_tma, Cfg::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(T_, Cfg::kBlockN)), static_cast<unsigned>(NH),
+                  static_cast<unsigned>(B));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim));  // as attention.cu
+  const WgmmaBwdArgs args{dqkv, dq_acc, dq_turns, ticket, lse, D, T_, C, NH, scale * cuda::kLog2e, scale};
+  attention_bwd_wgmma_tma<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_do, args);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gpt2::kernels::attention_detail
