@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "app/option_errors.hpp"
 #include "core/error.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "data/gpt2_tokenizer.hpp"
@@ -73,7 +74,7 @@ int prepare(int argc, char** argv) {
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    std::fprintf(stderr, "gpt2-data prepare: error: %s\n", e.what());
+    std::fprintf(stderr, "gpt2-data prepare: error: %s\n", gpt2::option_error_message(e).c_str());
     return 2;
   }
   inputs.insert(inputs.end(), texts.begin(), texts.end());

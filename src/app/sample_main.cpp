@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/option_errors.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
 #include "data/byte_tokenizer.hpp"
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    std::fprintf(stderr, "gpt2-sample: error: %s\nRun 'gpt2-sample --help' for the options.\n", e.what());
+    std::fprintf(stderr, "gpt2-sample: error: %s\nRun 'gpt2-sample --help' for the options.\n", gpt2::option_error_message(e).c_str());
     return 2;
   }
   if (opt.max_new_tokens < 0 || opt.top_k < 0 || n_head < 0 || threads < 0) {

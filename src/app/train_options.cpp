@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/option_errors.hpp"
 #include "model/config.hpp"
 
 namespace po = boost::program_options;
@@ -223,7 +224,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
           throw po::error("in config file '" + *it + "': unknown option '" + e.get_option_name() + "'" +
                           suggest(e.get_option_name(), all));
         } catch (const po::error& e) {
-          throw po::error("in config file '" + *it + "': " + e.what());
+          throw po::error("in config file '" + *it + "': " + option_error_message(e));
         }
       }
     }
@@ -234,7 +235,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     return out;
   } catch (const po::error& e) {
     out.outcome = ParsedArgs::Outcome::kError;
-    out.message = e.what();
+    out.message = option_error_message(e);
     return out;
   }
 
