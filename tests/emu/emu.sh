@@ -34,8 +34,8 @@ build_kernel() {
   changed=$(diff "$src" "$gen" | grep -c '^>')
   [[ $changed == 1 ]] || { echo "emu: expected the launch line alone rewritten in $src, got $changed lines" >&2; return 1; }
   for o in emu_runtime cudart_stubs "${kernel}_driver"; do
-    if [[ ! -f $out/$o.o || $here/src/$o.cpp -nt $out/$o.o || $here/include/emu/runtime.h -nt $out/$o.o ||
-          $here/include/emu/prelude.h -nt $out/$o.o ]]; then
+    if [[ ! -f $out/$o.o || $here/src/$o.cpp -nt $out/$o.o ||
+          -n $(find "$here/include/emu" -newer "$out/$o.o" -print -quit) ]]; then
       "${cxx[@]}" "${inc[@]}" -c "$here/src/$o.cpp" -o "$out/$o.o" || return 1
     fi
   done

@@ -252,6 +252,10 @@ TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
   EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
 }
 
+// The shapes both wgmma suites check against the CPU (hs = 64; tests/emu's drivers run the same list).
+const Shape kWgmmaShapes[] = {{1, 1, 64, 1},    {2, 64, 128, 2},  {3, 37, 256, 4},  {2, 128, 128, 2},
+                              {2, 129, 192, 3}, {1, 257, 64, 1},  {2, 200, 256, 4}, {1, 150, 256, 4, 3.0f}};
+
 // The Hopper forward (wgmma + TMA, hs = 64 only): T = 1, tails of the 128-row tiles (a last query tile
 // with rows >= T, whose K and V tiles come in zero-filled), exact multiples, a peaky softmax, GPT-2's
 // shape. Runs on a 9.0 device with the sm_90a code; skips elsewhere.
@@ -259,8 +263,7 @@ TEST(AttentionWgmmaForward, MatchesCpu) {
   if (!kernels::attention_fwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
   ForwardPathScope path(kernels::AttentionForwardPath::kWgmma);
   uint32_t seed = 900;
-  for (const Shape& s : {Shape{1, 1, 64, 1}, Shape{2, 64, 128, 2}, Shape{3, 37, 256, 4}, Shape{2, 128, 128, 2},
-                         Shape{2, 129, 192, 3}, Shape{1, 257, 64, 1}, Shape{2, 200, 256, 4}, Shape{1, 150, 256, 4, 3.0f}})
+  for (const Shape& s : kWgmmaShapes)
     check_attention<bf16>(s, false, seed += 10);
   check_attention<bf16>(kGpt2Shape, false, 13);
 }
@@ -314,8 +317,7 @@ TEST(AttentionWgmmaBackward, MatchesCpu) {
   if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
   BackwardPathScope path(kernels::AttentionBackwardPath::kWgmma);
   uint32_t seed = 1900;
-  for (const Shape& s : {Shape{1, 1, 64, 1}, Shape{2, 64, 128, 2}, Shape{3, 37, 256, 4}, Shape{2, 128, 128, 2},
-                         Shape{2, 129, 192, 3}, Shape{1, 257, 64, 1}, Shape{2, 200, 256, 4}, Shape{1, 150, 256, 4, 3.0f}})
+  for (const Shape& s : kWgmmaShapes)
     check_attention<bf16>(s, false, seed += 10);
   check_attention<bf16>(kGpt2Shape, false, 17);
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/attention_driver_util.h"
 #include "emu/runtime.h"
 #include "kernels/attention/attention_sm90.cuh"
 
@@ -27,26 +28,9 @@ using gpt2::kernels::attention_detail::attention_bwd_wgmma;
 
 namespace {
 
-constexpr size_t kGuard = 256;  // elements of poison around every buffer
-constexpr uint16_t kBf16Poison = 0xFFFF;
+using namespace emu_driver;
+
 constexpr int kHs = 64;
-
-float bf(double x) { return __bfloat162float(__float2bfloat16(static_cast<float>(x))); }
-uint16_t bits(bf16 x) {
-  uint16_t u;
-  std::memcpy(&u, &x, 2);
-  return u;
-}
-bf16 from_bits(uint16_t u) {
-  bf16 x;
-  std::memcpy(&x, &u, 2);
-  return x;
-}
-
-struct Shape {
-  int B, T, NH;
-  float scale = 1.0f;
-};
 
 struct Problem {
   std::vector<float> qkv, dout;  // bf16-representable

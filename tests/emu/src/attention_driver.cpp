@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/attention_driver_util.h"
 #include "emu/runtime.h"
 #include "kernels/attention/attention_sm90.cuh"
 
@@ -22,26 +23,9 @@ using gpt2::kernels::attention_detail::attention_fwd_wgmma;
 
 namespace {
 
-constexpr size_t kGuard = 256;  // elements of poison around every buffer
-constexpr uint16_t kBf16Poison = 0xFFFF;
+using namespace emu_driver;
+
 constexpr uint32_t kF32Poison = 0xFFFFFFFFu;
-
-float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
-uint16_t bits(bf16 x) {
-  uint16_t u;
-  std::memcpy(&u, &x, 2);
-  return u;
-}
-bf16 from_bits(uint16_t u) {
-  bf16 x;
-  std::memcpy(&x, &u, 2);
-  return x;
-}
-
-struct Shape {
-  int B, T, NH;
-  float scale = 1.0f;
-};
 
 struct RunOut {
   std::vector<uint16_t> out;  // bf16 bits, B*T*C

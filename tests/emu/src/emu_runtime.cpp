@@ -590,17 +590,24 @@ uint64_t global_timer_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// One generation of a block-level barrier (b.mu held through lk): the expected-th arrival opens it and
+// starts the next generation; the others wait for that.
+static void arrive_and_wait(Block& b, std::unique_lock<std::mutex>& lk, int& arrived, uint64_t& gen, int expected,
+                            const char* what) {
+  const uint64_t my = gen;
+  if (++arrived == expected) {
+    arrived = 0;
+    ++gen;
+    b.cv.notify_all();
+  } else {
+    timed_wait(lk, b.cv, [&] { return gen != my; }, what);
+  }
+}
+
 void syncthreads() {
   Block& b = blk();
   std::unique_lock<std::mutex> lk(b.mu);
-  const uint64_t my = b.sync_gen;
-  if (++b.sync_arrived == b.live) {
-    b.sync_arrived = 0;
-    ++b.sync_gen;
-    b.cv.notify_all();
-  } else {
-    timed_wait(lk, b.cv, [&] { return b.sync_gen != my; }, "__syncthreads");
-  }
+  arrive_and_wait(b, lk, b.sync_arrived, b.sync_gen, b.live, "__syncthreads");
 }
 
 void thread_exit_hook() {
@@ -849,14 +856,7 @@ void named_barrier(int id, int threads) {
   NamedBar& nb = b.named[id];
   if (nb.arrived == 0) nb.expected = threads;
   if (nb.expected != threads) fail("bar.sync %d with thread counts %d and %d", id, nb.expected, threads);
-  const uint64_t my = nb.gen;
-  if (++nb.arrived == threads) {
-    nb.arrived = 0;
-    ++nb.gen;
-    b.cv.notify_all();
-  } else {
-    timed_wait(lk, b.cv, [&] { return nb.gen != my; }, "bar.sync (named barrier)");
-  }
+  arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, "bar.sync (named barrier)");
 }
 
 // ---- wgmma (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions") ----
