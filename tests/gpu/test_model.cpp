@@ -393,6 +393,31 @@ TEST_P(ModelStep, CudaGraphMatchesEager) {
   }
 }
 
+// --cuda-graph defers forward_train's device work to backward(). Weights set before that (set_params)
+// must not leak into the deferred forward: its loss is the one of the weights it was given, as eagerly.
+TEST_P(ModelStep, CudaGraphDeferredForwardUsesItsWeights) {
+  const Param prm = GetParam();
+  const Case& c = kCases[0];
+  const GPT2Config cfg = make_config(c);
+  GPT2 before(cfg), after(cfg);
+  before.init(31);
+  after.init(32);
+  std::vector<int32_t> in, tg;
+  make_batch(c, 77, &in, &tg);
+  double loss[2];
+  for (int graph = 0; graph < 2; ++graph) {
+    CudaStream stream;
+    CudaModelOptions mo{prm.precision, prm.gemm};
+    mo.cuda_graph = graph == 1;
+    GPT2Cuda gpu(cfg, mo, stream.get());
+    gpu.set_params(before.params().data());
+    gpu.forward_train(in.data(), tg.data(), c.B, c.T, 1.0f);
+    gpu.set_params(after.params().data());
+    loss[graph] = gpu.take_loss_sum();
+  }
+  EXPECT_EQ(loss[1], loss[0]) << "the deferred forward ran on the weights set after it";
+}
+
 TEST_P(ModelStep, EvalMatchesTrainLoss) {
   const Param prm = GetParam();
   const Case& c = kCases[1];
