@@ -2,17 +2,20 @@
 // FlashAttention-3's structure: dK, dV and dQ from 5 matrix products per (key tile, query tile), no dQ
 // recompute.
 //
-//   TMA (K, V once; Q, dO per query tile) --kv_full, full[s]--> consumer warpgroup (64 keys)
-//        ^                                                              |
-//        +-------------------------- empty[s] -------------------------+
+//   TMA (K, V once; Q, dO per query tile) --kv_full, full[s]--> 2 consumer warpgroups (64 keys each)
+//        ^                                                                   |
+//        +------------------------------ empty[s] --------------------------+
 //
-//  * One block per (key tile of 64 keys, head, batch), taken from a ticket (as attention.cu's
+//  * One block per (key tile of 128 keys, head, batch), taken from a ticket (as attention.cu's
 //    attention_bwd_tc_accumulate_dq: key tile fastest, so key tile kt - 1 of a head has started when kt
-//    starts). Warpgroup 1 is the producer: one thread issues the TMA copies (K and V of the key tile once;
+//    starts). Warpgroup 2 is the producer: one thread issues the TMA copies (K and V of the key tile once;
 //    Q and dO of each 64-row query tile into a 2-stage ring), and its first warp copies the tile's lse
 //    (times log2 e) and D rows into the stage with plain stores before arriving on the same barrier.
-//    Warpgroup 0 is the consumer (kConsumers: the code takes more, 64 keys each, alternating the dQ
-//    share by query tile; see WgmmaBwdConfig for why there is one).
+//    Warpgroups 0 and 1 are the consumers, 64 keys each; they take turns at the dQ share (by query tile).
+//  * Registers: the producer gives its registers to the consumers (setmaxnreg: 24 for it, 240 for each
+//    consumer; WgmmaBwdConfig). The consumers' barrier waits therefore have no time bound (ptx.cuh,
+//    mbarrier_wait_untimed), and the producer's first warp is the watchdog: it waits, bounded, for their
+//    release of the last stages, so a phase that never completes still ends the launch with a trap.
 //  * Per query tile the consumer computes, keys on the accumulator rows (m64n64, 32 fp32 registers each):
 //      S^T  = K Q^T                 A = its 64 K rows (registers, ldmatrix), B = Q (smem, K-major)
 //      dP^T = V dO^T                A = its 64 V rows (registers, ldmatrix), B = dO (smem, K-major)
@@ -52,15 +55,16 @@
 //  * Barrier phases: query tile j uses stage j % 2; consumers wait full for parity (j / 2) & 1, the
 //    producer waits empty for the opposite parity (a fresh barrier passes at once). full counts the 32
 //    lanes of the producer's first warp (lane 0's arrive carries the expect_tx of Q and dO); empty counts
-//    lane 0 of each consumer warp, after the wgmma.wait_group that retires dV and dK (the last readers of
-//    the stage's Q and dO) and after the lse/D reads.
+//    lane 0 of each of the 8 consumer warps, after the wgmma.wait_group that retires dV and dK (the last
+//    readers of the stage's Q and dO) and after the lse/D reads.
 //  * dS^T is double-buffered (query tile j in buffer j % 2): a warp may write tile j + 1's while another
 //    still reads tile j's for dQ; tile j + 2's writes wait behind named barrier 1 of tile j + 1, which
 //    every reader of tile j reaches only when done.
 //
-// Left for later (docs/performance.md): two consumers with setmaxnreg (the producer gives its registers
-// away), 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T (needs an m64n64 SS wrapper in
-// ptx.cuh and a proxy fence), overlap of the dQ add with the next tile's products.
+// Left for later (docs/performance.md): 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T
+// (needs an m64n64 SS wrapper in ptx.cuh and a proxy fence), overlap of the dQ add with the next tile's
+// products, skipping the products of query tiles that a consumer's keys mask entirely (the first query
+// tile of a key tile, for consumer 1).
 #include <cmath>
 #include <cstdint>
 
@@ -79,13 +83,17 @@ using bf16 = __nv_bfloat16;
 // Launch configuration (named data; the reasons in the comments).
 struct WgmmaBwdConfig {
   static constexpr int kHeadDim = kWgmmaHeadSize;  // 64 bf16 = 128 bytes: one swizzle row per token
-  // One consumer warpgroup: 256 threads get 255 registers each. The consumer needs about 210 without
-  // spilling (dK, dV 64 + S^T, dP^T 64 + fragments and addresses); with a second consumer (384 threads, 168
-  // registers) ptxas spilled and serialized the wgmma (C7512), and setmaxnreg is not in ptx.cuh.
-  static constexpr int kConsumers = 1;
+  // Two consumer warpgroups, 64 keys each. A consumer needs about 210 registers without spilling (dK, dV
+  // 64 + S^T, dP^T 64 + fragments and addresses), more than the 168 that __launch_bounds__(384, 1) gives
+  // every thread (with 168, ptxas spilled and serialized the wgmma: C7512). So the producer, which only
+  // issues copies, gives its registers to the consumers with setmaxnreg (ptx.cuh): 24 + 2 x 240 = 3 x 168.
+  static constexpr int kConsumers = 2;
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumers;
   static constexpr int kThreads = kConsumerThreads + kWarpgroupThreads;  // the producer warpgroup last
+  static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;            // the launch bound's cap: 168
+  static constexpr int kProducerRegs = 24;                               // setmaxnreg's least
+  static constexpr int kConsumerRegs = 240;
   static constexpr int kWgKeys = 64;                      // one wgmma M of keys per consumer
   static constexpr int kBlockN = kWgKeys * kConsumers;    // 64 keys a block
   static constexpr int kBlockM = 64;                      // queries a tile: every product is m64n64, 32 registers
@@ -111,6 +119,7 @@ struct WgmmaBwdConfig {
   static constexpr int kBarriers = 1 + 2 * kStages;
   static constexpr int kOffWork = kOffBar + kBarriers * 8;             // the block's ticket
   static constexpr size_t kSmemBytes = kAlign + kOffWork + 16;
+  static_assert(kBlockN == kWgmmaBwdKeyTile, "the key tile attention_sm90.cuh announces");
   static_assert(kBlockN % kBlockM == 0, "a query tile starts inside one key tile");
   static_assert(kBlockM == kBoxRows, "Q, dO tiles are one box");
   static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
@@ -118,6 +127,8 @@ struct WgmmaBwdConfig {
   static_assert(kDsBytes % 16 == 0 && kOffBar % 8 == 0, "aligned dS^T buffers and barriers");
   static_assert(kBlockM >= 16, "turn counters (attention.cu) are sized for query tiles of >= 16 rows");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs == (1 + kConsumers) * kEntryRegs,
+                "the warpgroups' setmaxnreg counts sum to the block's register pool (ptx.cuh, setmaxnreg_inc)");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -296,6 +307,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
 
   if (wg == Cfg::kConsumers) {
     // ---- producer: its first warp; coordinates are {column, token, batch} ----
+    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns
     if (warp != 0) return;
     const int q_col = h * Cfg::kHeadDim;
     if (lane == 0) {
@@ -327,10 +339,18 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
         cuda::mbarrier_arrive(&full[s]);
       }
     }
+    // The watchdog. The consumers' waits have no time bound (they raised their registers: ptx.cuh,
+    // mbarrier_wait_untimed), so this warp waits, bounded, until they have released the last stages it
+    // filled: the waits for tiles n_tiles .. n_tiles + kStages - 1 that the loop would make next. A phase
+    // that never completes (a copy that never lands, an arrival count that is off) traps here, ending
+    // the launch, instead of hanging it.
+    for (int j = n_tiles; j < n_tiles + Cfg::kStages; ++j)
+      cuda::mbarrier_wait(&empty[j % Cfg::kStages], ((j / Cfg::kStages) & 1) ^ 1);
     return;
   }
 
   // ---- consumers ----
+  cuda::setmaxnreg_inc<Cfg::kConsumerRegs>();  // waits until the producer has given its registers back
   const int c = wg;  // keys [64c, 64c + 64) of the key tile
   const int g = lane >> 2, tq = lane & 3;
   const int wrow = c * Cfg::kWgKeys + 16 * warp;  // this warp's first key row in the tile
@@ -341,13 +361,13 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 32; ++i) dv[i] = dk[i] = 0.0f;
 
-  cuda::mbarrier_wait(kv_full, 0);
+  cuda::mbarrier_wait_untimed(kv_full, 0);
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % Cfg::kStages;
     const int qt = qt0 + j;
     const int q0 = qt * Cfg::kBlockM;
     const bool diagonal = q0 < k0 + Cfg::kBlockN;
-    cuda::mbarrier_wait(&full[s], (j / Cfg::kStages) & 1);
+    cuda::mbarrier_wait_untimed(&full[s], (j / Cfg::kStages) & 1);
 
     // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
     float st[32], dpt[32];

@@ -25,6 +25,10 @@ bool attention_fwd_wgmma_takes(const __nv_bfloat16* qkv, const __nv_bfloat16* ou
 void attention_fwd_wgmma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T_, int C, int NH,
                          cudaStream_t stream);
 
+// Keys a block of the backward takes: two consumer warpgroups of 64 (attention_bwd_sm90.cu). Its grid
+// is ceil(T / kWgmmaBwdKeyTile) x NH x B blocks, which is what the ticket counts.
+constexpr int kWgmmaBwdKeyTile = 128;
+
 // The backward (attention_bwd_sm90.cu): the same readiness check for its own kernel.
 bool attention_bwd_wgmma_ready();
 

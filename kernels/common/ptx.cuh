@@ -5,7 +5,7 @@
 //  * sm_90 (plain): mbarrier with transaction counts, TMA (cp.async.bulk.tensor) into shared memory,
 //    the async-proxy fence.
 //  * sm_90a only: wgmma (fence, mma_async with both operands in shared memory or A in registers,
-//    commit, wait) and its shared-memory matrix descriptor.
+//    commit, wait) and its shared-memory matrix descriptor; setmaxnreg.
 //    These exist only in an sm_90a compilation pass (__CUDA_ARCH_FEAT_SM90_ALL); callers guard their use
 //    the same way, so a file that includes this header still compiles for sm_80 and plain sm_90.
 //
@@ -131,27 +131,45 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
 }
 constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
 
+// One try: true once the phase with parity `parity` has completed (it may suspend the thread a while).
+__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar_addr, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar_addr), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
-  uint32_t done = 0, tries = 0;
+  uint32_t tries = 0;
   uint64_t t0 = 0;
-  do {
+  while (!mbarrier_try_wait(addr, parity)) {
     // The clock is read once every 1024 tries, so a wait that completes soon never reads it.
     if ((++tries & 1023u) == 0) {
       const uint64_t now = global_timer_ns();
       if (t0 == 0) t0 = now;
       else if (now - t0 > kBarrierWaitTrapNs) __trap();
     }
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
+  }
+}
+
+// The same wait with no time bound, for a warpgroup that raised its registers with setmaxnreg_inc: a
+// trap anywhere in its code makes ptxas hold it to the register count at entry (nvcc 13.0: spills and
+// serialized wgmma, C7512, in the attention backward's consumers), which undoes the setmaxnreg. Such a
+// block needs a watchdog instead: a warpgroup that waits with mbarrier_wait for the unbounded waiter's
+// progress, so that the trap still ends the launch when a phase never completes (the attention backward's
+// producer waits for its consumers' last empty arrivals).
+__device__ __forceinline__ void mbarrier_wait_untimed(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  while (!mbarrier_try_wait(addr, parity)) {
+  }
 }
 
 // 2-D tile global -> shared through the tensor map (a __grid_constant__ kernel parameter, passed by its
@@ -302,6 +320,31 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], const ui
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// Register reallocation between the warpgroups of a warp-specialised block (PTX ISA "setmaxnreg";
+// CUTLASS cutlass/arch/reg_reconfig.h spells it the same way). The block's registers are a pool of
+// (registers at entry) x (threads): dec gives this warpgroup's above kRegs back to it, inc waits until
+// the pool can raise this warpgroup to kRegs (new registers hold garbage until written). Rules the
+// callers keep:
+//  * every thread of the warpgroup executes the same instruction (.sync.aligned), so it comes before any
+//    of its warps return, and each role is one branch of a single if/else;
+//  * the register count at entry must be known to ptxas, i.e. __launch_bounds__(threads, 1) (otherwise
+//    it drops the instruction: info C7508), and it is the launch bound's cap: 168 for 384 threads;
+//  * the warpgroups' counts sum to the pool exactly: 128 x 24 (a TMA producer) + 2 x 128 x 240 (two
+//    consumers) = 384 x 168. Above it inc waits forever; below it, too, by a CUTLASS maintainer's answer
+//    (NVIDIA/cutlass issue 2007: 24 + 2 x 232 hung, 40 + 2 x 232 ran);
+//  * no trap after setmaxnreg_inc (mbarrier_wait_untimed, above, says why).
+// kRegs: a multiple of 8 in [24, 256].
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

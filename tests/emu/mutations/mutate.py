@@ -108,8 +108,8 @@ BWD_DVDK = ("    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true)
 
 ATTENTION_BWD = {
     # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
-    "consumer_parity": [("cuda::mbarrier_wait(&full[s], (j / Cfg::kStages) & 1);",
-                         "cuda::mbarrier_wait(&full[s], ((j / Cfg::kStages) & 1) ^ 1);")],
+    "consumer_parity": [("cuda::mbarrier_wait_untimed(&full[s], (j / Cfg::kStages) & 1);",
+                         "cuda::mbarrier_wait_untimed(&full[s], ((j / Cfg::kStages) & 1) ^ 1);")],
     # producer waits for the wrong empty parity: its first wait on a fresh barrier never completes
     "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);",
                          "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
@@ -137,6 +137,17 @@ ATTENTION_BWD = {
     # lse taken as log2 already (the log2 e factor dropped)
     "lse_scale_wrong": [("sLse(s)[r] = in ? lse_bh[q0 + r] * cuda::kLog2e : INFINITY;",
                          "sLse(s)[r] = in ? lse_bh[q0 + r] : INFINITY;")],
+    # the consumers ask for more registers than the producer gave back: the second one's inc never returns
+    "setmaxnreg_above_pool": [("cuda::setmaxnreg_inc<Cfg::kConsumerRegs>();",
+                               "cuda::setmaxnreg_inc<Cfg::kConsumerRegs + 8>();")],
+    # the producer's dec after warps 1-3 returned: not every thread of the warpgroup executes it
+    "setmaxnreg_after_return": [("    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns\n"
+                                 "    if (warp != 0) return;\n",
+                                 "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n")],
+    # K and V announce more bytes than land: the consumers' untimed kv_full wait never returns, and the
+    # launch must still end (the producer's bounded waits, its watchdog among them, trap)
+    "kv_expect_tx_long": [("cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes);",
+                           "cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes + 16);")],
 }
 
 MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM}

@@ -39,6 +39,12 @@ struct Problem {
   std::vector<double> dqkv_ref, dqkv_naive;
 };
 
+// The backward's grid: one block per (key tile, head, batch).
+int blocks(const Shape& s) {
+  using gpt2::kernels::attention_detail::kWgmmaBwdKeyTile;
+  return s.B * s.NH * ((s.T + kWgmmaBwdKeyTile - 1) / kWgmmaBwdKeyTile);
+}
+
 size_t at(const Shape& s, int b, int t, int col) { return (static_cast<size_t>(b) * s.T + t) * 3 * kHs * s.NH + col; }
 
 // Exact forward and backward in double; the naive chain stores P in bf16 and rounds every output to bf16.
@@ -141,7 +147,7 @@ std::vector<float> launch(const Shape& s, const Problem& p) {
       emu::fail("the kernel wrote outside dqkv");
     if (!std::isnan(dq_acc[i]) || !std::isnan(dq_acc[kGuard + n_out + i])) emu::fail("the kernel wrote outside dq_acc");
   }
-  if (turns[n_turns] != s.B * s.NH * ((s.T + 63) / 64)) emu::fail("the ticket counted %d blocks", turns[n_turns]);
+  if (turns[n_turns] != blocks(s)) emu::fail("the ticket counted %d blocks", turns[n_turns]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHs));
   std::vector<float> r(n_qkv);
   for (int b = 0; b < s.B; ++b)
@@ -226,7 +232,7 @@ int main(int argc, char** argv) {
       txt += buf;
       ok = ok && r.pass;
     }
-    if (repeat && s.B * s.NH * ((s.T + 63) / 64) > 1) {  // the dQ sum's order must not depend on timing
+    if (repeat && blocks(s) > 1) {  // the dQ sum's order must not depend on timing
       const std::vector<float> again = launch(s, p);
       const bool same = std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0;
       txt += same ? "  repeat=bit-identical" : "  repeat=DIFFERS";

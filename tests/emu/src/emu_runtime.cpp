@@ -47,7 +47,7 @@ struct TCtx {
 thread_local TCtx g_t;
 
 // ---- collectives ----
-enum class Op : int { None, Shfl, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait };
+enum class Op : int { None, Shfl, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait, SetMaxNReg };
 const char* op_name(Op o) {
   switch (o) {
     case Op::None: return "none";
@@ -58,6 +58,7 @@ const char* op_name(Op o) {
     case Op::WgMma: return "wgmma.mma_async";
     case Op::WgCommit: return "wgmma.commit_group";
     case Op::WgWait: return "wgmma.wait_group";
+    case Op::SetMaxNReg: return "setmaxnreg";
   }
   return "?";
 }
@@ -146,6 +147,8 @@ struct Block {
   int sync_arrived = 0, live = 0;
   uint64_t sync_gen = 0;
   std::map<int, NamedBar> named;
+  std::vector<int> wg_regs;  // setmaxnreg: each warpgroup's per-thread register count
+  long reg_pool = 0;         // registers given back by dec, not yet taken by inc
   std::vector<uint64_t> chunk_version;
   std::vector<int> chunk_pending, chunk_readers;
 
@@ -709,7 +712,10 @@ bool mbar_try_wait_parity(uint32_t addr, uint32_t parity) {
   if (parity > 1) fail("try_wait.parity with parity %u", parity);
   // The phase with parity p is complete when the current (incomplete) phase has the other parity.
   auto done = [&] { return (m.phase & 1u) != parity; };
-  if (!done()) b.cv.wait_for(lk, std::chrono::milliseconds(1));  // try_wait suspends for a while
+  // try_wait suspends for a while; a completing phase wakes it at once (complete_phase_if_done), so the
+  // bound only sets how often a waiter rechecks its time limit. 1 ms made hundreds of waiting threads
+  // (every block of a grid resident) wake 1000 times a second each, and the 2 cores spent their time on it.
+  if (!done()) b.cv.wait_for(lk, std::chrono::milliseconds(20));
   return done();
 }
 
@@ -919,6 +925,37 @@ void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int tb, int s
   wg_mma(n, d, a, 0, desc_b, 1, 0, tb, scale_d);
 }
 
+// ---- setmaxnreg (PTX ISA "Miscellaneous Instructions: setmaxnreg") ----
+void setmaxnreg(int regs, bool inc) {
+  Block& b = blk();
+  const int wg = g_t.tid / 128;
+  Group& g = *b.wgs[wg];
+  collective(
+      g, Op::SetMaxNReg, [&](Deposit& d) { d.pending = regs, d.kind = inc ? 1 : 0; },
+      [&] {
+        for (int t = 0; t < 128; ++t)
+          if (g.dep[t].pending != regs || g.dep[t].kind != (inc ? 1 : 0))
+            fail("setmaxnreg: the warpgroup's threads ran different instructions (.sync.aligned)");
+        if (regs < 24 || regs > 256 || regs % 8) fail("setmaxnreg %d: not a multiple of 8 in [24, 256]", regs);
+        std::unique_lock<std::mutex> lk(b.mu);
+        int& cur = b.wg_regs[wg];
+        if (inc) {
+          if (regs < cur) fail("setmaxnreg.inc to %d below warpgroup %d's %d registers", regs, wg, cur);
+          const long need = 128L * (regs - cur);
+          timed_wait(lk, b.cv, [&] { return b.reg_pool >= need; },
+                     "setmaxnreg.inc (the block's register pool never held enough: do the warpgroups' counts "
+                     "sum above the count at entry times the threads?)");
+          b.reg_pool -= need;
+        } else {
+          if (regs > cur) fail("setmaxnreg.dec to %d above warpgroup %d's %d registers", regs, wg, cur);
+          b.reg_pool += 128L * (cur - regs);
+          b.cv.notify_all();
+        }
+        cur = regs;
+      },
+      [](int) {});
+}
+
 // ---- sm_80 helpers ----
 void cp_async(void* dst, const void* src, int bytes, bool full) {
   const uint32_t off = smem_offset(dst);
@@ -1068,6 +1105,7 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       b.chunk_readers.assign(kWindowBytes / kChunk, 0);
       b.rng.seed(cfg.seed * 7919u + bx * 131u + by * 17u + bz);
       const int nw = block.x / 32, nwg = block.x / 128;
+      b.wg_regs.assign(nwg, std::min(256, static_cast<int>(65536 / block.x) / 8 * 8));
       for (int w = 0; w < nw; ++w) {
         b.warps.emplace_back(new Group);
         Group& g = *b.warps.back();

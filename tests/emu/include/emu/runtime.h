@@ -85,6 +85,14 @@ void wgmma_wait(int pending);
 void wgmma_ss(int n, float* d, uint64_t desc_a, uint64_t desc_b, int trans_a, int trans_b, int scale_d);
 void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int trans_b, int scale_d);
 
+// ---- setmaxnreg (PTX ISA "setmaxnreg") ------------------------------------------------------------
+// The warpgroup's per-thread register count moves to `regs` (a multiple of 8 in [24, 256]); every
+// thread of the warpgroup takes part with the same count. A block starts with every warpgroup at the
+// count __launch_bounds__(threads, 1) gives (65536 / threads, down to a multiple of 8, at most 256) and an
+// empty pool: dec (regs below the current count) gives the difference to the pool, inc (above it) waits
+// until the pool holds it; an inc that never gets it is a deadlock.
+void setmaxnreg(int regs, bool inc);
+
 // ---- sm_80 helpers (not used by the attention kernel; emulated for completeness) ------------------
 void cp_async(void* dst, const void* src, int bytes, bool full);
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans);

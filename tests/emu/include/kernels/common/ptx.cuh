@@ -39,14 +39,23 @@ constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
 // try_wait.parity in a loop; like the repository's, a wait longer than 10 s traps (or EMU_TIMEOUT_S when
 // that is longer: emulated time runs thousands of times slower, and the attention backward's GPT-2 shape
 // makes key tile 15 wait for key tiles 0..14 in turn).
+inline bool mbarrier_try_wait(uint32_t bar_addr, uint32_t parity) { return emu::mbar_try_wait_parity(bar_addr, parity); }
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   const uint64_t t0 = emu::global_timer_ns();
   const uint64_t limit = kBarrierWaitTrapNs > emu::config().timeout_s * 1'000'000'000ull
                              ? kBarrierWaitTrapNs
                              : emu::config().timeout_s * 1'000'000'000ull;
-  while (!emu::mbar_try_wait_parity(addr, parity)) {
+  while (!mbarrier_try_wait(addr, parity)) {
     if (emu::global_timer_ns() - t0 > limit) emu::trap("mbarrier wait exceeded its limit (phase never completed)");
+  }
+}
+// No bound, as the repository's: a phase that never completes hangs here until another thread's bounded
+// wait traps (the kernel's watchdog) or, without one, until the caller's `timeout` (emu.sh counts that
+// as a hang, not a catch).
+inline void mbarrier_wait_untimed(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  while (!mbarrier_try_wait(addr, parity)) {
   }
 }
 inline void tma_load_2d(void* dst, const void* tensor_map, uint64_t* bar, int c0, int c1) {
@@ -93,6 +102,18 @@ template <int kPending>
 inline void wgmma_wait_group() { emu::wgmma_wait(kPending); }
 inline void wgmma_fence_operand(float& r) { asm volatile("" : "+m"(r)::"memory"); }
 inline void wgmma_fence_operand(uint32_t& r) { asm volatile("" : "+m"(r)::"memory"); }
+
+// setmaxnreg: the warpgroup's register count moves to kRegs through the block's pool (emu::setmaxnreg).
+template <int kRegs>
+inline void setmaxnreg_dec() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  emu::setmaxnreg(kRegs, false);
+}
+template <int kRegs>
+inline void setmaxnreg_inc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  emu::setmaxnreg(kRegs, true);
+}
 
 template <int kTransA, int kTransB>
 inline void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
