@@ -11,7 +11,8 @@
 #   C  training and oracles: gpu.train (incl. 2 ranks sharing the GPU), checkpoint + resume,
 #      gpt2-sample --device cuda, transformers logits on export-hf, tiktoken ids, ncu on hot kernels
 #   D  memory: --recompute none|selective|full at 124M (tokens/s, device memory measured after the
-#      first step), and the 1558M preset at the micro-batch its config says fits on 80 GB
+#      first step), and the 1558M preset at the micro-batch its config says fits on 80 GB; then the
+#      opt-in wgmma attention backward end to end at 124M
 #
 # Every step runs under `timeout`, inside a global deadline (--deadline-s, default 480 s, so a phase
 # ends within a 9-minute call); it prints one line when it finishes. --steps REGEX runs only the steps
@@ -237,6 +238,9 @@ phase_A() {
     # the Hopper backward: TMA, mbarriers and wgmma, named barriers around the dS^T tile, the dQ turns
     gpu_step synccheck_attention_wgmma_bwd 240 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
       --gtest_filter='AttentionWgmmaBackward.AgreesWithRecomputeDq'
+    # ... and its shared-memory races: the named barriers around dS^T, which the CPU emulator cannot check
+    gpu_step racecheck_attention_wgmma_bwd 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
+      --gtest_filter='AttentionWgmmaBackward.TwoKeyTilesMatchCpu'
     gpu_step synccheck_gemm_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_gemm" \
       --gtest_filter='GemmWgmma.ForcedSplitK'
     # the 5-product backward: four warps share the dS^T tile in shared memory each turn
@@ -295,20 +299,23 @@ phase_B() {
     env GPT2_ATTENTION_BWD=accumulate-dq "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
     --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_accdq_16"
 }
-# sass_sm90a: per kernel family, its HGMMA (wgmma), UTMALDG (TMA) and HMMA (mma.sync) counts; the
-# wgmma kernels must have the first two and none of the third.
+# sass_sm90a: per kernel family, its HGMMA (wgmma), UTMALDG (TMA), HMMA (mma.sync) and USETMAXREG
+# (setmaxnreg) counts; the wgmma kernels must have the first two and none of the third, and the
+# backward its two setmaxnreg (ptxas drops them, C7508, when it cannot tell the register count at entry).
 sass_sm90a() {
-  local fn binary
-  for fn in attention_fwd_wgmma_tma:test_gpu_attention gemm_bf16_wgmma_tma_persistent:test_gpu_gemm; do
-    binary=$bin/${fn#*:}
-    cuobjdump -sass "$binary" | awk -v fn="${fn%%:*}" '
+  local spec fn binary setmaxreg
+  for spec in attention_fwd_wgmma_tma:test_gpu_attention:0 attention_bwd_wgmma_tma:test_gpu_attention:2 \
+      gemm_bf16_wgmma_tma_persistent:test_gpu_gemm:0; do
+    IFS=: read -r fn binary setmaxreg <<< "$spec"
+    cuobjdump -sass "$bin/$binary" | awk -v fn="$fn" -v need="$setmaxreg" '
       /Function :/ { inside = index($0, fn) > 0; if (inside) n++ }
-      inside && /HGMMA/ { h++ } inside && /UTMALDG/ { t++ } inside && /HMMA/ { m++ }
-      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA\n", fn, n, h, t, m; exit !(n > 0 && h > 0 && t > 0 && m == 0) }' ||
+      inside && /HGMMA/ { h++ } inside && /UTMALDG/ { t++ } inside && /HMMA/ { m++ } inside && /USETMAXREG/ { r++ }
+      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA, %d USETMAXREG\n", fn, n, h, t, m, r
+            exit !(n > 0 && h > 0 && t > 0 && m == 0 && r >= need) }' ||
       return 1
   done
 }
-figure_sass_sm90a() { grep -o '[0-9]* HGMMA' "$1" | paste -sd/ | sed 's/$/ (attention\/gemm)/'; }
+figure_sass_sm90a() { grep -o '[0-9]* HGMMA' "$1" | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
 figure_train_124m_cublaslt_mb16_graph() { train_figure "$1"; }
 figure_train_124m_hand_wgmma_mb16() { train_figure "$1"; }
 figure_train_124m_cublaslt_mb16_accumulate_dq() { train_figure "$1"; }
@@ -402,7 +409,13 @@ phase_D() {
     '$bin/gpt2-train' --model gpt2-1558m --device cuda --benchmark --max-steps 2 --log-every 1 --micro-batch 16 \
       --seq-len 1024 --global-batch-tokens 16384 --out '$work/preset_1558m' 2>&1 | tee '$work/p1558.log' | tail -20 &&
     grep -q 'after the first step' '$work/p1558.log'"
+  # The Hopper attention backward (wgmma + TMA, two consumer warpgroups with setmaxnreg), end to end;
+  # phase B's train_124m_cublaslt_mb16_accumulate_dq is the mma.sync figure to compare with.
+  gpu_step train_124m_cublaslt_mb16_wgmma_bwd 150 "faster than accumulate-dq" \
+    env GPT2_ATTENTION_BWD=wgmma "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
+    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_wgmma_bwd_16"
 }
+figure_train_124m_cublaslt_mb16_wgmma_bwd() { train_figure "$1"; }
 figure_recompute_cost() { grep -E '^(none|selective|full):' "$1" | tr -s ' ' | paste -sd ';' -; }
 figure_preset_1558m_fits() { grep -m1 -o 'after the first step: .*' "$1" | cut -c1-90; }
 

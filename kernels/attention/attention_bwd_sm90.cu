@@ -63,8 +63,7 @@
 //
 // Left for later (docs/performance.md): 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T
 // (needs an m64n64 SS wrapper in ptx.cuh and a proxy fence), overlap of the dQ add with the next tile's
-// products, skipping the products of query tiles that a consumer's keys mask entirely (the first query
-// tile of a key tile, for consumer 1).
+// products.
 #include <cmath>
 #include <cstdint>
 
@@ -120,6 +119,7 @@ struct WgmmaBwdConfig {
   static constexpr int kOffWork = kOffBar + kBarriers * 8;             // the block's ticket
   static constexpr size_t kSmemBytes = kAlign + kOffWork + 16;
   static_assert(kBlockN == kWgmmaBwdKeyTile, "the key tile attention_sm90.cuh announces");
+  static_assert(kConsumers == 2 && kBlockN / 2 == kWgKeys, "the dQ share's two halves are the two consumers' keys");
   static_assert(kBlockN % kBlockM == 0, "a query tile starts inside one key tile");
   static_assert(kBlockM == kBoxRows, "Q, dO tiles are one box");
   static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
@@ -368,6 +368,15 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     const int q0 = qt * Cfg::kBlockM;
     const bool diagonal = q0 < k0 + Cfg::kBlockN;
     cuda::mbarrier_wait_untimed(&full[s], (j / Cfg::kStages) & 1);
+    if (j < c) {
+      // Every query of the tile precedes every key of this consumer (consumer 1 on the first tile):
+      // P^T = dS^T = 0, so dV and dK stay as they are and its half of dS^T is not written (the dQ share
+      // skips it). What remains is the stage's release and the barrier the dQ share waits at; the dQ
+      // share itself is consumer j % kConsumers's, never one that skips.
+      if (lane == 0) cuda::mbarrier_arrive(&empty[s]);
+      cuda::named_barrier_sync(1, Cfg::kConsumerThreads);
+      continue;
+    }
 
     // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
     float st[32], dpt[32];
@@ -424,7 +433,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       float dq[32];
 #pragma unroll
       for (int i = 0; i < 32; ++i) dq[i] = 0.0f;
-      for (int half = 0; half < 2; ++half) {
+      for (int half = 0; half < 2 && half <= j; ++half) {  // half h: consumer h's keys (skipped while j < h)
         uint32_t da[kNSteps / 2][4];
         load_ds_a(da, sds, half, warp, lane);
         cuda::wgmma_fence();

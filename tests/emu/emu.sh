@@ -10,7 +10,7 @@
 #                                         shapes; the GEMM on every transpose, epilogue and split-K; both
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of the kernels (13 + 14 + 14), each must be caught, not hang
+#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of the kernels (13 + 16 + 14), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

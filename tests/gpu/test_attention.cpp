@@ -309,9 +309,9 @@ TEST(AttentionWgmmaForward, FallsBackToMmaSyncWhereItDoesNotApply) {
   }
 }
 
-// The Hopper backward (wgmma + TMA, hs = 64 only; dQ summed by the 64-key tiles in turns): T = 1, tails
-// of the 64-row tiles (rows >= T come in zero-filled), exact multiples, a peaky softmax, GPT-2's shape
-// (16 key tiles taking turns on each query tile). check_attention runs it twice on poisoned outputs and
+// The Hopper backward (wgmma + TMA, hs = 64 only; dQ summed by the 128-key tiles in turns): T = 1, tails
+// of the 64-row query tiles and 128-row key tiles (rows >= T come in zero-filled), exact multiples, a
+// peaky softmax, GPT-2's shape (8 key tiles taking turns on each query tile). check_attention runs it twice on poisoned outputs and
 // scratch: the results must be bit-identical. Runs on a 9.0 device with the sm_90a code; skips elsewhere.
 TEST(AttentionWgmmaBackward, MatchesCpu) {
   if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
@@ -320,6 +320,15 @@ TEST(AttentionWgmmaBackward, MatchesCpu) {
   for (const Shape& s : kWgmmaShapes)
     check_attention<bf16>(s, false, seed += 10);
   check_attention<bf16>(kGpt2Shape, false, 17);
+}
+
+// One small shape: two key tiles taking turns at dQ, tails of both tile sizes, both consumer warpgroups'
+// keys. Small enough for compute-sanitizer's racecheck (tools/gpu-phase.sh A), which checks what the CPU
+// emulator cannot: the named barriers around the shared dS^T tile (tests/emu/README.md, Limits).
+TEST(AttentionWgmmaBackward, TwoKeyTilesMatchCpu) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  BackwardPathScope path(kernels::AttentionBackwardPath::kWgmma);
+  check_attention<bf16>(Shape{1, 200, 128, 2}, false, 1950);
 }
 
 // dq/dk/dv of one bf16 backward on `path` (after the default forward), outputs poisoned first.

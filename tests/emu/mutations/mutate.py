@@ -103,7 +103,8 @@ GEMM = {
 
 
 # ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
-BWD_ARRIVE = "    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);\n"
+BWD_ARRIVE = ("    // This warp has read Q, dO, lse and D of the stage for the last time.\n"
+              "    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);\n")
 BWD_DVDK = ("    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n    cuda::wgmma_commit_group();\n")
 
 ATTENTION_BWD = {
@@ -144,6 +145,10 @@ ATTENTION_BWD = {
     "setmaxnreg_after_return": [("    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns\n"
                                  "    if (warp != 0) return;\n",
                                  "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n")],
+    # consumer 0 skips its diagonal tile too: wrong dK/dV, and nobody adds tile 0's dQ share
+    "masked_skip_off_by_one": [("    if (j < c) {\n", "    if (j <= c) {\n")],
+    # the dQ share reads consumer 1's half of dS^T on the tile where consumer 1 skipped (never written)
+    "dq_reads_skipped_half": [("half < 2 && half <= j; ++half)", "half < 2; ++half)")],
     # K and V announce more bytes than land: the consumers' untimed kv_full wait never returns, and the
     # launch must still end (the producer's bounded waits, its watchdog among them, trap)
     "kv_expect_tx_long": [("cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes);",
