@@ -252,7 +252,8 @@ TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
   EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
 }
 
-// The shapes both wgmma suites check against the CPU (hs = 64; tests/emu's drivers run the same list).
+// The shapes both wgmma suites check against the CPU (hs = 64; tests/emu/include/emu/attention_driver_util.h,
+// gpu_test_shapes, is the same list for the emulator).
 const Shape kWgmmaShapes[] = {{1, 1, 64, 1},    {2, 64, 128, 2},  {3, 37, 256, 4},  {2, 128, 128, 2},
                               {2, 129, 192, 3}, {1, 257, 64, 1},  {2, 200, 256, 4}, {1, 150, 256, 4, 3.0f}};
 

@@ -197,8 +197,8 @@ int main(int argc, char** argv) {
     if (a == "--quick") {
       shapes = {{2, 129, 2}, {1, 300, 1}, {2, 63, 1}, {1, 1, 1}, {1, 256, 2}};
       repeat = true;
-    } else if (a == "--test-shapes") {  // AttentionWgmmaBackward.MatchesCpu's own list (hs = 64)
-      shapes = {{1, 1, 1}, {2, 64, 2}, {3, 37, 4}, {2, 128, 2}, {2, 129, 3}, {1, 257, 1}, {2, 200, 4}, {1, 150, 4, 3.0f}};
+    } else if (a == "--test-shapes") {  // AttentionWgmmaBackward.MatchesCpu's own list
+      shapes = gpu_test_shapes();
     } else if (a == "--gpt2") {
       shapes = {{1, 1024, 12}};
     } else if (a == "--stop-on-fail") {

@@ -147,8 +147,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--quick") {
       shapes = {{2, 129, 2}, {1, 300, 1}, {2, 63, 1}, {1, 256, 3}, {1, 520, 1}};  // 520: the stage ring wraps
-    } else if (a == "--test-shapes") {  // AttentionWgmmaForward.MatchesCpu's own list (hs = 64)
-      shapes = {{1, 1, 1}, {2, 64, 2}, {3, 37, 4}, {2, 128, 2}, {2, 129, 3}, {1, 257, 1}, {2, 200, 4}, {1, 150, 4, 3.0f}};
+    } else if (a == "--test-shapes") {  // AttentionWgmmaForward.MatchesCpu's own list
+      shapes = gpu_test_shapes();
     } else if (a == "--gpt2") {
       shapes = {{2, 1024, 12}};
     } else if (a == "--no-isolation") {

@@ -1,5 +1,6 @@
 // What the two attention drivers (attention_driver.cpp, attention_bwd_driver.cpp) share: the guard
-// poison around every buffer the kernel gets, bf16 bit access, and the problem shape (hs = 64).
+// poison around every buffer the kernel gets, bf16 bit access, the problem shape (hs = 64), and the
+// GPU tests' shape list.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace emu_driver {
 
@@ -31,5 +33,11 @@ struct Shape {
   int B, T, NH;
   float scale = 1.0f;
 };
+
+// tests/gpu/test_attention.cpp's kWgmmaShapes (AttentionWgmmaForward/Backward.MatchesCpu), as (B, T, NH):
+// both drivers run it under --test-shapes.
+inline std::vector<Shape> gpu_test_shapes() {
+  return {{1, 1, 1}, {2, 64, 2}, {3, 37, 4}, {2, 128, 2}, {2, 129, 3}, {1, 257, 1}, {2, 200, 4}, {1, 150, 4, 3.0f}};
+}
 
 }  // namespace emu_driver
