@@ -191,12 +191,28 @@ Block& blk() {
   return *g_t.blk;
 }
 
+// ---- the deadlock detector's clock ----
+// A wait is a deadlock only when the whole emulated grid has stood still for EMU_TIMEOUT_S: no thread
+// arrived at a barrier, collective or mbarrier, no copy landed, no thread ended. A long wait while other
+// blocks advance is a dependency, not a deadlock: the attention backward's key tile kt waits for key
+// tiles 0..kt-1 at every query tile, seconds of emulated time that a loaded 2-core CI machine stretched
+// past the 20 s a per-wait bound allowed.
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+std::atomic<int64_t> g_last_progress_ns{0};
+void progress() { g_last_progress_ns.store(now_ns(), std::memory_order_relaxed); }
+int64_t timeout_ns() { return static_cast<int64_t>(config().timeout_s) * 1'000'000'000; }
+
 template <class Pred>
 void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::seconds(config().timeout_s);
+  const int64_t since = now_ns();
   while (!pred()) {
-    if (cv.wait_until(lk, deadline) == std::cv_status::timeout && !pred())
-      fail("deadlock: no progress for %u s while waiting in %s", config().timeout_s, what);
+    // Sleeps until the grid would have stood still for the timeout; progress meanwhile moves the deadline.
+    const int64_t deadline = std::max(since, g_last_progress_ns.load(std::memory_order_relaxed)) + timeout_ns();
+    const int64_t left = deadline - now_ns();
+    if (left <= 0)
+      fail("deadlock: the whole grid made no progress for %u s while this thread waited in %s", config().timeout_s,
+           what);
+    cv.wait_for(lk, std::chrono::nanoseconds(left));
   }
 }
 
@@ -213,6 +229,7 @@ void collective(Group& g, Op op, Fill&& fill, Leader&& leader, Take&& take) {
   d = Deposit{};
   d.op = op;
   fill(d);
+  progress();
   const uint64_t my_gen = g.gen;
   if (++g.arrived == g.size) {
     for (int i = 0; i < g.size; ++i)
@@ -285,6 +302,7 @@ void dma_loop(Block* b) {
     if (it == b->bars.end() || !it->second.inited) fail("TMA completion on an uninitialised mbarrier 0x%x", c.bar);
     Mbar& m = it->second;
     m.tx -= c.bytes;
+    progress();
     if (m.tx < 0)
       fail("mbarrier 0x%x: tx-count negative (%lld) after a TMA completion of %u bytes: expect_tx announced fewer "
            "bytes than arrived",
@@ -589,8 +607,11 @@ int tid() { return g_t.tid; }
 
 void trap(const char* why) { fail("trap: %s", why); }
 
-uint64_t global_timer_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+uint64_t global_timer_ns() { return static_cast<uint64_t>(now_ns()); }
+
+uint64_t stalled_ns(uint64_t since_ns) {
+  const int64_t from = std::max(static_cast<int64_t>(since_ns), g_last_progress_ns.load(std::memory_order_relaxed));
+  return static_cast<uint64_t>(std::max<int64_t>(0, now_ns() - from));
 }
 
 // One generation of a block-level barrier (b.mu held through lk): the expected-th arrival opens it and
@@ -598,6 +619,7 @@ uint64_t global_timer_ns() {
 static void arrive_and_wait(Block& b, std::unique_lock<std::mutex>& lk, int& arrived, uint64_t& gen, int expected,
                             const char* what) {
   const uint64_t my = gen;
+  progress();
   if (++arrived == expected) {
     arrived = 0;
     ++gen;
@@ -629,6 +651,7 @@ void thread_exit_hook() {
     if (!g.open.empty() || !g.committed.empty()) fail("thread exited with wgmma operations not retired by a wait");
   }
   std::lock_guard<std::mutex> lk(b.mu);
+  progress();
   --b.live;
   if (b.sync_arrived > 0) fail("thread exited while others wait at __syncthreads");
 }
@@ -702,6 +725,7 @@ void mbar_arrive(uint32_t addr, uint32_t expect_tx) {
   if (m.pending == 0)
     fail("mbarrier 0x%x: arrival beyond the expected count %u in phase %u", addr, m.count, m.phase);
   --m.pending;
+  progress();
   complete_phase_if_done(b, m);
 }
 
@@ -862,7 +886,9 @@ void named_barrier(int id, int threads) {
   NamedBar& nb = b.named[id];
   if (nb.arrived == 0) nb.expected = threads;
   if (nb.expected != threads) fail("bar.sync %d with thread counts %d and %d", id, nb.expected, threads);
-  arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, "bar.sync (named barrier)");
+  char what[64];
+  snprintf(what, sizeof what, "bar.sync %d, %d (named barrier)", id, threads);
+  arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, what);
 }
 
 // ---- wgmma (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions") ----
@@ -1039,15 +1065,14 @@ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
 int spin_load_acquire(const int* flag) {
   thread_local const int* last = nullptr;
   thread_local int last_value = 0;
-  thread_local Clock::time_point since;
+  thread_local int64_t since = 0;
   const int v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
-  const auto now = Clock::now();
   if (flag != last || v != last_value) {
-    last = flag, last_value = v, since = now;
+    last = flag, last_value = v, since = now_ns();
   } else {
-    if (now - since > std::chrono::seconds(config().timeout_s))
-      fail("deadlock: a spin on the global flag %p has read %d for %u s", static_cast<const void*>(flag), v,
-           config().timeout_s);
+    if (static_cast<int64_t>(stalled_ns(since)) > timeout_ns())
+      fail("deadlock: a spin on the global flag %p has read %d while the whole grid made no progress for %u s",
+           static_cast<const void*>(flag), v, config().timeout_s);
     std::this_thread::yield();
   }
   return v;

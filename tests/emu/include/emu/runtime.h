@@ -26,7 +26,7 @@ struct Config {
   unsigned smem_offset = 1024;     // EMU_SMEM_OFFSET: where dynamic smem starts in the shared window
   unsigned tma_delay_us = 300;     // EMU_TMA_DELAY_US: a TMA copy lands after a random 0..delay us
   unsigned wait_delay_us = 1500;   // EMU_WAIT_DELAY_US: wgmma.wait_group retires after 0..delay us
-  unsigned timeout_s = 20;         // EMU_TIMEOUT_S: a blocking wait longer than this is a deadlock
+  unsigned timeout_s = 20;         // EMU_TIMEOUT_S: a wait while the whole grid stands still this long is a deadlock
   unsigned seed = 1;               // EMU_SEED
   unsigned concurrent_blocks = 0;  // EMU_CONCURRENT_BLOCKS: blocks run at once (0: the whole grid, <= 24576 threads)
   unsigned sms = 3;                // EMU_SMS: the "device"'s multiprocessor count (persistent grid size)
@@ -51,8 +51,12 @@ unsigned char* smem_at(uint32_t off, uint32_t bytes, const char* what);  // wind
 void mbar_init(uint32_t addr, uint32_t count);
 void mbar_fence_init();
 void mbar_arrive(uint32_t addr, uint32_t expect_tx_bytes);
-bool mbar_try_wait_parity(uint32_t addr, uint32_t parity);  // suspends up to ~1 ms
+bool mbar_try_wait_parity(uint32_t addr, uint32_t parity);  // suspends up to ~20 ms
 uint64_t global_timer_ns();
+// How long the whole grid has made no progress (no arrival at a barrier, collective or mbarrier, no
+// copy landed, no thread ended), counted from since_ns (a global_timer_ns value) at the earliest: the
+// deadlock detector's clock.
+uint64_t stalled_ns(uint64_t since_ns);
 
 // ---- TMA -----------------------------------------------------------------------------------------
 void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, int rank, const int* coords);
@@ -100,7 +104,8 @@ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
 
 // ---- global-memory flags ------------------------------------------------------------------------
 // ld.acquire.gpu of a flag another block sets, as used in spin loops: yields the CPU, and fails as a
-// deadlock when the same thread has read the same unchanged value of the same flag for EMU_TIMEOUT_S.
+// deadlock when the same thread keeps reading the same value of the same flag while the whole grid
+// makes no progress for EMU_TIMEOUT_S.
 int spin_load_acquire(const int* flag);
 
 // ---- launch --------------------------------------------------------------------------------------

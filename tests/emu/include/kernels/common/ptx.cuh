@@ -36,9 +36,10 @@ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbar
 inline void mbarrier_arrive(uint64_t* bar) { emu::mbar_arrive(smem_u32(bar), 0); }
 inline uint64_t global_timer_ns() { return emu::global_timer_ns(); }
 constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
-// try_wait.parity in a loop; like the repository's, a wait longer than 10 s traps (or EMU_TIMEOUT_S when
-// that is longer: emulated time runs thousands of times slower, and the attention backward's GPT-2 shape
-// makes key tile 15 wait for key tiles 0..14 in turn).
+// try_wait.parity in a loop; like the repository's, a wait traps after 10 s (or EMU_TIMEOUT_S when that is
+// longer), but 10 s during which the whole grid made no progress (emu::stalled_ns): emulated time runs
+// thousands of times slower, and a wait on blocks that advance, such as the attention backward's key tile
+// 15 waiting for key tiles 0..14 in turn, is not a phase that never completes.
 inline bool mbarrier_try_wait(uint32_t bar_addr, uint32_t parity) { return emu::mbar_try_wait_parity(bar_addr, parity); }
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
@@ -47,7 +48,7 @@ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
                              ? kBarrierWaitTrapNs
                              : emu::config().timeout_s * 1'000'000'000ull;
   while (!mbarrier_try_wait(addr, parity)) {
-    if (emu::global_timer_ns() - t0 > limit) emu::trap("mbarrier wait exceeded its limit (phase never completed)");
+    if (emu::stalled_ns(t0) > limit) emu::trap("mbarrier wait exceeded its limit (phase never completed)");
   }
 }
 // No bound, as the repository's: a phase that never completes hangs here until another thread's bounded
