@@ -259,10 +259,11 @@ phase_B() {
   step probe 60 "os, glibc, driver, libraries" probe
   gpu_step ceilings 120 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
     --benchmark_out="$OUT/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
-  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" --benchmark_filter='^(?!Ceiling/|Gemm/bf16/hand_wgmma/)' \
+  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" --benchmark_filter='^(?!Ceiling/|Gemm/bf16/hand_wgmma)' \
     --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
-  # The opt-in Hopper GEMM on the same shapes, in a process of its own (a kernel that traps ends it).
-  gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" --benchmark_filter='^Gemm/bf16/hand_wgmma/' \
+  # The opt-in Hopper GEMM on the same shapes, 128x128 tiles (hand_wgmma) and 128x256 (hand_wgmma256),
+  # in a process of its own (a kernel that traps ends it).
+  gpu_step bench_gemm_wgmma 240 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" --benchmark_filter='^Gemm/bf16/hand_wgmma' \
     --benchmark_out="$OUT/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # % of ceiling and of target for every kernel, and each opt-in against what runs by default: the
   # device's python, not the bundle's libraries.
@@ -302,20 +303,23 @@ phase_B() {
 # sass_sm90a: per kernel family, its HGMMA (wgmma), UTMALDG (TMA), HMMA (mma.sync) and USETMAXREG
 # (setmaxnreg) counts; the wgmma kernels must have the first two and none of the third, and the
 # backward its two setmaxnreg (ptxas drops them, C7508, when it cannot tell the register count at entry).
+# Per kernel: the least USETMAXREG count (setmaxnreg kept), and an HGMMA shape that must appear (the GEMM's
+# 128x256 tiles run HGMMA.64x256x16).
 sass_sm90a() {
-  local spec fn binary setmaxreg
-  for spec in attention_fwd_wgmma_tma:test_gpu_attention:0 attention_bwd_wgmma_tma:test_gpu_attention:2 \
-      gemm_bf16_wgmma_tma_persistent:test_gpu_gemm:0; do
-    IFS=: read -r fn binary setmaxreg <<< "$spec"
-    cuobjdump -sass "$bin/$binary" | awk -v fn="$fn" -v need="$setmaxreg" '
+  local spec fn binary setmaxreg shape
+  for spec in attention_fwd_wgmma_tma:test_gpu_attention:0:HGMMA attention_bwd_wgmma_tma:test_gpu_attention:2:HGMMA \
+      gemm_bf16_wgmma_tma_persistent:test_gpu_gemm:0:HGMMA.64x256; do
+    IFS=: read -r fn binary setmaxreg shape <<< "$spec"
+    cuobjdump -sass "$bin/$binary" | awk -v fn="$fn" -v need="$setmaxreg" -v shape="$shape" '
       /Function :/ { inside = index($0, fn) > 0; if (inside) n++ }
       inside && /HGMMA/ { h++ } inside && /UTMALDG/ { t++ } inside && /HMMA/ { m++ } inside && /USETMAXREG/ { r++ }
-      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA, %d USETMAXREG\n", fn, n, h, t, m, r
-            exit !(n > 0 && h > 0 && t > 0 && m == 0 && r >= need) }' ||
+      inside && index($0, shape) { s++ }
+      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA, %d USETMAXREG, %d %s\n", fn, n, h, t, m, r, s, shape
+            exit !(n > 0 && h > 0 && t > 0 && m == 0 && r >= need && s > 0) }' ||
       return 1
   done
 }
-figure_sass_sm90a() { grep -o '[0-9]* HGMMA' "$1" | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
+figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
 figure_train_124m_cublaslt_mb16_graph() { train_figure "$1"; }
 figure_train_124m_hand_wgmma_mb16() { train_figure "$1"; }
 figure_train_124m_cublaslt_mb16_accumulate_dq() { train_figure "$1"; }
@@ -414,8 +418,14 @@ phase_D() {
   gpu_step train_124m_cublaslt_mb16_wgmma_bwd 150 "faster than accumulate-dq" \
     env GPT2_ATTENTION_BWD=wgmma "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
     --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_wgmma_bwd_16"
+  # The hand GEMM's wgmma kernel with 128x256 tiles, end to end; phase B's train_124m_hand_wgmma_mb16 is
+  # the 128x128 figure to compare with.
+  gpu_step train_124m_hand_wgmma256_mb16 150 "faster than 128x128 tiles" \
+    env GPT2_GEMM_SM90=128x256 "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm hand --max-steps 12 \
+    --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_hand_wgmma256_16"
 }
 figure_train_124m_cublaslt_mb16_wgmma_bwd() { train_figure "$1"; }
+figure_train_124m_hand_wgmma256_mb16() { train_figure "$1"; }
 figure_recompute_cost() { grep -E '^(none|selective|full):' "$1" | tr -s ' ' | paste -sd ';' -; }
 figure_preset_1558m_fits() { grep -m1 -o 'after the first step: .*' "$1" | cut -c1-90; }
 

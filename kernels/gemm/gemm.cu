@@ -16,9 +16,10 @@
 //    Deterministic: the split factor depends on the shape only.
 //  * The bias gradient of a linear layer can ride along its weight gradient (weight_bias_grad_cuda):
 //    the blocks of the first output row tile sum the columns of the dout tiles already in shared memory.
-//  * On compute capability 9.0, opt-in (GPT2_GEMM_SM90=1 or GemmTestHooks::hand_path): the bf16 product
-//    runs on wgmma fed by TMA (gemm_sm90.cu), falling back to mma.sync for operands TMA cannot describe
-//    (choose_hand_path). Not yet verified on a GPU, hence not the default.
+//  * On compute capability 9.0, opt-in (GPT2_GEMM_SM90=1, 128x128 or 128x256, or GemmTestHooks::hand_path):
+//    the bf16 product runs on wgmma fed by TMA (gemm_sm90.cu) in 128x128 or 128x256 tiles, falling back
+//    to mma.sync for operands TMA cannot describe (choose_hand_path). Not yet verified on a GPU, hence
+//    not the default.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -721,7 +722,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       // The same split factor, with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
-      gemm_detail::gemm_bf16_wgmma(a, b, M, N, K, trans_a, trans_b, k_per_split, used,
+      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_tile_n(), a, b, M, N, K, trans_a, trans_b, k_per_split, used,
                                    used > 1 ? ctx.splitk_workspace() : nullptr, epp,
                                    used > 1 ? GemmEpilogue::kNone : ep, stream);
     }
@@ -792,12 +793,21 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md).
     const char* env = std::getenv("GPT2_GEMM_SM90");
     const std::string choice = env != nullptr ? env : "";
-    GPT2_CHECK(choice.empty() || choice == "0" || choice == "1",
-               "GPT2_GEMM_SM90='" << choice << "': use 1 (the wgmma kernel on compute capability 9.0) or 0");
-    hand_wgmma_ = choice == "1" && gemm_hand_wgmma_available();
+    const int tile_n = choice == "1" || choice == "128x128" ? 128 : choice == "128x256" ? 256 : 0;
+    GPT2_CHECK(choice.empty() || choice == "0" || tile_n != 0,
+               "GPT2_GEMM_SM90='" << choice
+                                  << "': use 1 or 128x128 (the wgmma kernel on compute capability 9.0, 128x128 "
+                                     "tiles), 128x256 (its wide tiles) or 0");
+    hand_wgmma_tile_n_ = gemm_hand_wgmma_available() ? tile_n : 0;
   } else {
     lt_.reset(detail::create_cublaslt_state());
   }
+}
+
+int GemmContext::hand_wgmma_tile_n() const {
+  const int forced = hooks_.wgmma_tile_n;
+  GPT2_CHECK(forced == 0 || forced == 128 || forced == 256, "wgmma_tile_n test hook " << forced << " (128 or 256)");
+  return forced != 0 ? forced : hand_wgmma_tile_n_ != 0 ? hand_wgmma_tile_n_ : 128;
 }
 
 GemmContext::~GemmContext() {

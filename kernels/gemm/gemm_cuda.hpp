@@ -47,6 +47,7 @@ struct GemmTestHooks {
   int hand_force_splits = 0;                     // hand: this split-K factor (> 0) instead of the shape rule
   bool lt_force_unfused_epilogue = false;        // cuBLASLt: plain matmul + our elementwise epilogue
   GemmHandPath hand_path = GemmHandPath::kAuto;  // hand bf16: which kernel (see GemmHandPath)
+  int wgmma_tile_n = 0;                          // wgmma kernel: 128x128 or 128x256 tiles (0: the context's)
   bool unfused_bias_grad = false;                // weight_bias_grad_cuda as GEMM + bias_backward_cuda
 };
 
@@ -80,9 +81,11 @@ class GemmContext {
   detail::CublasLtState* cublaslt() const { return lt_.get(); }
 
   // Hand backend on sm_90: the wgmma kernel is the default bf16 path. Off unless the environment has
-  // GPT2_GEMM_SM90=1 and gemm_hand_wgmma_available(): the kernel has not been verified on a GPU yet
-  // (docs/performance.md), so mma.sync stays the default everywhere.
-  bool hand_wgmma_enabled() const { return hand_wgmma_; }
+  // GPT2_GEMM_SM90 = 1 or 128x128 (128x128 tiles) or 128x256, and gemm_hand_wgmma_available(): the kernel
+  // has not been verified on a GPU yet (docs/performance.md), so mma.sync stays the default everywhere.
+  bool hand_wgmma_enabled() const { return hand_wgmma_tile_n_ != 0; }
+  // The wgmma kernel's tile width: 128 or 256 (GemmTestHooks::wgmma_tile_n, else GPT2_GEMM_SM90's, else 128).
+  int hand_wgmma_tile_n() const;
 
   GemmTestHooks& test_hooks() { return hooks_; }
   const GemmTestHooks& test_hooks() const { return hooks_; }
@@ -91,7 +94,7 @@ class GemmContext {
   GemmBackend backend_;
   float* splitk_ws_ = nullptr;
   size_t splitk_ws_bytes_ = 0;
-  bool hand_wgmma_ = false;
+  int hand_wgmma_tile_n_ = 0;  // GPT2_GEMM_SM90's tile width; 0: the wgmma kernel is not enabled
   std::unique_ptr<detail::CublasLtState, detail::CublasLtStateDeleter> lt_;
   GemmTestHooks hooks_;
 };

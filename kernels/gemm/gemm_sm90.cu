@@ -1,18 +1,22 @@
 // The hand GEMM on Hopper's own path (bf16, compute capability 9.0, sm_90a code):
 //
-//   TMA (cp.async.bulk.tensor, 128-byte swizzle) --full[s]--> 2 consumer warpgroups: wgmma m64n128k16
-//        ^                                                          |
+//   TMA (cp.async.bulk.tensor, 128-byte swizzle) --full[s]--> 2 consumer warpgroups: wgmma m64nNk16
+//        ^                                                          |            (N = 128 or 256)
 //        +--------------------------- empty[s] ---------------------+
 //
 //  * One block per SM (persistent): work units are (split, output tile) pairs, taken in the tile order of
 //    the mma.sync kernel (gemm_common.cuh), blockIdx.x, blockIdx.x + gridDim.x, ...
+//  * Two tile widths (WgmmaTile): 128x128 (4 stages) and 128x256 (3 stages; CUTLASS's fastest Hopper
+//    bf16 shape: wgmma m64n256 reads fewer shared-memory bytes per flop than m64n128). The context picks
+//    one (GPT2_GEMM_SM90=128x128 or 128x256); until a GPU has timed both, 128x128 is the default.
 //  * Warpgroup 0 is the producer: one thread waits for an empty stage, announces its bytes on the
 //    stage's full barrier and issues the TMA copies. Warpgroups 1 and 2 are consumers: each owns 64
-//    rows of the 128x128 tile, waits for a full stage, runs 4 wgmma (k16 each) from shared memory, and
-//    frees the stage once those wgmma have completed (one group kept in flight).
-//  * The epilogue stages each consumer's fp32 64x128 accumulators through its own shared-memory tile and
-//    finishes them with the hand backend's apply_epilogue4 (bias, bias+GELU, GELU gradient, C +=), or
-//    writes split-K partials: the same arithmetic and rounding as the mma.sync kernel's epilogue.
+//    rows of the tile, waits for a full stage, runs 4 wgmma (k16 each) from shared memory, and frees
+//    the stage once those wgmma have completed (one group kept in flight).
+//  * The epilogue stages each consumer's fp32 accumulators through its own shared-memory tile, 64 x 128
+//    at a time, and finishes them with the hand backend's apply_epilogue4 (bias, bias+GELU, GELU
+//    gradient, C +=), or writes split-K partials: the same arithmetic and rounding as the mma.sync
+//    kernel's epilogue.
 //
 // NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
 // GPT2_GEMM_SM90=1 or the test hook (gemm_cuda.hpp GemmHandPath).
@@ -20,7 +24,8 @@
 // Layout facts, and where they come from (see kernels/common/ptx.cuh for the wrappers' own sources):
 //  * TMA box: 64 x 64 bf16 with CU_TENSOR_MAP_SWIZZLE_128B: the inner extent is 128 bytes, the most that
 //    128-byte swizzle allows (cuda.h, cuTensorMapEncodeTiled), and each box is 8 rows x 128 bytes x 8 =
-//    8 KB, eight 1024-byte swizzle atoms. Each operand tile of a stage is two such boxes, 8 KB apart.
+//    8 KB, eight 1024-byte swizzle atoms. Each operand tile of a stage is such boxes 8 KB apart: two for
+//    A (128 rows), two or four for B (128 or 256 columns).
 //  * The same 128-byte swizzle (16-byte chunk index XOR row % 8 within a 1024-byte atom, CUTLASS
 //    Swizzle<3,4,3>) is what wgmma's layout type 1 expects, so the descriptors point at the TMA output
 //    directly. Stage buffers are 1024-byte aligned (descriptor base offset 0).
@@ -28,7 +33,7 @@
 //      K-major operand (A not transposed, B transposed): rows = M or N, 128 bytes of K each; SBO = 1024
 //        (8 rows), LBO unused; the k16 step kk moves the start address by 32*kk bytes.
 //      MN-major operand (A transposed, B not transposed): rows = K, 128 bytes = 64 of M or N each;
-//        SBO = 1024 (8 K-rows), LBO = 8192 (the next box: the next 64 of M or N); the k16 step kk moves
+//        SBO = 1024 (8 K-rows), LBO = 8192 (the next box: the next 64 of M or N, as far as N = 256); the k16 step kk moves
 //        the start by 16 rows = 2048*kk bytes; the wgmma transpose immediate is 1 (16-bit types only).
 //  * Accumulators: wgmma_acc_row/col in ptx.cuh (PTX ISA wgmma D fragment; CUTLASS CLayout_64xN).
 //  * Barrier phases: a k-step counter `it` runs over every unit of the block, identically in the
@@ -52,31 +57,42 @@ namespace {
 
 using cuda::ceil_div;
 
-// Launch configuration (named data; the reasons in the comments).
+// TMA box: 64 x 64 bf16; 64 * 2 bytes = 128, the inner extent of the 128-byte swizzle.
+constexpr int kBox = 64;
+
+// Launch configuration of one tile width (named data; the reasons in the comments).
+template <int kTileN>
 struct WgmmaTile {
-  // 128x128 per unit, K in steps of 64: two consumer warpgroups of m64n128 (64 fp32 accumulators per
-  // thread), so registers stay far from the 168 that 384 threads at one block per SM allow.
-  static constexpr int kBM = 128, kBN = 128, kBK = kWgmmaBK;
+  // 128 x kTileN per unit, K in steps of 64: two consumer warpgroups of m64n<kTileN>, kTileN / 2 fp32
+  // accumulators per thread (64 or 128), within the 168 registers that 384 threads at one block per SM
+  // allow (ptxas -v: no spills).
+  static constexpr int kBM = 128, kBN = kTileN, kBK = kWgmmaBK;
   static constexpr int kConsumers = 2;
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
   static constexpr int kWgRows = kBM / kConsumers;  // 64: one wgmma M
+  static constexpr int kAcc = kBN / 2;              // accumulators per thread (PTX: m64nN has N/2 per thread)
   static constexpr int kWgmmaK = 16;
-  // TMA box: 64 x 64 bf16; 64 * 2 bytes = 128, the inner extent of the 128-byte swizzle.
-  static constexpr int kBox = 64;
   static constexpr int kBoxBytes = kBox * kBox * 2;
+  static constexpr int kABoxes = kBM / kBox, kBBoxes = kBN / kBox;
   static constexpr int kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2;
-  static constexpr int kStageBytes = kABytes + kBBytes;  // 32 KB, the full barrier's transaction count
-  // 4 stages x 32 KB: three stages in flight while one is consumed.
-  static constexpr int kStages = 4;
-  // Epilogue staging per consumer: 64 rows x 128 fp32, rows padded by 8 floats so the fragment stores
-  // (float2 per lane, 4 rows x 4 lanes per half-warp) hit 32 distinct banks.
-  static constexpr int kCStride = kBN + 8;
+  static constexpr int kStageBytes = kABytes + kBBytes;  // 32 or 48 KB, the full barrier's transaction count
+  // 128x128: 4 stages x 32 KB, three in flight while one is consumed. 128x256: 3 x 48 KB, what fits
+  // beside the epilogue staging (one stage of wgmma, 4 x m64n256k16, is ~0.5 us at H100 peak, so two in
+  // flight cover a TMA latency of about 1 us).
+  static constexpr int kStages = kBN == 128 ? 4 : 3;
+  // Epilogue staging per consumer: 64 rows x 128 fp32 (a 256-wide tile goes through it in two column
+  // halves), rows padded by 8 floats so the fragment stores (float2 per lane, 4 rows x 4 lanes per
+  // half-warp) hit 32 distinct banks.
+  static constexpr int kStageCols = 128;
+  static constexpr int kCStride = kStageCols + 8;
   static constexpr int kStagingBytes = kWgRows * kCStride * 4;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kAlign = 1024;  // swizzle atoms must start 1024-aligned (descriptor base offset 0)
   static constexpr size_t kSmemBytes = kAlign + kStages * kStageBytes + kConsumers * kStagingBytes + kBarrierBytes;
-  static_assert(kBM == 2 * kBox && kBN == 2 * kBox && kBK == kBox, "two boxes per operand tile");
+  static_assert(kBN == 128 || kBN == 256, "wgmma tiles are 128x128 or 128x256");
+  static_assert(kBM == kABoxes * kBox && kBN == kBBoxes * kBox && kBK == kBox, "whole boxes per operand tile");
+  static_assert(kBN % kStageCols == 0, "whole staging passes");
   static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0 && kBoxBytes % kAlign == 0, "1024-aligned boxes");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
 };
@@ -93,8 +109,8 @@ struct WgmmaParams {
 struct Unit {
   int m0, n0, k_begin, k_tiles, split;
 };
+template <class Cfg>
 __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int tiles_m, int tiles_n) {
-  using Cfg = WgmmaTile;
   const int tiles = tiles_m * tiles_n;
   Unit u;
   u.split = unit / tiles;
@@ -108,12 +124,12 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int 
   return u;
 }
 
-template <bool kTransA, bool kTransB, GemmEpilogue kEp>
-__global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
+template <int kTileN, bool kTransA, bool kTransB, GemmEpilogue kEp>
+__global__ void __launch_bounds__(WgmmaTile<kTileN>::kThreads, 1)
     gemm_bf16_wgmma_tma_persistent(const __grid_constant__ CUtensorMap tmap_a,
                                    const __grid_constant__ CUtensorMap tmap_b, const WgmmaParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgmmaTile;
+  using Cfg = WgmmaTile<kTileN>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
@@ -145,23 +161,26 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     cuda::tma_prefetch_descriptor(&tmap_b);
     uint32_t it = 0;
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-      const Unit u = decode_unit(p, unit, tiles_m, tiles_n);
+      const Unit u = decode_unit<Cfg>(p, unit, tiles_m, tiles_n);
       for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
         const int s = static_cast<int>(it % Cfg::kStages);
         cuda::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
         cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
         const int k0 = u.k_begin + kt * Cfg::kBK;
+        // Coordinates are {inner, outer}: K-major operands have K inner, MN-major ones M or N.
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          // Coordinates are {inner, outer}: K-major operands have K inner, MN-major ones M or N.
+        for (int j = 0; j < Cfg::kABoxes; ++j) {
           if constexpr (!kTransA)
-            cuda::tma_load_2d(stage_a(s) + j * Cfg::kBoxBytes, &tmap_a, &full[s], k0, u.m0 + j * Cfg::kBox);
+            cuda::tma_load_2d(stage_a(s) + j * Cfg::kBoxBytes, &tmap_a, &full[s], k0, u.m0 + j * kBox);
           else
-            cuda::tma_load_2d(stage_a(s) + j * Cfg::kBoxBytes, &tmap_a, &full[s], u.m0 + j * Cfg::kBox, k0);
+            cuda::tma_load_2d(stage_a(s) + j * Cfg::kBoxBytes, &tmap_a, &full[s], u.m0 + j * kBox, k0);
+        }
+#pragma unroll
+        for (int j = 0; j < Cfg::kBBoxes; ++j) {
           if constexpr (kTransB)
-            cuda::tma_load_2d(stage_b(s) + j * Cfg::kBoxBytes, &tmap_b, &full[s], k0, u.n0 + j * Cfg::kBox);
+            cuda::tma_load_2d(stage_b(s) + j * Cfg::kBoxBytes, &tmap_b, &full[s], k0, u.n0 + j * kBox);
           else
-            cuda::tma_load_2d(stage_b(s) + j * Cfg::kBoxBytes, &tmap_b, &full[s], u.n0 + j * Cfg::kBox, k0);
+            cuda::tma_load_2d(stage_b(s) + j * Cfg::kBoxBytes, &tmap_b, &full[s], u.n0 + j * kBox, k0);
         }
       }
     }
@@ -182,12 +201,12 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   // MN-major one; both are 8 KB in.
   const uint32_t a_rows_offset = static_cast<uint32_t>(c * Cfg::kBoxBytes);
 
-  float acc[64];
+  float acc[Cfg::kAcc];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;  // never read (scale-d 0 on each unit's first k16), but defined
+  for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;  // never read (scale-d 0 on each unit's first k16), but defined
   uint32_t it = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const Unit u = decode_unit(p, unit, tiles_m, tiles_n);
+    const Unit u = decode_unit<Cfg>(p, unit, tiles_m, tiles_n);
     for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
       const int s = static_cast<int>(it % Cfg::kStages);
       cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
@@ -195,49 +214,60 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const uint32_t b_base = cuda::smem_u32(stage_b(s));
       cuda::wgmma_fence();  // the accumulators were last touched by ordinary instructions (the epilogue)
 #pragma unroll
-      for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);
+      for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);
 #pragma unroll
       for (int kk = 0; kk < Cfg::kBK / Cfg::kWgmmaK; ++kk) {
         const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k128B);
         const uint64_t db = cuda::wgmma_desc(b_base + kk * kKStepB, kLboB, kSbo, cuda::WgmmaSwizzle::k128B);
         // The immediates say "MN-major": A is when transposed (stored K x M), B when NOT transposed (a
         // row-major K x N has N contiguous). wgmma's default is K-major for both.
-        cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+        const int scale_d = (kt > 0 || kk > 0) ? 1 : 0;
+        if constexpr (Cfg::kBN == 128)
+          cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, scale_d);
+        else
+          cuda::wgmma_m64n256k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, scale_d);
       }
       cuda::wgmma_commit_group();
 #pragma unroll
-      for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);
+      for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);
       // The previous k-step's group is complete: its stage can be refilled.
       cuda::wgmma_wait_group<1>();
       if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
     }
     cuda::wgmma_wait_group<0>();
 #pragma unroll
-    for (int i = 0; i < 64; ++i) cuda::wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);
     if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
 
-    // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced).
-    cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);  // this warpgroup's last tile is read out
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int r = cuda::wgmma_acc_row(warp, lane, 4 * j), col = cuda::wgmma_acc_col(lane, 4 * j);
-      *reinterpret_cast<float2*>(stg + r * Cfg::kCStride + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
-      *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-    }
-    cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
-    constexpr int kVecPerRow = Cfg::kBN / 4;
+    // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced), 128
+    // columns at a time. Accumulator registers 64h .. 64h+63 hold columns 128h .. 128h+127 (PTX: register
+    // i of m64nN lies in column 8*(i/4) + ...), so the passes index acc with constants (unrolled).
+    constexpr int kVecPerRow = Cfg::kStageCols / 4;
+    constexpr int kPassAcc = Cfg::kStageCols / 2;
     float* part = p.partial ? p.partial + static_cast<size_t>(u.split) * p.M * p.N : nullptr;
+#pragma unroll
+    for (int pass = 0; pass < Cfg::kBN / Cfg::kStageCols; ++pass) {
+      cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);  // the staging tile's last reads are done
+#pragma unroll
+      for (int j = 0; j < kPassAcc / 4; ++j) {
+        const int i = pass * kPassAcc + 4 * j;
+        const int r = cuda::wgmma_acc_row(warp, lane, i), col = cuda::wgmma_acc_col(lane, i) - pass * Cfg::kStageCols;
+        *reinterpret_cast<float2*>(stg + r * Cfg::kCStride + col) = make_float2(acc[i], acc[i + 1]);
+        *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[i + 2], acc[i + 3]);
+      }
+      cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
 #pragma unroll 4
-    for (int i = tid_wg; i < Cfg::kWgRows * kVecPerRow; i += Cfg::kWarpgroupThreads) {
-      const int r = i / kVecPerRow, c4 = i % kVecPerRow;
-      const int row = u.m0 + c * Cfg::kWgRows + r, col = u.n0 + c4 * 4;
-      if (row >= p.M || col >= p.N) continue;
-      float v[4];
-      load4(stg + r * Cfg::kCStride + c4 * 4, v);
-      if (part)
-        store_partial4(part, p.N, p.ep.vec4, row, col, v);
-      else
-        apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
+      for (int e = tid_wg; e < Cfg::kWgRows * kVecPerRow; e += Cfg::kWarpgroupThreads) {
+        const int r = e / kVecPerRow, c4 = e % kVecPerRow;
+        const int row = u.m0 + c * Cfg::kWgRows + r, col = u.n0 + pass * Cfg::kStageCols + c4 * 4;
+        if (row >= p.M || col >= p.N) continue;
+        float v[4];
+        load4(stg + r * Cfg::kCStride + c4 * 4, v);
+        if (part)
+          store_partial4(part, p.N, p.ep.vec4, row, col, v);
+        else
+          apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
+      }
     }
   }
 #else
@@ -256,7 +286,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 CUtensorMap make_tensor_map(const bf16* base, int inner, int outer, int ld) {
   const uint64_t dims[2] = {static_cast<uint64_t>(inner), static_cast<uint64_t>(outer)};
   const uint64_t strides[1] = {static_cast<uint64_t>(ld) * sizeof(bf16)};
-  const uint32_t box[2] = {WgmmaTile::kBox, WgmmaTile::kBox};
+  const uint32_t box[2] = {kBox, kBox};
   return make_bf16_tensor_map(base, 2, dims, strides, box, "a GEMM operand");
 }
 
@@ -270,13 +300,14 @@ int sm_count() {
   return n;
 }
 
-template <bool kTransA, bool kTransB, GemmEpilogue kEp>
+template <int kTileN, bool kTransA, bool kTransB, GemmEpilogue kEp>
 void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, cudaStream_t stream) {
-  auto kernel = gemm_bf16_wgmma_tma_persistent<kTransA, kTransB, kEp>;
-  cuda::allow_dynamic_smem(kernel, WgmmaTile::kSmemBytes);
-  const long units = ceil_div(p.M, WgmmaTile::kBM) * ceil_div(p.N, WgmmaTile::kBN) * p.splits;
+  using Cfg = WgmmaTile<kTileN>;
+  auto kernel = gemm_bf16_wgmma_tma_persistent<kTileN, kTransA, kTransB, kEp>;
+  cuda::allow_dynamic_smem(kernel, Cfg::kSmemBytes);
+  const long units = ceil_div(p.M, Cfg::kBM) * ceil_div(p.N, Cfg::kBN) * p.splits;
   const unsigned grid = static_cast<unsigned>(units < sm_count() ? units : sm_count());
-  kernel<<<grid, WgmmaTile::kThreads, WgmmaTile::kSmemBytes, stream>>>(ta, tb, p);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(ta, tb, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -292,7 +323,7 @@ void dispatch_bool(bool v, F&& f) {
 
 bool wgmma_device_ready() {
   static const bool ready = sm90a_kernel_runs_here(
-      reinterpret_cast<const void*>(gemm_bf16_wgmma_tma_persistent<false, false, GemmEpilogue::kNone>));
+      reinterpret_cast<const void*>(gemm_bf16_wgmma_tma_persistent<128, false, false, GemmEpilogue::kNone>));
   return ready;
 }
 
@@ -301,9 +332,10 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-void gemm_bf16_wgmma(const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
-                     int splits, float* partial, const EpilogueParams<bf16>& ep, GemmEpilogue epilogue,
-                     cudaStream_t stream) {
+void gemm_bf16_wgmma(int tile_n, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b,
+                     int k_per_split, int splits, float* partial, const EpilogueParams<bf16>& ep,
+                     GemmEpilogue epilogue, cudaStream_t stream) {
+  GPT2_CHECK(tile_n == 128 || tile_n == 256, "wgmma tile width " << tile_n << " (128 or 256)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
   const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
   GPT2_CHECK(wgmma_takes(a, b, lda, ldb), "the wgmma GEMM was given operands TMA cannot describe");
@@ -312,22 +344,18 @@ void gemm_bf16_wgmma(const bf16* a, const bf16* b, int M, int N, int K, bool tra
   const CUtensorMap tb = trans_b ? make_tensor_map(b, K, N, ldb) : make_tensor_map(b, N, K, ldb);
   WgmmaParams p;
   p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
-  dispatch_bool(trans_a, [&](auto tra) {
-    dispatch_bool(trans_b, [&](auto trb) {
-      switch (epilogue) {
-        case GemmEpilogue::kNone:
-          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kNone>(ta, tb, p, stream);
-          break;
-        case GemmEpilogue::kBias:
-          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kBias>(ta, tb, p, stream);
-          break;
-        case GemmEpilogue::kBiasGelu:
-          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kBiasGelu>(ta, tb, p, stream);
-          break;
-        case GemmEpilogue::kDGelu:
-          launch_wgmma<decltype(tra)::value, decltype(trb)::value, GemmEpilogue::kDGelu>(ta, tb, p, stream);
-          break;
-      }
+  dispatch_bool(tile_n == 256, [&](auto wide) {
+    constexpr int kN = decltype(wide)::value ? 256 : 128;
+    dispatch_bool(trans_a, [&](auto tra) {
+      dispatch_bool(trans_b, [&](auto trb) {
+        constexpr bool kTa = decltype(tra)::value, kTb = decltype(trb)::value;
+        switch (epilogue) {
+          case GemmEpilogue::kNone: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kNone>(ta, tb, p, stream); break;
+          case GemmEpilogue::kBias: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kBias>(ta, tb, p, stream); break;
+          case GemmEpilogue::kBiasGelu: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, p, stream); break;
+          case GemmEpilogue::kDGelu: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, p, stream); break;
+        }
+      });
     });
   });
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -475,12 +476,20 @@ TYPED_TEST(GemmTest, Deterministic) {
 // The hand bf16 GEMM's two kernels, each forced: mma.sync (sm_80, every GPU) and wgmma + TMA (sm_90a,
 // compute capability 9.0 with a build for architecture 90; skipped elsewhere).
 
-GemmTestHooks path_hooks(kernels::GemmHandPath path, int splits = 0) {
+GemmTestHooks path_hooks(kernels::GemmHandPath path, int splits = 0, int wgmma_tile_n = 0) {
   GemmTestHooks h;
   h.hand_path = path;
   h.hand_force_splits = splits;
+  h.wgmma_tile_n = wgmma_tile_n;
   return h;
 }
+
+// The wgmma kernel's two tile widths (128x128 and 128x256): every GemmWgmma test runs both.
+struct WgmmaTile {
+  int n;
+  const char* tag;
+};
+const WgmmaTile kWgmmaTiles[] = {{128, "[wgmma 128x128] "}, {256, "[wgmma 128x256] "}};
 
 // Shapes whose every leading dimension is a multiple of 8 (TMA takes them, so the wgmma path cannot fall
 // back), none a multiple of the 128x128x64 tile; a single 8x8x8 tile (boxes mostly out of bounds); a long
@@ -512,15 +521,20 @@ class GemmWgmma : public ::testing::Test {
 
 // Every transpose combination (K-major and MN-major operands in both positions), epilogue and C +=.
 TEST_F(GemmWgmma, AllTransposesAndEpiloguesAgainstDoubleLoop) {
-  const std::vector<Variant> v = {{"[wgmma] ", path_hooks(kernels::GemmHandPath::kWgmma)}};
-  uint32_t seed = 1200;
-  for (const Shape& s : kTmaShapes) {
-    if (static_cast<double>(s.M) * s.N * s.K > 1e8) continue;  // the largest: in Gpt2LinearLayersAndPersistentTiles
-    for (int t = 0; t < 4; ++t) {
-      for (GemmEpilogue ep : kEpilogues)
-        check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
-      check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+  for (const WgmmaTile& tile : kWgmmaTiles) {
+    const std::vector<Variant> v = {{tile.tag, path_hooks(kernels::GemmHandPath::kWgmma, 0, tile.n)}};
+    uint32_t seed = 1200;
+    for (const Shape& s : kTmaShapes) {
+      if (static_cast<double>(s.M) * s.N * s.K > 1e8) continue;  // the largest: in Gpt2LinearLayersAndPersistentTiles
+      for (int t = 0; t < 4; ++t) {
+        for (GemmEpilogue ep : kEpilogues)
+          check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+        check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+      }
     }
+    // 128x256: three tiles across N, the last 8 columns wide
+    for (int t = 0; t < 4; ++t)
+      check_case<bf16>({136, 520, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false}, seed++, v);
   }
 }
 
@@ -543,27 +557,58 @@ TEST_F(GemmWgmma, PathSelectionAndFallback) {
   check_case<bf16>({136, 264, 72, true, true, GemmEpilogue::kNone, true}, 1301, v, 1);
 }
 
+// GPT2_GEMM_SM90 picks the tile (1 and 128x128: 128x128; 128x256), the test hook overrides it, and any
+// other value is an error that names the variable.
+TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
+  struct Unset {  // the later tests' contexts must not see it, whatever fails here
+    ~Unset() { unsetenv("GPT2_GEMM_SM90"); }
+  } unset;
+  struct Case {
+    const char* env;
+    bool enabled;
+    int tile_n;
+  };
+  for (const Case& c : {Case{"0", false, 128}, Case{"1", true, 128}, Case{"128x128", true, 128},
+                        Case{"128x256", true, 256}}) {
+    ASSERT_EQ(setenv("GPT2_GEMM_SM90", c.env, 1), 0);
+    GemmContext ctx(GemmBackend::kHand);
+    EXPECT_EQ(ctx.hand_wgmma_enabled(), c.enabled) << c.env;
+    EXPECT_EQ(ctx.hand_wgmma_tile_n(), c.tile_n) << c.env;
+    ctx.test_hooks().wgmma_tile_n = c.tile_n == 128 ? 256 : 128;
+    EXPECT_EQ(ctx.hand_wgmma_tile_n(), c.tile_n == 128 ? 256 : 128) << c.env;
+  }
+  ASSERT_EQ(setenv("GPT2_GEMM_SM90", "256", 1), 0);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
+  EXPECT_DEATH(GemmContext ctx(GemmBackend::kHand), "GPT2_GEMM_SM90='256'");
+}
+
 // A forced split (3: the last split short, in 64-wide K steps) through the split-K reduction's epilogues.
 TEST_F(GemmWgmma, ForcedSplitK) {
-  const std::vector<Variant> v = {{"[wgmma split 3] ", path_hooks(kernels::GemmHandPath::kWgmma, 3)}};
-  uint32_t seed = 1400;
-  for (int t = 0; t < 4; ++t) {
-    for (GemmEpilogue ep : kEpilogues)
-      check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
-    check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+  for (const WgmmaTile& tile : kWgmmaTiles) {
+    SCOPED_TRACE("split 3");
+    const std::vector<Variant> v = {{tile.tag, path_hooks(kernels::GemmHandPath::kWgmma, 3, tile.n)}};
+    uint32_t seed = 1400;
+    for (int t = 0; t < 4; ++t) {
+      for (GemmEpilogue ep : kEpilogues)
+        check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+      check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+    }
   }
 }
 
 // GPT-2 124M's linear layers forward and backward (dinp, dinp*gelu', dw += with split-K at 4096 rows)
 // against the CPU reference, and more tiles than SMs (persistent blocks loop over tiles).
 TEST_F(GemmWgmma, Gpt2LinearLayersAndPersistentTiles) {
-  const GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma);
-  check_linear<bf16>(GemmBackend::kHand, 256, kC, 3 * kC, false, 1500, h);
-  check_linear<bf16>(GemmBackend::kHand, 256, kC, 4 * kC, true, 1510, h);
-  check_linear<bf16>(GemmBackend::kHand, 4096, kC, kC, false, 1520, h);
-  const std::vector<Variant> v = {{"[wgmma] ", h}};
-  check_case<bf16>({1160, 1288, 200, false, false, GemmEpilogue::kBiasGelu, false}, 1530, v);
-  check_case<bf16>({1160, 1288, 200, true, false, GemmEpilogue::kNone, true}, 1531, v);
+  for (const WgmmaTile& tile : kWgmmaTiles) {
+    SCOPED_TRACE(tile.tag);
+    const GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma, 0, tile.n);
+    check_linear<bf16>(GemmBackend::kHand, 256, kC, 3 * kC, false, 1500, h);
+    check_linear<bf16>(GemmBackend::kHand, 256, kC, 4 * kC, true, 1510, h);
+    check_linear<bf16>(GemmBackend::kHand, 4096, kC, kC, false, 1520, h);
+    const std::vector<Variant> v = {{tile.tag, h}};
+    check_case<bf16>({1160, 1288, 200, false, false, GemmEpilogue::kBiasGelu, false}, 1530, v);
+    check_case<bf16>({1160, 1288, 200, true, false, GemmEpilogue::kNone, true}, 1531, v);
+  }
 }
 
 // Same inputs, same bits on the wgmma path too (split-K weight gradient and a forward product).
@@ -573,11 +618,13 @@ TEST_F(GemmWgmma, Deterministic) {
              dout = rnd_t<bf16>(static_cast<size_t>(rows) * kC, 1601),
              dw0 = rnd_t<bf16>(static_cast<size_t>(kC) * kC, 1602);
   GemmContext ctx(GemmBackend::kHand);
-  ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma);
-  std::vector<float> runs[2];
-  for (auto& r : runs)
-    r = gpu_gemm<bf16>(ctx, dw0, inp, dout, nullptr, nullptr, kC, kC, rows, true, false, true, GemmEpilogue::kNone);
-  EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0);
+  for (const WgmmaTile& tile : kWgmmaTiles) {
+    ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma, 0, tile.n);
+    std::vector<float> runs[2];
+    for (auto& r : runs)
+      r = gpu_gemm<bf16>(ctx, dw0, inp, dout, nullptr, nullptr, kC, kC, rows, true, false, true, GemmEpilogue::kNone);
+    EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0) << tile.tag;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

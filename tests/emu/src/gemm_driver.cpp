@@ -4,6 +4,7 @@
 // finishes split-K with the reduction gemm_splitk_reduce_epilogue performs (sum of the splits in order,
 // then the repository's apply_epilogue4), and compares C (and aux) with a double-precision loop at
 // tests/gpu/test_gemm.cpp's bf16 tolerance: max|gpu-ref| <= 2*max|naive_bf16-ref| + max|ref|/512.
+// Every case runs with 128x128 tiles, then with 128x256 tiles (--tile-n 128 or 256: one width only).
 #include "emu/prelude.h"
 
 #include <algorithm>
@@ -66,11 +67,12 @@ struct Case {
   bool ta, tb;
   GemmEpilogue ep;
   bool acc;
-  int splits = 1;  // forced split-K factor (GemmTestHooks::hand_force_splits)
+  int splits = 1;    // forced split-K factor (GemmTestHooks::hand_force_splits)
+  int tile_n = 128;  // the wgmma kernel's tiles: 128x128 or 128x256
   std::string str() const {
     char b[160];
-    snprintf(b, sizeof b, "M=%d N=%d K=%d%s%s ep=%s%s split=%d", M, N, K, ta ? " A^T" : "", tb ? " B^T" : "",
-             ep_name(ep), acc ? " C+=" : "", splits);
+    snprintf(b, sizeof b, "128x%d M=%d N=%d K=%d%s%s ep=%s%s split=%d", tile_n, M, N, K, ta ? " A^T" : "",
+             tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits);
     return b;
   }
 };
@@ -240,7 +242,7 @@ Result run_case(const Case& g, uint32_t seed) {
   const int k_per_split = static_cast<int>(gpt2::cuda::ceil_div(gpt2::cuda::ceil_div(g.K, splits), gd::kWgmmaBK) * gd::kWgmmaBK);
   const int used = static_cast<int>(gpt2::cuda::ceil_div(g.K, k_per_split));
   Dev<float> ws(std::vector<float>(used > 1 ? static_cast<size_t>(used) * mn : 0, kNaN), kNaN);
-  gd::gemm_bf16_wgmma(a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
+  gd::gemm_bf16_wgmma(g.tile_n, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
                       used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep, nullptr);
   long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
                (used > 1 ? ws.guard_writes(kNaN) : 0);
@@ -267,7 +269,7 @@ Result run_case(const Case& g, uint32_t seed) {
           ++bad;
           if (shown++ < 12)
             printf("  bad C[%d][%d] = %g (ref %g) tile (%d,%d) local (%d,%d)\n", i, j, gc[idx], ref.c[idx], i / 128,
-                   j / 128, i % 128, j % 128);
+                   j / g.tile_n, i % 128, j % g.tile_n);
         }
       }
     printf("  %ld bad elements of %zu\n", bad, mn);
@@ -293,6 +295,10 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "--stop-on-fail")) stop = true;
     if (!strcmp(argv[i], "--gpt2")) gpt2 = true;
   }
+  // Every case runs with both tile widths unless --tile-n names one.
+  std::vector<int> tile_ns = {128, 256};
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!strcmp(argv[i], "--tile-n")) tile_ns = {atoi(argv[i + 1])};
   const GemmEpilogue eps[] = {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasGelu, GemmEpilogue::kDGelu};
   std::vector<Case> cases;
   auto all_eps = [&](int M, int N, int K, int t, int splits) {
@@ -328,6 +334,8 @@ int main(int argc, char** argv) {
       cases.push_back({8, 8, 8, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 1});
     }
     for (int t = 0; t < 4; ++t) all_eps(200, 136, 392, t, 3);    // GemmWgmma.ForcedSplitK: 12 units on 3 blocks
+    for (int t = 0; t < 4; ++t)                                  // 3 tiles of 128x256 across N, the last 8 wide
+      cases.push_back({136, 520, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
     for (int t = 0; t < 4; ++t) {                                // 9 tiles on 3 blocks: the ring runs across tiles
       cases.push_back({296, 264, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
       cases.push_back({296, 264, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 1});
@@ -338,9 +346,15 @@ int main(int argc, char** argv) {
     cases.push_back({72, 104, 1032, true, false, GemmEpilogue::kNone, true, 4});    // dw-like: A^T, split 4
     cases.push_back({72, 104, 1032, true, true, GemmEpilogue::kBias, false, 4});
   }
+  std::vector<Case> runs;
+  for (int tn : tile_ns)
+    for (Case c : cases) {
+      c.tile_n = tn;
+      runs.push_back(c);
+    }
   int fails = 0, n = 0;
   uint32_t seed = 1200;
-  for (const Case& g : cases) {
+  for (const Case& g : runs) {
     // Each case in a child process, so that an emulator error (which ends the process) fails that case only.
     fflush(stdout);
     fflush(stderr);

@@ -5,9 +5,10 @@
 // TFLOP/s counts 2*M*N*K per product. Target: hand >= 80% of cuBLASLt on each (H100 SXM dense bf16 peak
 // is ~989 TFLOP/s; cuBLASLt reaches ~600-750 on these shapes).
 //   build/bin/bench_gpu_kernels --benchmark_filter='Gemm'
-// Names: Gemm/bf16/<hand|hand_wgmma|cublaslt>/<layer>/<fwd|dinp|dw>/BT:<rows>; hand is mma.sync (the
-// hand backend's default), hand_wgmma its opt-in Hopper kernel (GPT2_GEMM_SM90=1; an error row where the
-// device is not compute capability 9.0 or the operands are not TMA-describable).
+// Names: Gemm/bf16/<hand|hand_wgmma|hand_wgmma256|cublaslt>/<layer>/<fwd|dinp|dw>/BT:<rows>; hand is
+// mma.sync (the hand backend's default), hand_wgmma its opt-in Hopper kernel with 128x128 tiles
+// (GPT2_GEMM_SM90=1) and hand_wgmma256 with 128x256 tiles (GPT2_GEMM_SM90=128x256); an error row where
+// the device is not compute capability 9.0 or the operands are not TMA-describable.
 // The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
 // and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
@@ -106,7 +107,9 @@ Product product_for(const Layer& l, Pass p, int rows) {
   return {};
 }
 
-void BM_Gemm(benchmark::State& state, k::GemmBackend be, bool wgmma, Layer layer, Pass pass, int rows) {
+// wgmma_tile_n: 0 for the backend's default kernel, 128 or 256 for the hand wgmma kernel with those tiles.
+void BM_Gemm(benchmark::State& state, k::GemmBackend be, int wgmma_tile_n, Layer layer, Pass pass, int rows) {
+  const bool wgmma = wgmma_tile_n != 0;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
     return;
@@ -122,8 +125,9 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, bool wgmma, Layer layer
   if (be == k::GemmBackend::kHand) state.counters["splits"] = k::gemm_hand_splits<bf16>(ctx, p.M, p.N, p.K);
   if (wgmma) {
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
+    ctx.test_hooks().wgmma_tile_n = wgmma_tile_n;
     if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
-      ctx.test_hooks().hand_path = k::GemmHandPath::kAuto;
+      ctx.test_hooks() = k::GemmTestHooks{};
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
       return;
     }
@@ -135,7 +139,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, bool wgmma, Layer layer
                            has_aux ? aux.data() : nullptr, p.M, p.N, p.K, p.trans_a, p.trans_b, p.accumulate, p.ep, s);
       },
       2.0 * p.M * p.N * p.K, 0);
-  ctx.test_hooks().hand_path = k::GemmHandPath::kAuto;
+  ctx.test_hooks() = k::GemmTestHooks{};
 }
 
 void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused, Layer layer, int rows) {
@@ -182,12 +186,13 @@ const bool kRegistered = [] {
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers)
       for (Pass pass : {Pass::kFwd, Pass::kDinp, Pass::kDw})
-        for (int v = 0; v < 3; ++v) {
-          const k::GemmBackend be = v == 2 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
-          const bool wgmma = v == 1;
-          const std::string name = std::string("Gemm/bf16/") + (wgmma ? "hand_wgmma" : name_of(be)) + "/" + l.name +
-                                   "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
-          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wgmma, l, pass, rows)
+        for (int v = 0; v < 4; ++v) {
+          const k::GemmBackend be = v == 3 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
+          const int tile_n = v == 1 ? 128 : v == 2 ? 256 : 0;
+          const std::string kernel = tile_n == 128 ? "hand_wgmma" : tile_n == 256 ? "hand_wgmma256" : name_of(be);
+          const std::string name =
+              "Gemm/bf16/" + kernel + "/" + l.name + "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, tile_n, l, pass, rows)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
         }

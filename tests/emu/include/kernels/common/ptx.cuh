@@ -120,6 +120,10 @@ template <int kTransA, int kTransB>
 inline void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   emu::wgmma_ss(128, d, desc_a, desc_b, kTransA, kTransB, scale_d);
 }
+template <int kTransA, int kTransB>
+inline void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  emu::wgmma_ss(256, d, desc_a, desc_b, kTransA, kTransB, scale_d);
+}
 template <int kTransB>
 inline void wgmma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
   emu::wgmma_rs(64, d, a, desc_b, kTransB, scale_d);
