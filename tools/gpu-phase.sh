@@ -210,7 +210,7 @@ phase_A() {
   # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU) in processes of their
   # own: a kernel that traps (a barrier wait that never completes traps after ~10 s) leaves the CUDA
   # context unusable for the rest of its process.
-  step kernels_gemm_wgmma 150 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
+  step kernels_gemm_wgmma 300 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
   step kernels_attention_wgmma 240 "== CPU and mma.sync" gtest test_gpu_attention \
     --gtest_filter='AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
   step model_step_vs_cpu 300 "loss 1e-5, grads 1e-4" gtest test_gpu_model
@@ -241,7 +241,7 @@ phase_A() {
     # ... and its shared-memory races: the named barriers around dS^T, which the CPU emulator cannot check
     gpu_step racecheck_attention_wgmma_bwd 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
       --gtest_filter='AttentionWgmmaBackward.TwoKeyTilesMatchCpu'
-    gpu_step synccheck_gemm_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_gemm" \
+    gpu_step synccheck_gemm_wgmma 300 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_gemm" \
       --gtest_filter='GemmWgmma.ForcedSplitK'
     # the 5-product backward: four warps share the dS^T tile in shared memory each turn
     gpu_step racecheck_attention_accumulate_dq 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \

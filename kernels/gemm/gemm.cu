@@ -611,21 +611,37 @@ struct HandTile<bf16> {
   static constexpr double kSustainedTflops = 600;  // mma.sync on H100
 };
 
-// The split factor with the least modelled time; ties keep the smaller split.
+// What the split-K model knows of a kernel: its output tile and K step, the blocks resident per SM, and
+// the throughput it sustains with every slot busy.
+struct SplitModel {
+  int bm, bn, bk, blocks_per_sm;
+  double sustained_tflops;
+};
 template <class T>
-int choose_splits(int M, int N, int K, size_t ws_bytes) {
+SplitModel hand_split_model() {
   using H = HandTile<T>;
-  const double tiles = static_cast<double>(ceil_div(M, H::kBM) * ceil_div(N, H::kBN));
-  const double slots = static_cast<double>(kSplitModelSms) * H::kBlocksPerSm;
+  return {H::kBM, H::kBN, H::kBK, H::kBlocksPerSm, H::kSustainedTflops};
+}
+// The wgmma kernel: one persistent block per SM over 128 x tile_n tiles in K steps of 64 (its units run
+// in waves of the SM count just as separate blocks would); 700 TFLOP/s, a guess until a GPU measures it.
+SplitModel wgmma_split_model(int tile_n) { return {128, tile_n, 64, 1, 700}; }
+#if defined(GPT2_HAVE_SM90A)
+static_assert(gemm_detail::kWgmmaBK == 64, "wgmma_split_model's K step");
+#endif
+
+// The split factor with the least modelled time; ties keep the smaller split.
+int choose_splits(const SplitModel& m, int M, int N, int K, size_t ws_bytes) {
+  const double tiles = static_cast<double>(ceil_div(M, m.bm) * ceil_div(N, m.bn));
+  const double slots = static_cast<double>(kSplitModelSms) * m.blocks_per_sm;
   // ns for one block to advance one unit of K when every slot is busy.
-  const double block_k_ns = 2.0 * H::kBM * H::kBN / (H::kSustainedTflops * 1e3 / slots);
+  const double block_k_ns = 2.0 * m.bm * m.bn / (m.sustained_tflops * 1e3 / slots);
   const double mn_bytes = static_cast<double>(M) * N * sizeof(float);
   int best_s = 1;
   double best = 0;
   for (int s = 1; s <= kMaxSplits; ++s) {
     if (s > 1 && (K / s < kSplitMinK || s * mn_bytes > static_cast<double>(ws_bytes))) break;
     const double waves = std::ceil(tiles * s / slots);
-    const double k_per_split = static_cast<double>(ceil_div(ceil_div(K, s), H::kBK) * H::kBK);
+    const double k_per_split = static_cast<double>(ceil_div(ceil_div(K, s), m.bk) * m.bk);
     const double t = waves * k_per_split * block_k_ns + (s > 1 ? 2.0 * s * mn_bytes / kSplitModelHbmBytesPerNs : 0.0);
     if (s == 1 || t < best * (1.0 - 1e-9)) {
       best = t;
@@ -706,11 +722,11 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   epp.vec4 = N % 4 == 0 && aligned_to(c, vec_bytes) && (bias == nullptr || aligned_to(bias, vec_bytes)) &&
              (aux == nullptr || aligned_to(aux, vec_bytes));
 
-  const int splits = gemm_hand_splits<T>(ctx, M, N, K);
-  int k_per_split = 0, used = 1;
   bool wgmma = false;
   if constexpr (std::is_same_v<T, bf16>)
     wgmma = choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b) == GemmHandPath::kWgmma;
+  const int splits = gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync);
+  int k_per_split = 0, used = 1;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
   GPT2_CHECK(dbias == nullptr || (!wgmma && !trans_b), "fused bias gradient: the mma.sync or SIMT kernel, B not transposed");
   if constexpr (std::is_same_v<T, bf16>)
@@ -815,7 +831,7 @@ GemmContext::~GemmContext() {
 }
 
 template <class T>
-int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K) {
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path) {
   if (ctx.backend() != GemmBackend::kHand || M <= 0 || N <= 0 || K <= 0) return 1;
   const int forced = ctx.test_hooks().hand_force_splits;
   if (forced > 0) {
@@ -823,7 +839,9 @@ int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K) {
                "forced split-K factor " << forced << " needs more than the workspace for M=" << M << " N=" << N);
     return forced;
   }
-  return choose_splits<T>(M, N, K, ctx.splitk_workspace_bytes());
+  GPT2_CHECK(path != GemmHandPath::kWgmma || (std::is_same_v<T, bf16>), "the wgmma GEMM is bf16 only");
+  const SplitModel model = path == GemmHandPath::kWgmma ? wgmma_split_model(ctx.hand_wgmma_tile_n()) : hand_split_model<T>();
+  return choose_splits(model, M, N, K, ctx.splitk_workspace_bytes());
 }
 
 template <class T>
@@ -918,7 +936,7 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
 #define GPT2_GEMM_INSTANTIATE(T)                                                                                  \
   template void gemm_cuda<T>(GemmContext&, T*, const T*, const T*, const T*, T*, int, int, int, bool, bool, bool, \
                              GemmEpilogue, cudaStream_t);                                                         \
-  template int gemm_hand_splits<T>(const GemmContext&, int, int, int);                                            \
+  template int gemm_hand_splits<T>(const GemmContext&, int, int, int, GemmHandPath);                              \
   template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);                               \
   template bool weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
 GPT2_GEMM_INSTANTIATE(float)

@@ -114,10 +114,11 @@ template <class T>
 void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
                bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
 
-// The split-K factor the hand backend uses for this shape and storage type (1 = no split). For tests
-// and benchmarks: it depends on (M, N, K, T) and the fixed workspace size only.
+// The split-K factor the hand backend uses for this shape and storage type (1 = no split) on the mma.sync
+// (or SIMT) kernel, or on the wgmma kernel with the context's tile width (path kWgmma, bf16 only). For
+// tests and benchmarks: it depends on (M, N, K, T, path, tile width) and the fixed workspace size only.
 template <class T>
-int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K);
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path = GemmHandPath::kMmaSync);
 
 // The bf16 kernel gemm_cuda would run for these operands with ctx's backend and hooks: kMmaSync or
 // kWgmma (never kAuto); kMmaSync for the cuBLASLt backend too (it runs neither). For tests and logs.

@@ -65,7 +65,9 @@ template <int kTileN>
 struct WgmmaTile {
   // 128 x kTileN per unit, K in steps of 64: two consumer warpgroups of m64n<kTileN>, kTileN / 2 fp32
   // accumulators per thread (64 or 128), within the 168 registers that 384 threads at one block per SM
-  // allow (ptxas -v: no spills).
+  // allow (ptxas -v: no spills). The 128x256 tile uses 166-168 of them: no headroom. If a change makes it
+  // spill, give the consumers more with setmaxnreg (CUTLASS: producer 40, consumers 232), which needs
+  // their barrier waits untimed and a watchdog, as attention_bwd_sm90.cu does (ptx.cuh says why).
   static constexpr int kBM = 128, kBN = kTileN, kBK = kWgmmaBK;
   static constexpr int kConsumers = 2;
   static constexpr int kWarpgroupThreads = 128;

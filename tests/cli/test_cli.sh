@@ -150,7 +150,13 @@ rm -rf "$work/pre"
 mpiexec -n 2 "$bin/gpt2-train" --config configs/ci.ini --max-steps 100000 --log-every 100000 --out "$work/pre" \
   > "$work/pre.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q "step .*1/100000" "$work/pre.log" 2>/dev/null && break; sleep 0.2; done
+# Until the first step (a loaded CI machine, or the sanitizer tier, can take far longer than 20 s to start),
+# or until the job has ended: a signal before the first step would test something else.
+for _ in $(seq 600); do
+  grep -q "step .*1/100000" "$work/pre.log" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.2
+done
 sleep 1
 kill -USR1 "$pid"
 timeout 60 tail --pid="$pid" -f /dev/null; wait "$pid"; rc=$?

@@ -121,6 +121,9 @@ for v in "EMU_SMEM_OFFSET=0" "EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_SMEM_OFFSET=10
 done
 check attention_bwd_quick "$out/emu_attention_bwd" --quick
 check attention_bwd_test_shapes "$out/emu_attention_bwd" --test-shapes
+# Key tile 1 waits seconds for key tile 0's dQ turns while the grid advances: not a deadlock, even with a
+# 5 s bound (a per-wait bound failed this at 4 s on an idle machine, and CI at 20 s).
+check "attention_bwd_test_shapes EMU_TIMEOUT_S=5" env EMU_TIMEOUT_S=5 "$out/emu_attention_bwd" --test-shapes
 for v in "EMU_CONCURRENT_BLOCKS=1 EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_CONCURRENT_BLOCKS=2 EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
          "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
   check "attention_bwd_quick $v" env $v "$out/emu_attention_bwd" --quick

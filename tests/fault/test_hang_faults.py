@@ -17,7 +17,8 @@ from faultlib import Failure
 
 BIN, WORK, MPIEXEC = sys.argv[1], sys.argv[2], sys.argv[3]
 TIMEOUT_S = 10  # as issue 11 reproduced it
-MARGIN_S = 15  # launch, the side-channel grace (< 2 s) and mpirun tearing the job down
+MARGIN_S = 50  # launch, the side-channel grace (< 2 s) and mpirun tearing the job down (about 3 s idle;
+#              # a loaded 2-core CI machine stretches it, and the message already proves the 10 s bound)
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--vocab-size", "256", "--max-seq-len", "32",
         "--seq-len", "16", "--micro-batch", "2", "--benchmark", "--log-every", "1", "--threads", "1"]
 

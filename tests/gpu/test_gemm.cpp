@@ -519,23 +519,29 @@ class GemmWgmma : public ::testing::Test {
   }
 };
 
+// Both tile widths, as two variants of each case: one CPU reference serves both.
+std::vector<Variant> wgmma_tile_variants(int splits = 0) {
+  std::vector<Variant> v;
+  for (const WgmmaTile& tile : kWgmmaTiles)
+    v.push_back({tile.tag, path_hooks(kernels::GemmHandPath::kWgmma, splits, tile.n)});
+  return v;
+}
+
 // Every transpose combination (K-major and MN-major operands in both positions), epilogue and C +=.
 TEST_F(GemmWgmma, AllTransposesAndEpiloguesAgainstDoubleLoop) {
-  for (const WgmmaTile& tile : kWgmmaTiles) {
-    const std::vector<Variant> v = {{tile.tag, path_hooks(kernels::GemmHandPath::kWgmma, 0, tile.n)}};
-    uint32_t seed = 1200;
-    for (const Shape& s : kTmaShapes) {
-      if (static_cast<double>(s.M) * s.N * s.K > 1e8) continue;  // the largest: in Gpt2LinearLayersAndPersistentTiles
-      for (int t = 0; t < 4; ++t) {
-        for (GemmEpilogue ep : kEpilogues)
-          check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
-        check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
-      }
+  const std::vector<Variant> v = wgmma_tile_variants();
+  uint32_t seed = 1200;
+  for (const Shape& s : kTmaShapes) {
+    if (static_cast<double>(s.M) * s.N * s.K > 1e8) continue;  // the largest: in Gpt2LinearLayersAndPersistentTiles
+    for (int t = 0; t < 4; ++t) {
+      for (GemmEpilogue ep : kEpilogues)
+        check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+      check_case<bf16>({s.M, s.N, s.K, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
     }
-    // 128x256: three tiles across N, the last 8 columns wide
-    for (int t = 0; t < 4; ++t)
-      check_case<bf16>({136, 520, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false}, seed++, v);
   }
+  // 128x256: three tiles across N, the last 8 columns wide
+  for (int t = 0; t < 4; ++t)
+    check_case<bf16>({136, 520, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false}, seed++, v);
 }
 
 // The forced path really is wgmma for TMA-friendly operands, and mma.sync (the fallback) for a base one
@@ -560,9 +566,12 @@ TEST_F(GemmWgmma, PathSelectionAndFallback) {
 // GPT2_GEMM_SM90 picks the tile (1 and 128x128: 128x128; 128x256), the test hook overrides it, and any
 // other value is an error that names the variable.
 TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
-  struct Unset {  // the later tests' contexts must not see it, whatever fails here
-    ~Unset() { unsetenv("GPT2_GEMM_SM90"); }
-  } unset;
+  struct Restore {  // the later tests' contexts see the caller's value again, whatever fails here
+    const char* v = std::getenv("GPT2_GEMM_SM90");
+    std::string saved = v != nullptr ? v : "";
+    bool was_set = v != nullptr;
+    ~Restore() { was_set ? setenv("GPT2_GEMM_SM90", saved.c_str(), 1) : unsetenv("GPT2_GEMM_SM90"); }
+  } restore;
   struct Case {
     const char* env;
     bool enabled;
@@ -584,15 +593,13 @@ TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
 
 // A forced split (3: the last split short, in 64-wide K steps) through the split-K reduction's epilogues.
 TEST_F(GemmWgmma, ForcedSplitK) {
-  for (const WgmmaTile& tile : kWgmmaTiles) {
-    SCOPED_TRACE("split 3");
-    const std::vector<Variant> v = {{tile.tag, path_hooks(kernels::GemmHandPath::kWgmma, 3, tile.n)}};
-    uint32_t seed = 1400;
-    for (int t = 0; t < 4; ++t) {
-      for (GemmEpilogue ep : kEpilogues)
-        check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
-      check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
-    }
+  SCOPED_TRACE("split 3");
+  const std::vector<Variant> v = wgmma_tile_variants(3);
+  uint32_t seed = 1400;
+  for (int t = 0; t < 4; ++t) {
+    for (GemmEpilogue ep : kEpilogues)
+      check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+    check_case<bf16>({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
   }
 }
 

@@ -99,7 +99,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock,cred_expire=10
+AuthInfo=socket=$sock,cred_expire=30
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/run/slurmctld.pid
@@ -124,7 +124,7 @@ SlurmctldTimeout=60
 SlurmdTimeout=60
 MessageTimeout=10
 InactiveLimit=0
-KillWait=5
+KillWait=15
 MinJobAge=600
 Waittime=0
 AccountingStorageType=accounting_storage/none

@@ -199,7 +199,12 @@ Block& blk() {
 // past the 20 s a per-wait bound allowed.
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 std::atomic<int64_t> g_last_progress_ns{0};
-void progress() { g_last_progress_ns.store(now_ns(), std::memory_order_relaxed); }
+void progress() {  // moves the clock forward only: a thread preempted after reading the time must not set it back
+  const int64_t t = now_ns();
+  int64_t seen = g_last_progress_ns.load(std::memory_order_relaxed);
+  while (seen < t && !g_last_progress_ns.compare_exchange_weak(seen, t, std::memory_order_relaxed)) {
+  }
+}
 int64_t timeout_ns() { return static_cast<int64_t>(config().timeout_s) * 1'000'000'000; }
 
 template <class Pred>
@@ -1073,7 +1078,12 @@ int spin_load_acquire(const int* flag) {
     if (static_cast<int64_t>(stalled_ns(since)) > timeout_ns())
       fail("deadlock: a spin on the global flag %p has read %d while the whole grid made no progress for %u s",
            static_cast<const void*>(flag), v, config().timeout_s);
-    std::this_thread::yield();
+    // Backs off after 1 ms: a dozen threads spinning with yield() took CPU time from the 2 cores that the
+    // blocks they wait for need.
+    if (now_ns() - since > 1'000'000)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    else
+      std::this_thread::yield();
   }
   return v;
 }

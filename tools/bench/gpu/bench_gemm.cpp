@@ -122,7 +122,6 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, int wgmma_tile_n, Layer
   const bool has_aux = p.ep == k::GemmEpilogue::kBiasGelu || p.ep == k::GemmEpilogue::kDGelu;
   auto bias = random_device(has_bias ? p.N : 0, 4), aux = random_device(has_aux ? mn : 0, 5);
   k::GemmContext& ctx = context(be);
-  if (be == k::GemmBackend::kHand) state.counters["splits"] = k::gemm_hand_splits<bf16>(ctx, p.M, p.N, p.K);
   if (wgmma) {
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
     ctx.test_hooks().wgmma_tile_n = wgmma_tile_n;
@@ -132,6 +131,9 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, int wgmma_tile_n, Layer
       return;
     }
   }
+  if (be == k::GemmBackend::kHand)
+    state.counters["splits"] = k::gemm_hand_splits<bf16>(ctx, p.M, p.N, p.K,
+                                                         wgmma ? k::GemmHandPath::kWgmma : k::GemmHandPath::kMmaSync);
   gpt2::bench::time_launches(
       state,
       [&](cudaStream_t s) {
