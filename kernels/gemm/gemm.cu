@@ -622,9 +622,12 @@ SplitModel hand_split_model() {
   using H = HandTile<T>;
   return {H::kBM, H::kBN, H::kBK, H::kBlocksPerSm, H::kSustainedTflops};
 }
-// The wgmma kernel: one persistent block per SM over 128 x tile_n tiles in K steps of 64 (its units run
-// in waves of the SM count just as separate blocks would); 700 TFLOP/s, a guess until a GPU measures it.
-SplitModel wgmma_split_model(int tile_n) { return {128, tile_n, 64, 1, 700}; }
+// The wgmma kernel: one persistent block per SM over 128 x N tiles in K steps of 64 (its units run in
+// waves of the SM count just as separate blocks would; ping-pong's two warpgroups share the SM);
+// 700 TFLOP/s, a guess until a GPU measures it.
+SplitModel wgmma_split_model(GemmWgmmaKernel k) {
+  return {128, k == GemmWgmmaKernel::k128x256 ? 256 : 128, 64, 1, 700};
+}
 #if defined(GPT2_HAVE_SM90A)
 static_assert(gemm_detail::kWgmmaBK == 64, "wgmma_split_model's K step");
 #endif
@@ -738,7 +741,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       // The same split factor, with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
-      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_tile_n(), a, b, M, N, K, trans_a, trans_b, k_per_split, used,
+      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), a, b, M, N, K, trans_a, trans_b, k_per_split, used,
                                    used > 1 ? ctx.splitk_workspace() : nullptr, epp,
                                    used > 1 ? GemmEpilogue::kNone : ep, stream);
     }
@@ -809,22 +812,26 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md).
     const char* env = std::getenv("GPT2_GEMM_SM90");
     const std::string choice = env != nullptr ? env : "";
-    const int tile_n = choice == "1" || choice == "128x128" ? 128 : choice == "128x256" ? 256 : 0;
-    GPT2_CHECK(choice.empty() || choice == "0" || tile_n != 0,
+    GemmWgmmaKernel kernel = GemmWgmmaKernel::kDefault;
+    for (GemmWgmmaKernel k :
+         {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x256, GemmWgmmaKernel::k128x128PingPong})
+      if (choice == gemm_wgmma_kernel_name(k)) kernel = k;
+    if (choice == "1") kernel = GemmWgmmaKernel::k128x128;
+    GPT2_CHECK(choice.empty() || choice == "0" || kernel != GemmWgmmaKernel::kDefault,
                "GPT2_GEMM_SM90='" << choice
-                                  << "': use 1 or 128x128 (the wgmma kernel on compute capability 9.0, 128x128 "
-                                     "tiles), 128x256 (its wide tiles) or 0");
-    hand_wgmma_tile_n_ = gemm_hand_wgmma_available() ? tile_n : 0;
+                                  << "': use 1 or 128x128 (the wgmma kernel on compute capability 9.0), 128x256 "
+                                     "(its wide tiles), 128x128-pingpong (its ping-pong schedule) or 0");
+    hand_wgmma_kernel_ = gemm_hand_wgmma_available() ? kernel : GemmWgmmaKernel::kDefault;
   } else {
     lt_.reset(detail::create_cublaslt_state());
   }
 }
 
-int GemmContext::hand_wgmma_tile_n() const {
-  const int forced = hooks_.wgmma_tile_n;
-  GPT2_CHECK(forced == 0 || forced == 128 || forced == 256, "wgmma_tile_n test hook " << forced << " (128 or 256)");
-  return forced != 0 ? forced : hand_wgmma_tile_n_ != 0 ? hand_wgmma_tile_n_ : 128;
+GemmWgmmaKernel GemmContext::hand_wgmma_kernel() const {
+  if (hooks_.wgmma_kernel != GemmWgmmaKernel::kDefault) return hooks_.wgmma_kernel;
+  return hand_wgmma_kernel_ != GemmWgmmaKernel::kDefault ? hand_wgmma_kernel_ : GemmWgmmaKernel::k128x128;
 }
+
 
 GemmContext::~GemmContext() {
   if (splitk_ws_) cudaFree(splitk_ws_);  // no CHECK: destructors may run while a fatal error unwinds
@@ -840,7 +847,7 @@ int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath p
     return forced;
   }
   GPT2_CHECK(path != GemmHandPath::kWgmma || (std::is_same_v<T, bf16>), "the wgmma GEMM is bf16 only");
-  const SplitModel model = path == GemmHandPath::kWgmma ? wgmma_split_model(ctx.hand_wgmma_tile_n()) : hand_split_model<T>();
+  const SplitModel model = path == GemmHandPath::kWgmma ? wgmma_split_model(ctx.hand_wgmma_kernel()) : hand_split_model<T>();
   return choose_splits(model, M, N, K, ctx.splitk_workspace_bytes());
 }
 

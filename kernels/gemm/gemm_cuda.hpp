@@ -40,6 +40,23 @@ enum class GemmEpilogue {
 //             (gemm_hand_wgmma_available()).
 enum class GemmHandPath { kAuto, kMmaSync, kWgmma };
 
+// The wgmma kernel's tiles and schedule (gemm_sm90.cu); GPT2_GEMM_SM90 names one.
+//   k128x128 ("1" or "128x128"): both consumer warpgroups work on each 128x128 tile, 64 rows each;
+//   k128x256 ("128x256"): the same on 128x256 tiles;
+//   k128x128PingPong ("128x128-pingpong"): each consumer warpgroup takes every other 128x128 tile whole,
+//     so one's epilogue runs while the other's products do.
+//   kDefault: the context's choice (test hooks only).
+enum class GemmWgmmaKernel { kDefault, k128x128, k128x256, k128x128PingPong };
+inline const char* gemm_wgmma_kernel_name(GemmWgmmaKernel k) {
+  switch (k) {
+    case GemmWgmmaKernel::k128x128: return "128x128";
+    case GemmWgmmaKernel::k128x256: return "128x256";
+    case GemmWgmmaKernel::k128x128PingPong: return "128x128-pingpong";
+    case GemmWgmmaKernel::kDefault: break;
+  }
+  return "default";
+}
+
 // Switches that force the paths ordinary shapes do not take, so each fallback has a test. All off by
 // default; the model never touches them.
 struct GemmTestHooks {
@@ -47,7 +64,7 @@ struct GemmTestHooks {
   int hand_force_splits = 0;                     // hand: this split-K factor (> 0) instead of the shape rule
   bool lt_force_unfused_epilogue = false;        // cuBLASLt: plain matmul + our elementwise epilogue
   GemmHandPath hand_path = GemmHandPath::kAuto;  // hand bf16: which kernel (see GemmHandPath)
-  int wgmma_tile_n = 0;                          // wgmma kernel: 128x128 or 128x256 tiles (0: the context's)
+  GemmWgmmaKernel wgmma_kernel = GemmWgmmaKernel::kDefault;  // the wgmma kernel's tiles and schedule
   bool unfused_bias_grad = false;                // weight_bias_grad_cuda as GEMM + bias_backward_cuda
 };
 
@@ -81,11 +98,11 @@ class GemmContext {
   detail::CublasLtState* cublaslt() const { return lt_.get(); }
 
   // Hand backend on sm_90: the wgmma kernel is the default bf16 path. Off unless the environment has
-  // GPT2_GEMM_SM90 = 1 or 128x128 (128x128 tiles) or 128x256, and gemm_hand_wgmma_available(): the kernel
-  // has not been verified on a GPU yet (docs/performance.md), so mma.sync stays the default everywhere.
-  bool hand_wgmma_enabled() const { return hand_wgmma_tile_n_ != 0; }
-  // The wgmma kernel's tile width: 128 or 256 (GemmTestHooks::wgmma_tile_n, else GPT2_GEMM_SM90's, else 128).
-  int hand_wgmma_tile_n() const;
+  // GPT2_GEMM_SM90 set to one of GemmWgmmaKernel's names and gemm_hand_wgmma_available(): the kernel has
+  // not been verified on a GPU yet (docs/performance.md), so mma.sync stays the default everywhere.
+  bool hand_wgmma_enabled() const { return hand_wgmma_kernel_ != GemmWgmmaKernel::kDefault; }
+  // The wgmma kernel to run, never kDefault: GemmTestHooks::wgmma_kernel, else GPT2_GEMM_SM90's, else 128x128.
+  GemmWgmmaKernel hand_wgmma_kernel() const;
 
   GemmTestHooks& test_hooks() { return hooks_; }
   const GemmTestHooks& test_hooks() const { return hooks_; }
@@ -94,7 +111,7 @@ class GemmContext {
   GemmBackend backend_;
   float* splitk_ws_ = nullptr;
   size_t splitk_ws_bytes_ = 0;
-  int hand_wgmma_tile_n_ = 0;  // GPT2_GEMM_SM90's tile width; 0: the wgmma kernel is not enabled
+  GemmWgmmaKernel hand_wgmma_kernel_ = GemmWgmmaKernel::kDefault;  // GPT2_GEMM_SM90's; kDefault: not enabled
   std::unique_ptr<detail::CublasLtState, detail::CublasLtStateDeleter> lt_;
   GemmTestHooks hooks_;
 };
@@ -115,8 +132,8 @@ void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
                bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
 
 // The split-K factor the hand backend uses for this shape and storage type (1 = no split) on the mma.sync
-// (or SIMT) kernel, or on the wgmma kernel with the context's tile width (path kWgmma, bf16 only). For
-// tests and benchmarks: it depends on (M, N, K, T, path, tile width) and the fixed workspace size only.
+// (or SIMT) kernel, or on the context's wgmma kernel (path kWgmma, bf16 only). For tests and benchmarks:
+// it depends on (M, N, K, T, path, wgmma kernel) and the fixed workspace size only.
 template <class T>
 int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path = GemmHandPath::kMmaSync);
 

@@ -6,20 +6,23 @@
 //
 //  * One block per SM (persistent): work units are (split, output tile) pairs, taken in the tile order of
 //    the mma.sync kernel (gemm_common.cuh), blockIdx.x, blockIdx.x + gridDim.x, ...
-//  * Two tile widths (WgmmaTile): 128x128 (4 stages) and 128x256 (3 stages; CUTLASS's fastest Hopper
-//    bf16 shape: wgmma m64n256 reads fewer shared-memory bytes per flop than m64n128). The context picks
-//    one (GPT2_GEMM_SM90=128x128 or 128x256); until a GPU has timed both, 128x128 is the default.
+//  * Three configurations (WgmmaTile, gemm_cuda.hpp GemmWgmmaKernel): 128x128 tiles (4 stages), 128x256
+//    (3 stages; CUTLASS's fastest Hopper bf16 shape: wgmma m64n256 reads fewer shared-memory bytes per
+//    flop than m64n128), and 128x128 on a ping-pong schedule. The context picks one (GPT2_GEMM_SM90);
+//    until a GPU has timed them, 128x128 is the default.
 //  * Warpgroup 0 is the producer: one thread waits for an empty stage, announces its bytes on the
-//    stage's full barrier and issues the TMA copies. Warpgroups 1 and 2 are consumers: each owns 64
-//    rows of the tile, waits for a full stage, runs 4 wgmma (k16 each) from shared memory, and frees
-//    the stage once those wgmma have completed (one group kept in flight).
+//    stage's full barrier and issues the TMA copies. Warpgroups 1 and 2 are consumers. Cooperative: each
+//    owns 64 rows of every tile. Ping-pong: each takes every other tile of the block whole, so one's
+//    epilogue overlaps the other's products. A consumer waits for a full stage, runs the stage's wgmma
+//    (k16 each) from shared memory, and frees the stage once those have completed (one group kept in
+//    flight).
 //  * The epilogue stages each consumer's fp32 accumulators through its own shared-memory tile, 64 x 128
 //    at a time, and finishes them with the hand backend's apply_epilogue4 (bias, bias+GELU, GELU
 //    gradient, C +=), or writes split-K partials: the same arithmetic and rounding as the mma.sync
 //    kernel's epilogue.
 //
 // NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
-// GPT2_GEMM_SM90=1 or the test hook (gemm_cuda.hpp GemmHandPath).
+// GPT2_GEMM_SM90 or the test hooks (gemm_cuda.hpp GemmHandPath, GemmWgmmaKernel).
 //
 // Layout facts, and where they come from (see kernels/common/ptx.cuh for the wrappers' own sources):
 //  * TMA box: 64 x 64 bf16 with CU_TENSOR_MAP_SWIZZLE_128B: the inner extent is 128 bytes, the most that
@@ -60,8 +63,11 @@ using cuda::ceil_div;
 // TMA box: 64 x 64 bf16; 64 * 2 bytes = 128, the inner extent of the 128-byte swizzle.
 constexpr int kBox = 64;
 
-// Launch configuration of one tile width (named data; the reasons in the comments).
-template <int kTileN>
+// Launch configuration of one tile width and schedule (named data; the reasons in the comments).
+//   cooperative (kPingPongSchedule false): both consumer warpgroups work on every unit, 64 rows each;
+//   ping-pong: each consumer warpgroup takes every other unit of the block whole (two m64 row blocks),
+//     so that one's epilogue runs while the other's products do (CUTLASS KernelTmaWarpSpecializedPingpong).
+template <int kTileN, bool kPingPongSchedule = false>
 struct WgmmaTile {
   // 128 x kTileN per unit, K in steps of 64: two consumer warpgroups of m64n<kTileN>, kTileN / 2 fp32
   // accumulators per thread (64 or 128), within the 168 registers that 384 threads at one block per SM
@@ -72,8 +78,11 @@ struct WgmmaTile {
   static constexpr int kConsumers = 2;
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
-  static constexpr int kWgRows = kBM / kConsumers;  // 64: one wgmma M
-  static constexpr int kAcc = kBN / 2;              // accumulators per thread (PTX: m64nN has N/2 per thread)
+  static constexpr bool kPingPong = kPingPongSchedule;
+  static constexpr int kWgRows = 64;                         // one wgmma M: a row block
+  static constexpr int kRowBlocks = kPingPong ? 2 : 1;       // row blocks per consumer and unit
+  static constexpr int kUnitConsumers = kPingPong ? 1 : kConsumers;  // warpgroups that read a unit's stages
+  static constexpr int kAcc = kBN / 2;  // accumulators per thread and row block (PTX: m64nN has N/2 per thread)
   static constexpr int kWgmmaK = 16;
   static constexpr int kBoxBytes = kBox * kBox * 2;
   static constexpr int kABoxes = kBM / kBox, kBBoxes = kBN / kBox;
@@ -87,12 +96,17 @@ struct WgmmaTile {
   // halves), rows padded by 8 floats so the fragment stores (float2 per lane, 4 rows x 4 lanes per
   // half-warp) hit 32 distinct banks.
   static constexpr int kStageCols = 128;
+  // The epilogue loop's unroll: ping-pong keeps the other row block's 64 accumulators live through it,
+  // and unrolled 4 times the bias+GELU epilogue spilled (ptxas, 168 registers).
+  static constexpr int kEpilogueUnroll = kPingPong ? 2 : 4;
   static constexpr int kCStride = kStageCols + 8;
   static constexpr int kStagingBytes = kWgRows * kCStride * 4;
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kBarrierBytes = (2 * kStages + kConsumers) * 8;  // full, empty, mainloop_done
   static constexpr int kAlign = 1024;  // swizzle atoms must start 1024-aligned (descriptor base offset 0)
   static constexpr size_t kSmemBytes = kAlign + kStages * kStageBytes + kConsumers * kStagingBytes + kBarrierBytes;
   static_assert(kBN == 128 || kBN == 256, "wgmma tiles are 128x128 or 128x256");
+  static_assert(kBM == kWgRows * kRowBlocks * kUnitConsumers, "the consumers' row blocks cover the tile");
+  static_assert(!kPingPong || kBN == 128, "ping-pong: 2 x 64 accumulators per thread is what fits in 168 registers");
   static_assert(kBM == kABoxes * kBox && kBN == kBBoxes * kBox && kBK == kBox, "whole boxes per operand tile");
   static_assert(kBN % kStageCols == 0, "whole staging passes");
   static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0 && kBoxBytes % kAlign == 0, "1024-aligned boxes");
@@ -126,12 +140,11 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int 
   return u;
 }
 
-template <int kTileN, bool kTransA, bool kTransB, GemmEpilogue kEp>
-__global__ void __launch_bounds__(WgmmaTile<kTileN>::kThreads, 1)
+template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     gemm_bf16_wgmma_tma_persistent(const __grid_constant__ CUtensorMap tmap_a,
                                    const __grid_constant__ CUtensorMap tmap_b, const WgmmaParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgmmaTile<kTileN>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
@@ -140,14 +153,19 @@ __global__ void __launch_bounds__(WgmmaTile<kTileN>::kThreads, 1)
   uint64_t* full =
       reinterpret_cast<uint64_t*>(smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kConsumers * Cfg::kStagingBytes);
   uint64_t* empty = full + Cfg::kStages;
+  // Ping-pong: mainloop_done[c] completes a phase when consumer c's warps have passed every full wait of
+  // one of its units (4 arrivals, lane 0 of each warp).
+  uint64_t* mainloop_done = empty + Cfg::kStages;
 
   const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
   const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       cuda::mbarrier_init(&full[s], 1);
-      cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);
+      cuda::mbarrier_init(&empty[s], Cfg::kUnitConsumers * Cfg::kWarpgroupThreads / 32);
     }
+    if (Cfg::kPingPong)
+      for (int c = 0; c < Cfg::kConsumers; ++c) cuda::mbarrier_init(&mainloop_done[c], Cfg::kWarpgroupThreads / 32);
     cuda::fence_mbarrier_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles run independently
@@ -190,7 +208,8 @@ __global__ void __launch_bounds__(WgmmaTile<kTileN>::kThreads, 1)
   }
 
   // ---- consumers ----
-  const int c = wg - 1;  // 0 or 1: rows [64c, 64c+64) of the tile
+  // 0 or 1. Cooperative: rows [64c, 64c+64) of every unit. Ping-pong: the block's units c, c+2, ... whole.
+  const int c = wg - 1;
   const int warp = tid_wg / 32, lane = tid_wg % 32;
   float* stg = staging + c * (Cfg::kStagingBytes / 4);
   // Descriptor pieces that do not depend on the stage (ptx.cuh wgmma_desc; facts in the file comment).
@@ -199,76 +218,104 @@ __global__ void __launch_bounds__(WgmmaTile<kTileN>::kThreads, 1)
   constexpr uint32_t kLboB = kTransB ? 16 : Cfg::kBoxBytes;
   constexpr uint32_t kKStepA = kTransA ? Cfg::kWgmmaK * 128 : Cfg::kWgmmaK * 2;  // bytes per k16
   constexpr uint32_t kKStepB = kTransB ? Cfg::kWgmmaK * 2 : Cfg::kWgmmaK * 128;
-  // This warpgroup's 64 rows of A: the next 64 rows of a K-major tile (64 x 128 bytes), or box c of an
-  // MN-major one; both are 8 KB in.
-  const uint32_t a_rows_offset = static_cast<uint32_t>(c * Cfg::kBoxBytes);
+  // Row block rb of this warpgroup is the tile's row block rb0 + rb: 64 rows of A, the next 64 rows of a
+  // K-major tile (64 x 128 bytes) or the next box of an MN-major one, 8 KB in either case.
+  const int rb0 = Cfg::kPingPong ? 0 : c;
 
-  float acc[Cfg::kAcc];
+  float acc[Cfg::kRowBlocks][Cfg::kAcc];
 #pragma unroll
-  for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;  // never read (scale-d 0 on each unit's first k16), but defined
+  for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
+#pragma unroll
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[rb][i] = 0.0f;  // never read (scale-d 0 on a unit's first k16), but defined
   uint32_t it = 0;
-  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+  int nth = 0;  // this block's units, counted
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x, ++nth) {
     const Unit u = decode_unit<Cfg>(p, unit, tiles_m, tiles_n);
+    if (Cfg::kPingPong) {
+      if (nth % Cfg::kConsumers != c) {  // the other warpgroup's unit: its stages pass by
+        it += static_cast<uint32_t>(u.k_tiles);
+        continue;
+      }
+      // Wait until the other warpgroup has passed the full waits of the unit before this one (its
+      // (nth-1)/2-th). Without it this warpgroup, having skipped that unit's stage uses, could wait for
+      // use u + 2 of a stage while use u completes, and a parity wait cannot tell the two apart: it
+      // would read the other unit's tiles (CUTLASS orders its ping-pong mainloops for this reason too).
+      if (nth > 0) cuda::mbarrier_wait(&mainloop_done[1 - c], ((nth - 1) / Cfg::kConsumers) & 1);
+    }
     for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
       const int s = static_cast<int>(it % Cfg::kStages);
       cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
-      const uint32_t a_base = cuda::smem_u32(stage_a(s)) + a_rows_offset;
+      const uint32_t a_base = cuda::smem_u32(stage_a(s)) + static_cast<uint32_t>(rb0 * Cfg::kBoxBytes);
       const uint32_t b_base = cuda::smem_u32(stage_b(s));
       cuda::wgmma_fence();  // the accumulators were last touched by ordinary instructions (the epilogue)
 #pragma unroll
-      for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);
+      for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
+#pragma unroll
+        for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
 #pragma unroll
       for (int kk = 0; kk < Cfg::kBK / Cfg::kWgmmaK; ++kk) {
-        const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k128B);
         const uint64_t db = cuda::wgmma_desc(b_base + kk * kKStepB, kLboB, kSbo, cuda::WgmmaSwizzle::k128B);
         // The immediates say "MN-major": A is when transposed (stored K x M), B when NOT transposed (a
         // row-major K x N has N contiguous). wgmma's default is K-major for both.
         const int scale_d = (kt > 0 || kk > 0) ? 1 : 0;
-        if constexpr (Cfg::kBN == 128)
-          cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, scale_d);
-        else
-          cuda::wgmma_m64n256k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, scale_d);
+#pragma unroll
+        for (int rb = 0; rb < Cfg::kRowBlocks; ++rb) {
+          const uint64_t da = cuda::wgmma_desc(a_base + rb * Cfg::kBoxBytes + kk * kKStepA, kLboA, kSbo,
+                                               cuda::WgmmaSwizzle::k128B);
+          if constexpr (Cfg::kBN == 128)
+            cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc[rb], da, db, scale_d);
+          else
+            cuda::wgmma_m64n256k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc[rb], da, db, scale_d);
+        }
       }
       cuda::wgmma_commit_group();
 #pragma unroll
-      for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);
+      for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
+#pragma unroll
+        for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
       // The previous k-step's group is complete: its stage can be refilled.
       cuda::wgmma_wait_group<1>();
       if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
     }
+    if (Cfg::kPingPong && lane == 0) cuda::mbarrier_arrive(&mainloop_done[c]);  // the other may start its unit
     cuda::wgmma_wait_group<0>();
 #pragma unroll
-    for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);
+    for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
     if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
 
-    // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced), 128
-    // columns at a time. Accumulator registers 64h .. 64h+63 hold columns 128h .. 128h+127 (PTX: register
-    // i of m64nN lies in column 8*(i/4) + ...), so the passes index acc with constants (unrolled).
+    // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced), 64 rows
+    // x 128 columns at a time. Accumulator registers 64h .. 64h+63 hold columns 128h .. 128h+127 (PTX:
+    // register i of m64nN lies in column 8*(i/4) + ...), so the passes index acc with constants (unrolled).
     constexpr int kVecPerRow = Cfg::kStageCols / 4;
     constexpr int kPassAcc = Cfg::kStageCols / 2;
     float* part = p.partial ? p.partial + static_cast<size_t>(u.split) * p.M * p.N : nullptr;
 #pragma unroll
-    for (int pass = 0; pass < Cfg::kBN / Cfg::kStageCols; ++pass) {
-      cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);  // the staging tile's last reads are done
+    for (int rb = 0; rb < Cfg::kRowBlocks; ++rb) {
 #pragma unroll
-      for (int j = 0; j < kPassAcc / 4; ++j) {
-        const int i = pass * kPassAcc + 4 * j;
-        const int r = cuda::wgmma_acc_row(warp, lane, i), col = cuda::wgmma_acc_col(lane, i) - pass * Cfg::kStageCols;
-        *reinterpret_cast<float2*>(stg + r * Cfg::kCStride + col) = make_float2(acc[i], acc[i + 1]);
-        *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[i + 2], acc[i + 3]);
-      }
-      cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
-#pragma unroll 4
-      for (int e = tid_wg; e < Cfg::kWgRows * kVecPerRow; e += Cfg::kWarpgroupThreads) {
-        const int r = e / kVecPerRow, c4 = e % kVecPerRow;
-        const int row = u.m0 + c * Cfg::kWgRows + r, col = u.n0 + pass * Cfg::kStageCols + c4 * 4;
-        if (row >= p.M || col >= p.N) continue;
-        float v[4];
-        load4(stg + r * Cfg::kCStride + c4 * 4, v);
-        if (part)
-          store_partial4(part, p.N, p.ep.vec4, row, col, v);
-        else
-          apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
+      for (int pass = 0; pass < Cfg::kBN / Cfg::kStageCols; ++pass) {
+        cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);  // the staging tile's last reads are done
+#pragma unroll
+        for (int j = 0; j < kPassAcc / 4; ++j) {
+          const int i = pass * kPassAcc + 4 * j;
+          const int r = cuda::wgmma_acc_row(warp, lane, i), col = cuda::wgmma_acc_col(lane, i) - pass * Cfg::kStageCols;
+          *reinterpret_cast<float2*>(stg + r * Cfg::kCStride + col) = make_float2(acc[rb][i], acc[rb][i + 1]);
+          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);
+        }
+        cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
+#pragma unroll(Cfg::kEpilogueUnroll)
+        for (int e = tid_wg; e < Cfg::kWgRows * kVecPerRow; e += Cfg::kWarpgroupThreads) {
+          const int r = e / kVecPerRow, c4 = e % kVecPerRow;
+          const int row = u.m0 + (rb0 + rb) * Cfg::kWgRows + r, col = u.n0 + pass * Cfg::kStageCols + c4 * 4;
+          if (row >= p.M || col >= p.N) continue;
+          float v[4];
+          load4(stg + r * Cfg::kCStride + c4 * 4, v);
+          if (part)
+            store_partial4(part, p.N, p.ep.vec4, row, col, v);
+          else
+            apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
+        }
       }
     }
   }
@@ -302,10 +349,9 @@ int sm_count() {
   return n;
 }
 
-template <int kTileN, bool kTransA, bool kTransB, GemmEpilogue kEp>
+template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
 void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, cudaStream_t stream) {
-  using Cfg = WgmmaTile<kTileN>;
-  auto kernel = gemm_bf16_wgmma_tma_persistent<kTileN, kTransA, kTransB, kEp>;
+  auto kernel = gemm_bf16_wgmma_tma_persistent<Cfg, kTransA, kTransB, kEp>;
   cuda::allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   const long units = ceil_div(p.M, Cfg::kBM) * ceil_div(p.N, Cfg::kBN) * p.splits;
   const unsigned grid = static_cast<unsigned>(units < sm_count() ? units : sm_count());
@@ -325,7 +371,7 @@ void dispatch_bool(bool v, F&& f) {
 
 bool wgmma_device_ready() {
   static const bool ready = sm90a_kernel_runs_here(
-      reinterpret_cast<const void*>(gemm_bf16_wgmma_tma_persistent<128, false, false, GemmEpilogue::kNone>));
+      reinterpret_cast<const void*>(gemm_bf16_wgmma_tma_persistent<WgmmaTile<128>, false, false, GemmEpilogue::kNone>));
   return ready;
 }
 
@@ -334,10 +380,10 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-void gemm_bf16_wgmma(int tile_n, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b,
-                     int k_per_split, int splits, float* partial, const EpilogueParams<bf16>& ep,
+void gemm_bf16_wgmma(GemmWgmmaKernel kernel, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a,
+                     bool trans_b, int k_per_split, int splits, float* partial, const EpilogueParams<bf16>& ep,
                      GemmEpilogue epilogue, cudaStream_t stream) {
-  GPT2_CHECK(tile_n == 128 || tile_n == 256, "wgmma tile width " << tile_n << " (128 or 256)");
+  GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault, "gemm_bf16_wgmma needs a resolved kernel (GemmContext::hand_wgmma_kernel)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
   const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
   GPT2_CHECK(wgmma_takes(a, b, lda, ldb), "the wgmma GEMM was given operands TMA cannot describe");
@@ -346,20 +392,26 @@ void gemm_bf16_wgmma(int tile_n, const bf16* a, const bf16* b, int M, int N, int
   const CUtensorMap tb = trans_b ? make_tensor_map(b, K, N, ldb) : make_tensor_map(b, N, K, ldb);
   WgmmaParams p;
   p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
-  dispatch_bool(tile_n == 256, [&](auto wide) {
-    constexpr int kN = decltype(wide)::value ? 256 : 128;
+  // The configuration as a type, then the transposes and the epilogue as template arguments.
+  auto with_cfg = [&](auto cfg) {
+    using Cfg = decltype(cfg);
     dispatch_bool(trans_a, [&](auto tra) {
       dispatch_bool(trans_b, [&](auto trb) {
         constexpr bool kTa = decltype(tra)::value, kTb = decltype(trb)::value;
         switch (epilogue) {
-          case GemmEpilogue::kNone: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kNone>(ta, tb, p, stream); break;
-          case GemmEpilogue::kBias: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kBias>(ta, tb, p, stream); break;
-          case GemmEpilogue::kBiasGelu: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, p, stream); break;
-          case GemmEpilogue::kDGelu: launch_wgmma<kN, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, p, stream); break;
+          case GemmEpilogue::kNone: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kNone>(ta, tb, p, stream); break;
+          case GemmEpilogue::kBias: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBias>(ta, tb, p, stream); break;
+          case GemmEpilogue::kBiasGelu: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, p, stream); break;
+          case GemmEpilogue::kDGelu: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, p, stream); break;
         }
       });
     });
-  });
+  };
+  switch (kernel) {
+    case GemmWgmmaKernel::k128x256: with_cfg(WgmmaTile<256>{}); break;
+    case GemmWgmmaKernel::k128x128PingPong: with_cfg(WgmmaTile<128, true>{}); break;
+    default: with_cfg(WgmmaTile<128>{}); break;
+  }
 }
 
 }  // namespace gpt2::kernels::gemm_detail

@@ -7,11 +7,11 @@
 #   tests/emu/emu.sh BUILD_DIR            build, then the checks CI runs (~2-3 min): the repository's
 #                                         descriptor and fragment helpers against the emulator's; the
 #                                         attention forward on partial tiles and on AttentionWgmmaForward's
-#                                         shapes; the GEMM (128x128 and 128x256 tiles) on every transpose,
-#                                         epilogue and split-K; all
+#                                         shapes; the GEMM (128x128, 128x256 and ping-pong) on every
+#                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of the kernels (13 + 16 + 16), each must be caught, not hang
+#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of the kernels (13 + 16 + 19), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

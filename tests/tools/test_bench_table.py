@@ -44,6 +44,7 @@ wgmma = write("wgmma.json", [
     {"name": "Gemm/bf16/hand_wgmma/qkv/dinp/BT:8192/manual_time", "error_occurred": True,
      "error_message": "the wgmma GEMM does not take these operands", "real_time": 0.0},
     {"name": "Gemm/bf16/hand_wgmma256/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 700.0, "real_time": 70.0},
+    {"name": "Gemm/bf16/hand_wgmma_pingpong/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 720.0, "real_time": 60.0},
 ])
 out = subprocess.run([sys.executable, os.path.join(repo, "tools/gpu/bench_table.py"), ceilings, kernels, wgmma],
                      capture_output=True, text=True, check=True).stdout
@@ -75,18 +76,21 @@ expect("MISS" in line_of("BM_layernorm_fwd")[0], "layernorm at 70% of copy misse
 expect("MISS" in line_of("BM_attention_forward_bf16/8/0/0")[0], "attention forward 200 < 230 misses")
 expect("target" not in line_of("BM_attention_forward_bf16/8/1/0")[0], "the SIMT fallback has no target")
 expect("116.7% of cuBLASLt" in line_of("Gemm/bf16/hand_wgmma256/qkv/fwd")[0], "wgmma 128x256 against cuBLASLt")
-expect("kernels at target: 6/10" in out, "6 of 10 at target")
+expect("120.0% of cuBLASLt" in line_of("Gemm/bf16/hand_wgmma_pingpong/qkv/fwd")[0], "ping-pong against cuBLASLt")
+expect("kernels at target: 7/11" in out, "7 of 11 at target")
 optin = lines[lines.index(next(l for l in lines if l.startswith("opt-in kernels"))) + 1:]
 expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "1.28x vs mma.sync" in l for l in optin), "wgmma 96/75")
 expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/dinp") and "no time" in l for l in optin), "error row named")
 expect(any(l.startswith("Gemm/bf16/hand_wgmma256/qkv/fwd") and "1.07x vs wgmma 128x128 tiles" in l for l in optin),
        "wide tiles 75/70")
+expect(any(l.startswith("Gemm/bf16/hand_wgmma_pingpong/qkv/fwd") and "1.25x vs wgmma cooperative" in l
+           for l in optin), "ping-pong 75/60")
 expect(any(l.startswith("BM_attention_forward_bf16/8/0/1") and "1.25x" in l for l in optin), "attention 50/40")
 expect(any(l.startswith("BM_attention_backward_bf16/8/0/2") and "1.50x vs recompute-dq" in l for l in optin),
        "wgmma backward 120/80")
 expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt/") and "1.10x" in l for l in optin), "bias grad 99/90")
 expect(any(l.startswith("BM_AdamWModel<bf16>/multi:1") and "2.50x" in l for l in optin), "AdamW 300/120")
-expect(len(optin) == 7, f"7 opt-in rows, got {len(optin)}")
+expect(len(optin) == 8, f"8 opt-in rows, got {len(optin)}")
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)

@@ -11,7 +11,7 @@ The ceilings are measured on the same device in the same call (bench_gpu_kernels
 Targets (issue 10): layernorm forward and backward >= 80% of the copy bandwidth; softmax-xent, GELU and
 AdamW >= 75%; causal attention at T=1024, d=64: forward >= 230 TFLOP/s, backward >= 200; the hand GEMM
 >= 80% of cuBLASLt on the same shape (mma.sync, `hand`, and the opt-in wgmma kernel, `hand_wgmma` with
-128x128 tiles and `hand_wgmma256` with 128x256).
+128x128 tiles, `hand_wgmma256` with 128x256, `hand_wgmma_pingpong` on the ping-pong schedule).
 Other kernels are listed with their percentage and no target. The opt-ins (the wgmma GEMM and attention
 forward, accumulate-dq, the fused bias gradients, the multi-tensor AdamW) become defaults only when they
 beat what they replace: the last section gives each one's time against its default's on the same shape.
@@ -75,7 +75,7 @@ def main(argv):
             pct = 100.0 * tfl / gemm if gemm and tfl else 0.0
             figure = f"{tfl or 0:7.1f} TFLOP/s {pct:5.1f}% of ceiling"
             verdict = ""
-            hand = re.search(r"/hand(_wgmma|_wgmma256)?/", name)
+            hand = re.search(r"/hand(_wgmma|_wgmma256|_wgmma_pingpong)?/", name)
             if hand:
                 ref = by_name.get(name.replace(hand.group(0), "/cublaslt/"))
                 if tfl and ref and ref.get("TFLOP_per_s"):
@@ -118,6 +118,7 @@ def main(argv):
 OPT_INS = [
     (r"/hand_wgmma/", lambda n: n.replace("/hand_wgmma/", "/hand/"), "vs mma.sync"),
     (r"/hand_wgmma256/", lambda n: n.replace("/hand_wgmma256/", "/hand_wgmma/"), "vs wgmma 128x128 tiles"),
+    (r"/hand_wgmma_pingpong/", lambda n: n.replace("/hand_wgmma_pingpong/", "/hand_wgmma/"), "vs wgmma cooperative"),
     (r"^BM_attention_forward_bf16/\d+/0/1", lambda n: re.sub(r"^(BM_attention_forward_bf16/\d+/0/)1", r"\g<1>0", n),
      "vs mma.sync forward"),
     (r"^BM_attention_backward_bf16/\d+/0/[12]",

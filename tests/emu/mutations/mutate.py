@@ -58,15 +58,17 @@ ATTENTION = {
 
 
 # ---- gemm_sm90.cu --------------------------------------------------------------------------------
-MMA_128 = "cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc, da, db, scale_d);"
+MMA_128 = "cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc[rb], da, db, scale_d);"
 MMA_256 = MMA_128.replace("m64n128k16", "m64n256k16")
 
 GEMM = {
     # B's transpose immediate inverted: the bug the emulator found on 2026-11-25, before any GPU ran it
     "b_transpose_inverted": [(m, m.replace("kTransB ? 0 : 1", "kTransB ? 1 : 0")) for m in (MMA_128, MMA_256)],
     # A's descriptor says 64-byte swizzle while TMA wrote the 128-byte pattern
-    "desc_swizzle_64B": [("const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k128B);",
-                          "const uint64_t da = cuda::wgmma_desc(a_base + kk * kKStepA, kLboA, kSbo, cuda::WgmmaSwizzle::k64B);")],
+    "desc_swizzle_64B": [("""const uint64_t da = cuda::wgmma_desc(a_base + rb * Cfg::kBoxBytes + kk * kKStepA, kLboA, kSbo,
+                                               cuda::WgmmaSwizzle::k128B);""",
+                          """const uint64_t da = cuda::wgmma_desc(a_base + rb * Cfg::kBoxBytes + kk * kKStepA, kLboA, kSbo,
+                                               cuda::WgmmaSwizzle::k64B);""")],
     # stride between 8-row core-matrix groups doubled
     "sbo_x2": [("constexpr uint32_t kSbo = 1024;", "constexpr uint32_t kSbo = 2048;")],
     # MN-major B: the second 64-wide N block at 16 bytes instead of the next box
@@ -82,28 +84,35 @@ GEMM = {
     "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);",
                          "cuda::mbarrier_wait(&empty[s], (it / Cfg::kStages) & 1);")],
     # wait_group<1> where 0 is needed: the epilogue reads accumulators still in flight
-    "end_wait_1": [("    cuda::wgmma_wait_group<0>();\n#pragma unroll\n    for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);\n    if (lane == 0)",
-                    "    cuda::wgmma_wait_group<1>();\n#pragma unroll\n    for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[i]);\n    if (lane == 0)")],
+    "end_wait_1": [("    cuda::wgmma_wait_group<0>();\n#pragma unroll\n    for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)",
+                    "    cuda::wgmma_wait_group<1>();\n#pragma unroll\n    for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)")],
     # two groups kept in flight but the previous stage still released: a stage freed before its wgmma retired
     "loop_wait_2": [("      cuda::wgmma_wait_group<1>();", "      cuda::wgmma_wait_group<2>();")],
     # expect_tx announces half of the stage's bytes
     "expect_tx_half": [("cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);",
                         "cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes / 2);")],
     # empty barrier expects 4 arrivals instead of 8 (one consumer warpgroup can free a stage alone)
-    "empty_count_half": [("cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);",
+    "empty_count_half": [("cuda::mbarrier_init(&empty[s], Cfg::kUnitConsumers * Cfg::kWarpgroupThreads / 32);",
                           "cuda::mbarrier_init(&empty[s], Cfg::kWarpgroupThreads / 32);")],
     # scale-d never 0: each unit accumulates on top of the previous unit's tile
     "scale_d_always_1": [("const int scale_d = (kt > 0 || kk > 0) ? 1 : 0;", "const int scale_d = 1;")],
     # both consumers take the first 64 rows of A
-    "a_rows_offset_0": [("const uint32_t a_rows_offset = static_cast<uint32_t>(c * Cfg::kBoxBytes);",
-                         "const uint32_t a_rows_offset = 0u;")],
+    "a_rows_offset_0": [("const int rb0 = Cfg::kPingPong ? 0 : c;", "const int rb0 = 0;")],
     # accumulator fragment: registers 4j+2,4j+3 (row +8) swapped with 4j,4j+1
-    "acc_fragment_rows": [("make_float2(acc[i], acc[i + 1]);\n        *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[i + 2], acc[i + 3]);",
-                           "make_float2(acc[i + 2], acc[i + 3]);\n        *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[i], acc[i + 1]);")],
+    "acc_fragment_rows": [("make_float2(acc[rb][i], acc[rb][i + 1]);\n          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);",
+                           "make_float2(acc[rb][i + 2], acc[rb][i + 3]);\n          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i], acc[rb][i + 1]);")],
     # 128x256: the epilogue's second pass writes over the first pass's columns (128 of 256 never written)
     "epilogue_pass_column": [("col = u.n0 + pass * Cfg::kStageCols + c4 * 4;", "col = u.n0 + c4 * 4;")],
     # 128x256: B loaded as two boxes (128 columns), the stage's expect_tx still counting four
     "b_boxes_as_a": [("for (int j = 0; j < Cfg::kBBoxes; ++j) {", "for (int j = 0; j < Cfg::kABoxes; ++j) {")],
+    # ping-pong: no wait for the other warpgroup's mainloop (a parity wait then passes on a stage's use
+    # two ahead: the bug the emulator found on 2026-11-25, before any GPU ran it)
+    "pingpong_unordered": [("      if (nth > 0) cuda::mbarrier_wait(&mainloop_done[1 - c], ((nth - 1) / Cfg::kConsumers) & 1);\n", "")],
+    # ping-pong: both row blocks of a unit read A's first 64 rows
+    "pingpong_row_block_0": [("a_base + rb * Cfg::kBoxBytes + kk * kKStepA", "a_base + kk * kKStepA")],
+    # ping-pong: the empty barrier expects both warpgroups (only the unit's one arrives): the producer hangs
+    "pingpong_empty_count": [("cuda::mbarrier_init(&empty[s], Cfg::kUnitConsumers * Cfg::kWarpgroupThreads / 32);",
+                              "cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);")],
 }
 
 

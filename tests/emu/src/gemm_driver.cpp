@@ -4,7 +4,7 @@
 // finishes split-K with the reduction gemm_splitk_reduce_epilogue performs (sum of the splits in order,
 // then the repository's apply_epilogue4), and compares C (and aux) with a double-precision loop at
 // tests/gpu/test_gemm.cpp's bf16 tolerance: max|gpu-ref| <= 2*max|naive_bf16-ref| + max|ref|/512.
-// Every case runs with 128x128 tiles, then with 128x256 tiles (--tile-n 128 or 256: one width only).
+// Every case runs on each wgmma kernel: 128x128 tiles, 128x256, 128x128 ping-pong (--kernel NAME: one).
 #include "emu/prelude.h"
 
 #include <algorithm>
@@ -68,11 +68,12 @@ struct Case {
   GemmEpilogue ep;
   bool acc;
   int splits = 1;    // forced split-K factor (GemmTestHooks::hand_force_splits)
-  int tile_n = 128;  // the wgmma kernel's tiles: 128x128 or 128x256
+  gpt2::kernels::GemmWgmmaKernel kernel = gpt2::kernels::GemmWgmmaKernel::k128x128;  // tiles and schedule
+  int tile_n() const { return kernel == gpt2::kernels::GemmWgmmaKernel::k128x256 ? 256 : 128; }
   std::string str() const {
-    char b[160];
-    snprintf(b, sizeof b, "128x%d M=%d N=%d K=%d%s%s ep=%s%s split=%d", tile_n, M, N, K, ta ? " A^T" : "",
-             tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits);
+    char b[192];
+    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d", gpt2::kernels::gemm_wgmma_kernel_name(kernel), M,
+             N, K, ta ? " A^T" : "", tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits);
     return b;
   }
 };
@@ -242,7 +243,7 @@ Result run_case(const Case& g, uint32_t seed) {
   const int k_per_split = static_cast<int>(gpt2::cuda::ceil_div(gpt2::cuda::ceil_div(g.K, splits), gd::kWgmmaBK) * gd::kWgmmaBK);
   const int used = static_cast<int>(gpt2::cuda::ceil_div(g.K, k_per_split));
   Dev<float> ws(std::vector<float>(used > 1 ? static_cast<size_t>(used) * mn : 0, kNaN), kNaN);
-  gd::gemm_bf16_wgmma(g.tile_n, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
+  gd::gemm_bf16_wgmma(g.kernel, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
                       used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep, nullptr);
   long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
                (used > 1 ? ws.guard_writes(kNaN) : 0);
@@ -269,7 +270,7 @@ Result run_case(const Case& g, uint32_t seed) {
           ++bad;
           if (shown++ < 12)
             printf("  bad C[%d][%d] = %g (ref %g) tile (%d,%d) local (%d,%d)\n", i, j, gc[idx], ref.c[idx], i / 128,
-                   j / g.tile_n, i % 128, j % g.tile_n);
+                   j / g.tile_n(), i % 128, j % g.tile_n());
         }
       }
     printf("  %ld bad elements of %zu\n", bad, mn);
@@ -295,10 +296,21 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "--stop-on-fail")) stop = true;
     if (!strcmp(argv[i], "--gpt2")) gpt2 = true;
   }
-  // Every case runs with both tile widths unless --tile-n names one.
-  std::vector<int> tile_ns = {128, 256};
+  // Every case runs on every wgmma kernel unless --kernel names one (128x128, 128x256, 128x128-pingpong).
+  using gpt2::kernels::GemmWgmmaKernel;
+  std::vector<GemmWgmmaKernel> kernels = {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x256,
+                                          GemmWgmmaKernel::k128x128PingPong};
   for (int i = 1; i + 1 < argc; ++i)
-    if (!strcmp(argv[i], "--tile-n")) tile_ns = {atoi(argv[i + 1])};
+    if (!strcmp(argv[i], "--kernel")) {
+      std::vector<GemmWgmmaKernel> one;
+      for (GemmWgmmaKernel k : kernels)
+        if (!strcmp(argv[i + 1], gpt2::kernels::gemm_wgmma_kernel_name(k))) one.push_back(k);
+      if (one.empty()) {
+        fprintf(stderr, "--kernel %s: use 128x128, 128x256 or 128x128-pingpong\n", argv[i + 1]);
+        return 2;
+      }
+      kernels = one;
+    }
   const GemmEpilogue eps[] = {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasGelu, GemmEpilogue::kDGelu};
   std::vector<Case> cases;
   auto all_eps = [&](int M, int N, int K, int t, int splits) {
@@ -326,6 +338,8 @@ int main(int argc, char** argv) {
     for (int t = 0; t < 4; ++t) cases.push_back({200, 136, 104, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
     for (int t = 0; t < 4; ++t) cases.push_back({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 3});
     cases.push_back({296, 264, 136, false, false, GemmEpilogue::kBias, false, 1});
+    // 2 units per block of 9 k-steps: a ping-pong warpgroup skips more than a round of the 4-stage ring
+    cases.push_back({256, 384, 520, false, false, GemmEpilogue::kBias, false, 1});
   } else {
     for (int t = 0; t < 4; ++t) all_eps(136, 72, 72, t, 1);      // kTmaShapes[0]: one 128x128 tile + tails
     for (int t = 0; t < 4; ++t) all_eps(200, 136, 104, t, 1);    // kTmaShapes[2]: 4 tiles on 3 blocks
@@ -347,9 +361,9 @@ int main(int argc, char** argv) {
     cases.push_back({72, 104, 1032, true, true, GemmEpilogue::kBias, false, 4});
   }
   std::vector<Case> runs;
-  for (int tn : tile_ns)
+  for (GemmWgmmaKernel k : kernels)
     for (Case c : cases) {
-      c.tile_n = tn;
+      c.kernel = k;
       runs.push_back(c);
     }
   int fails = 0, n = 0;

@@ -5,10 +5,11 @@
 // TFLOP/s counts 2*M*N*K per product. Target: hand >= 80% of cuBLASLt on each (H100 SXM dense bf16 peak
 // is ~989 TFLOP/s; cuBLASLt reaches ~600-750 on these shapes).
 //   build/bin/bench_gpu_kernels --benchmark_filter='Gemm'
-// Names: Gemm/bf16/<hand|hand_wgmma|hand_wgmma256|cublaslt>/<layer>/<fwd|dinp|dw>/BT:<rows>; hand is
-// mma.sync (the hand backend's default), hand_wgmma its opt-in Hopper kernel with 128x128 tiles
-// (GPT2_GEMM_SM90=1) and hand_wgmma256 with 128x256 tiles (GPT2_GEMM_SM90=128x256); an error row where
-// the device is not compute capability 9.0 or the operands are not TMA-describable.
+// Names: Gemm/bf16/<hand|hand_wgmma|hand_wgmma256|hand_wgmma_pingpong|cublaslt>/<layer>/<fwd|dinp|dw>/BT:<rows>;
+// hand is mma.sync (the hand backend's default), hand_wgmma its opt-in Hopper kernel with 128x128 tiles
+// (GPT2_GEMM_SM90=1), hand_wgmma256 with 128x256 tiles (=128x256), hand_wgmma_pingpong with 128x128
+// tiles on the ping-pong schedule (=128x128-pingpong); an error row where the device is not compute
+// capability 9.0 or the operands are not TMA-describable.
 // The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
 // and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
@@ -107,9 +108,10 @@ Product product_for(const Layer& l, Pass p, int rows) {
   return {};
 }
 
-// wgmma_tile_n: 0 for the backend's default kernel, 128 or 256 for the hand wgmma kernel with those tiles.
-void BM_Gemm(benchmark::State& state, k::GemmBackend be, int wgmma_tile_n, Layer layer, Pass pass, int rows) {
-  const bool wgmma = wgmma_tile_n != 0;
+// wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
+void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, Layer layer, Pass pass,
+             int rows) {
+  const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
     return;
@@ -124,7 +126,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, int wgmma_tile_n, Layer
   k::GemmContext& ctx = context(be);
   if (wgmma) {
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
-    ctx.test_hooks().wgmma_tile_n = wgmma_tile_n;
+    ctx.test_hooks().wgmma_kernel = wgmma_kernel;
     if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
       ctx.test_hooks() = k::GemmTestHooks{};
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
@@ -188,13 +190,17 @@ const bool kRegistered = [] {
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers)
       for (Pass pass : {Pass::kFwd, Pass::kDinp, Pass::kDw})
-        for (int v = 0; v < 4; ++v) {
-          const k::GemmBackend be = v == 3 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
-          const int tile_n = v == 1 ? 128 : v == 2 ? 256 : 0;
-          const std::string kernel = tile_n == 128 ? "hand_wgmma" : tile_n == 256 ? "hand_wgmma256" : name_of(be);
+        for (int v = 0; v < 5; ++v) {
+          using W = k::GemmWgmmaKernel;
+          const k::GemmBackend be = v == 4 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
+          const W wk = v == 1 ? W::k128x128 : v == 2 ? W::k128x256 : v == 3 ? W::k128x128PingPong : W::kDefault;
+          const std::string kernel = v == 1   ? "hand_wgmma"
+                                     : v == 2 ? "hand_wgmma256"
+                                     : v == 3 ? "hand_wgmma_pingpong"
+                                              : name_of(be);
           const std::string name =
               "Gemm/bf16/" + kernel + "/" + l.name + "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
-          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, tile_n, l, pass, rows)
+          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
         }
