@@ -738,11 +738,11 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   if (wgmma) {
 #if defined(GPT2_HAVE_SM90A)
     if constexpr (std::is_same_v<T, bf16>) {
-      // The same split factor, with ranges in the wgmma kernel's K step.
+      // The split factor of the wgmma model (gemm_hand_splits), with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
-      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), a, b, M, N, K, trans_a, trans_b, k_per_split, used,
-                                   used > 1 ? ctx.splitk_workspace() : nullptr, epp,
+      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks, a, b, M, N, K, trans_a,
+                                   trans_b, k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
                                    used > 1 ? GemmEpilogue::kNone : ep, stream);
     }
 #endif

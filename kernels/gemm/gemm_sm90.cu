@@ -45,6 +45,7 @@
 //    opposite parity, which a fresh barrier passes at once (CUTLASS make_producer_start_state).
 //    full: 1 arrival (the producer's arrive.expect_tx) + the stage's bytes. empty: one arrival from lane
 //    0 of each consumer warp after that warp's wgmma.wait_group (8), so no warp can still be reading.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -350,11 +351,13 @@ int sm_count() {
 }
 
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
-void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, cudaStream_t stream) {
+void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, int max_blocks,
+                  cudaStream_t stream) {
   auto kernel = gemm_bf16_wgmma_tma_persistent<Cfg, kTransA, kTransB, kEp>;
   cuda::allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   const long units = ceil_div(p.M, Cfg::kBM) * ceil_div(p.N, Cfg::kBN) * p.splits;
-  const unsigned grid = static_cast<unsigned>(units < sm_count() ? units : sm_count());
+  const long blocks = max_blocks > 0 ? std::min(max_blocks, sm_count()) : sm_count();
+  const unsigned grid = static_cast<unsigned>(units < blocks ? units : blocks);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(ta, tb, p);
   CUDA_CHECK_LAUNCH();
 }
@@ -380,11 +383,14 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-void gemm_bf16_wgmma(GemmWgmmaKernel kernel, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a,
-                     bool trans_b, int k_per_split, int splits, float* partial, const EpilogueParams<bf16>& ep,
-                     GemmEpilogue epilogue, cudaStream_t stream) {
+void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, const bf16* b, int M, int N, int K,
+                     bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
+                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, cudaStream_t stream) {
   GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault, "gemm_bf16_wgmma needs a resolved kernel (GemmContext::hand_wgmma_kernel)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
+  // Every split has K to do: a unit without k-steps would release a stage it never waited for.
+  GPT2_CHECK(K >= 1 && static_cast<long>(splits - 1) * k_per_split < K,
+             "wgmma split-K: " << splits << " splits of " << k_per_split << " leave one empty for K=" << K);
   const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
   GPT2_CHECK(wgmma_takes(a, b, lda, ldb), "the wgmma GEMM was given operands TMA cannot describe");
   // A is (M,K) [K-major] or, transposed, (K,M) [MN-major]; B is (K,N) [MN-major] or, transposed, (N,K).
@@ -399,10 +405,12 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, const bf16* a, const bf16* b, int M
       dispatch_bool(trans_b, [&](auto trb) {
         constexpr bool kTa = decltype(tra)::value, kTb = decltype(trb)::value;
         switch (epilogue) {
-          case GemmEpilogue::kNone: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kNone>(ta, tb, p, stream); break;
-          case GemmEpilogue::kBias: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBias>(ta, tb, p, stream); break;
-          case GemmEpilogue::kBiasGelu: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, p, stream); break;
-          case GemmEpilogue::kDGelu: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, p, stream); break;
+          case GemmEpilogue::kNone: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kNone>(ta, tb, p, max_blocks, stream); break;
+          case GemmEpilogue::kBias: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBias>(ta, tb, p, max_blocks, stream); break;
+          case GemmEpilogue::kBiasGelu:
+            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, p, max_blocks, stream);
+            break;
+          case GemmEpilogue::kDGelu: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, p, max_blocks, stream); break;
         }
       });
     });

@@ -24,11 +24,11 @@ bool wgmma_device_ready();
 bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
 
 // C tile work for one launch: [splits][tiles] units (tiles of `kernel`'s shape, not kDefault) over a
-// persistent grid. With partial != nullptr each split writes its fp32 partials (partial + split*M*N) and
-// `ep` is not applied; otherwise C = ep(acc). k_per_split: a multiple of kWgmmaBK. lda = trans_a ? M : K,
-// ldb = trans_b ? K : N.
-void gemm_bf16_wgmma(GemmWgmmaKernel kernel, const bf16* a, const bf16* b, int M, int N, int K, bool trans_a,
-                     bool trans_b, int k_per_split, int splits, float* partial, const EpilogueParams<bf16>& ep,
-                     GemmEpilogue epilogue, cudaStream_t stream);
+// persistent grid of one block per SM, or of max_blocks (> 0) if fewer. With partial != nullptr each split
+// writes its fp32 partials (partial + split*M*N) and `ep` is not applied; otherwise C = ep(acc).
+// k_per_split: a multiple of kWgmmaBK. lda = trans_a ? M : K, ldb = trans_b ? K : N.
+void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, const bf16* b, int M, int N, int K,
+                     bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
+                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, cudaStream_t stream);
 
 }  // namespace gpt2::kernels::gemm_detail

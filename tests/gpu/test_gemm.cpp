@@ -498,8 +498,8 @@ const WgmmaTile kWgmmaTiles[] = {{GemmWgmmaKernel::k128x128, "[wgmma 128x128] "}
 
 // Shapes whose every leading dimension is a multiple of 8 (TMA takes them, so the wgmma path cannot fall
 // back), none a multiple of the 128x128x64 tile; a single 8x8x8 tile (boxes mostly out of bounds); a long
-// K on a small output (split-K); and more output tiles than an H100 has SMs, so persistent blocks take
-// several tiles and the stage/phase counter runs on across tiles.
+// K on a small output (split-K); and 110 tiles, which on fewer SMs than that (or with the grid capped:
+// ManyUnitsPerBlock) makes persistent blocks take several tiles.
 const Shape kTmaShapes[] = {{136, 72, 72}, {8, 8, 8}, {200, 136, 104}, {72, 104, 4104}, {1160, 1288, 200}};
 
 TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
@@ -547,9 +547,17 @@ TEST_F(GemmWgmma, AllTransposesAndEpiloguesAgainstDoubleLoop) {
   // 128x256: three tiles across N, the last 8 columns wide
   for (int t = 0; t < 4; ++t)
     check_case<bf16>({136, 520, 136, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false}, seed++, v);
-  // ping-pong: several units per block of 9 k-steps each, so a warpgroup skips more than a round of the
-  // stage ring (the emulator found the missing mainloop order with this shape)
-  check_case<bf16>({1160, 1288, 520, false, false, GemmEpilogue::kBias, false}, seed++, v);
+}
+
+// The persistent grid capped at 3 blocks (GemmTestHooks::wgmma_max_blocks), so each block takes 20-40
+// units whatever the SM count: the stage and phase counters run on across many units, and a ping-pong
+// warpgroup skips more than a round of the stage ring for each unit of the other's (9 k-steps: the shape
+// on which the emulator found the missing mainloop order).
+TEST_F(GemmWgmma, ManyUnitsPerBlock) {
+  std::vector<Variant> v = wgmma_tile_variants();
+  for (Variant& x : v) x.hooks.wgmma_max_blocks = 3;
+  check_case<bf16>({1160, 1288, 520, false, false, GemmEpilogue::kBias, false}, 1290, v);
+  check_case<bf16>({1160, 1288, 520, true, true, GemmEpilogue::kNone, true}, 1291, v);
 }
 
 // The forced path really is wgmma for TMA-friendly operands, and mma.sync (the fallback) for a base one

@@ -243,7 +243,7 @@ Result run_case(const Case& g, uint32_t seed) {
   const int k_per_split = static_cast<int>(gpt2::cuda::ceil_div(gpt2::cuda::ceil_div(g.K, splits), gd::kWgmmaBK) * gd::kWgmmaBK);
   const int used = static_cast<int>(gpt2::cuda::ceil_div(g.K, k_per_split));
   Dev<float> ws(std::vector<float>(used > 1 ? static_cast<size_t>(used) * mn : 0, kNaN), kNaN);
-  gd::gemm_bf16_wgmma(g.kernel, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
+  gd::gemm_bf16_wgmma(g.kernel, 0, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
                       used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep, nullptr);
   long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
                (used > 1 ? ws.guard_writes(kNaN) : 0);
