@@ -5,9 +5,16 @@
 //        ^                                                                   |
 //        +------------------------------ empty[s] --------------------------+
 //
-//  * One block per (query tile of 128 rows, head, batch), the longest causal prefix first. Warpgroup 0
-//    is the producer: one thread issues the TMA copies, Q once and then K and V of each key tile into a
-//    3-stage ring. Warpgroups 1 and 2 are consumers, 64 query rows each (one wgmma M).
+//  * Persistent: one block per SM takes units (query tile of 128 rows, head, batch) in turn, the longest
+//    causal prefixes first (unit u: query tile n_qtiles - 1 - u / (NH B)); block i takes units i, i +
+//    grid, i + 2 grid, ... Warpgroup 0 is the producer: one thread issues the TMA copies, Q of each unit
+//    and then K and V of each of its key tiles into a 3-stage ring that runs on across units.
+//    Warpgroups 1 and 2 are consumers, 64 query rows each (one wgmma M).
+//  * The next unit starts loading while this one ends: the consumers release Q (q_empty) as soon as
+//    the S of their last key tile retires, and each stage as its P V retires, so Q and the first K and
+//    V of the next unit land during the last P V and the output stores. At T = 1024 a unit has 4.5 key
+//    tiles on average, a few microseconds: a block launched per unit would spend a good share of them
+//    waiting for its first tiles.
 //  * Per key tile a consumer runs S = Q K^T as 4 wgmma m64n128k16 from shared memory (64 fp32 registers a
 //    thread), masks the diagonal tile, updates the online softmax in registers (fp32, log2 domain, as
 //    the mma.sync kernel in attention.cu), and runs O += P V as 8 wgmma m64n64k16 with P in registers:
@@ -31,15 +38,19 @@
 //  * V (B of O += P V, MN-major: keys are K, dims are N, contiguous): SBO = 1024 (8 key rows), LBO = the
 //    next 64-wide block of N (there is one: set to a tile's size, never used); the k16 step moves the
 //    start by 16 rows = 2048 bytes; transpose immediate 1.
-//  * Barrier phases: key tile j uses stage j % 3; consumers wait k_full/v_full for parity (j/3) & 1, the
-//    producer waits empty for the opposite parity (a fresh barrier passes at once). empty counts one
-//    arrival from lane 0 of each of the 8 consumer warps, after the wgmma.wait_group that retires P V of
-//    the stage's tile (one iteration after its S: hence 3 stages, so tile j + 1 loads during tile j).
+//  * Barrier phases: the block's t-th key tile (counted across its units) uses stage t % 3; consumers wait
+//    k_full/v_full for parity (t/3) & 1, the producer waits empty for the opposite parity (a fresh barrier
+//    passes at once). empty counts one arrival from lane 0 of each of the 8 consumer warps, after the
+//    wgmma.wait_group that retires P V of the stage's tile (one iteration after its S: hence 3 stages,
+//    so tile t + 1 loads during tile t). The block's n-th unit: consumers wait q_full for parity n & 1;
+//    q_empty (8 arrivals, after the last S of a unit retires) completes its phase n, which the producer
+//    waits for (parity n & 1) before it loads Q of unit n + 1.
 //
 // Left for later (docs/performance.md): the ping-pong of the two consumers around the softmax
-// (FlashAttention-3 section 3.1), setmaxnreg register rebalancing, a persistent tile scheduler.
+// (FlashAttention-3 section 3.1), setmaxnreg register rebalancing.
 #include "kernels/attention/attention_sm90.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -69,7 +80,7 @@ struct WgmmaFwdConfig {
   static constexpr int kStages = 3;
   static constexpr int kTileBytes = 128 * kHeadDim * 2;  // 16 KB: a TMA box of 128 rows x 64 dims
   static constexpr int kAlign = 1024;                    // swizzle atoms start 1024-aligned
-  static constexpr int kBarriers = 1 + 3 * kStages;      // q_full, k_full[s], v_full[s], empty[s]
+  static constexpr int kBarriers = 2 + 3 * kStages;      // q_full, q_empty, k_full[s], v_full[s], empty[s]
   static constexpr size_t kSmemBytes = kAlign + (1 + 2 * kStages) * kTileBytes + kBarriers * 8;
   static_assert(kBlockM == kBlockN, "causal: the diagonal key tile of query tile i is key tile i");
   static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
@@ -189,9 +200,19 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[Fwd::kBlockN / Fwd::kWgmma
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+// Unit u of the persistent grid: every (head, batch) of the last query tile first, then of the one before
+// (the longest causal prefixes first, so the short units fill in at the end).
+struct FwdUnit {
+  int qt, h, b;
+};
+__device__ __forceinline__ FwdUnit fwd_unit(int u, int n_qtiles, int NH, int heads_x_batch) {
+  const int hb = u % heads_x_batch;
+  return {n_qtiles - 1 - u / heads_x_batch, hb % NH, hb / NH};
+}
+
 __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
-    attention_fwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, bf16* out, float* lse, int T_, int C,
-                            int NH, float scale_log2) {
+    attention_fwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, bf16* out, float* lse, int B, int T_,
+                            int C, int NH, float scale_log2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WgmmaFwdConfig;
   extern __shared__ unsigned char smem_raw[];
@@ -200,19 +221,19 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
   auto sK = [&](int s) { return smem + (1 + s) * Cfg::kTileBytes; };
   auto sV = [&](int s) { return smem + (1 + Cfg::kStages + s) * Cfg::kTileBytes; };
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + (1 + 2 * Cfg::kStages) * Cfg::kTileBytes);
-  uint64_t* k_full = q_full + 1;
+  uint64_t* q_empty = q_full + 1;
+  uint64_t* k_full = q_full + 2;
   uint64_t* v_full = k_full + Cfg::kStages;
   uint64_t* empty = v_full + Cfg::kStages;
 
-  const int qt = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);  // longest prefix first
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int m0 = qt * Cfg::kBlockM;
-  const int n_tiles = qt + 1;  // key tiles 0 .. qt: the diagonal one is the last
+  const int n_qtiles = (T_ + Cfg::kBlockM - 1) / Cfg::kBlockM, heads_x_batch = NH * B;
+  const int units = n_qtiles * heads_x_batch;
   const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
   const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
 
   if (threadIdx.x == 0) {
     cuda::mbarrier_init(q_full, 1);
+    cuda::mbarrier_init(q_empty, Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);
     for (int s = 0; s < Cfg::kStages; ++s) {
       cuda::mbarrier_init(&k_full[s], 1);
       cuda::mbarrier_init(&v_full[s], 1);
@@ -226,109 +247,130 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
     // ---- producer: one thread issues every copy; coordinates are {column, token, batch} ----
     if (tid_wg != 0) return;
     cuda::tma_prefetch_descriptor(&tmap_qkv);
-    const int q_col = h * Cfg::kHeadDim, k_col = C + q_col, v_col = 2 * C + q_col;
-    cuda::mbarrier_arrive_expect_tx(q_full, Cfg::kTileBytes);
-    cuda::tma_load_3d(sQ, &tmap_qkv, q_full, q_col, m0, b);
-    for (int j = 0; j < n_tiles; ++j) {
-      const int s = j % Cfg::kStages;
-      cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);
-      cuda::mbarrier_arrive_expect_tx(&k_full[s], Cfg::kTileBytes);
-      cuda::tma_load_3d(sK(s), &tmap_qkv, &k_full[s], k_col, j * Cfg::kBlockN, b);
-      cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes);
-      cuda::tma_load_3d(sV(s), &tmap_qkv, &v_full[s], v_col, j * Cfg::kBlockN, b);
+    int t = 0;  // the block's key tiles so far: the ring position
+    for (int u = static_cast<int>(blockIdx.x), n = 0; u < units; u += static_cast<int>(gridDim.x), ++n) {
+      const FwdUnit w = fwd_unit(u, n_qtiles, NH, heads_x_batch);
+      const int q_col = w.h * Cfg::kHeadDim, k_col = C + q_col, v_col = 2 * C + q_col;
+      if (n > 0) cuda::mbarrier_wait(q_empty, (n - 1) & 1);  // every consumer is done with the last Q
+      cuda::mbarrier_arrive_expect_tx(q_full, Cfg::kTileBytes);
+      cuda::tma_load_3d(sQ, &tmap_qkv, q_full, q_col, w.qt * Cfg::kBlockM, w.b);
+      for (int j = 0; j <= w.qt; ++j, ++t) {  // key tiles 0 .. qt: the diagonal one is the last
+        const int s = t % Cfg::kStages;
+        cuda::mbarrier_wait(&empty[s], ((t / Cfg::kStages) & 1) ^ 1);
+        cuda::mbarrier_arrive_expect_tx(&k_full[s], Cfg::kTileBytes);
+        cuda::tma_load_3d(sK(s), &tmap_qkv, &k_full[s], k_col, j * Cfg::kBlockN, w.b);
+        cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes);
+        cuda::tma_load_3d(sV(s), &tmap_qkv, &v_full[s], v_col, j * Cfg::kBlockN, w.b);
+      }
     }
     return;
   }
 
   // ---- consumers ----
-  const int c = wg - 1;  // rows [64c, 64c + 64) of the query tile
+  const int c = wg - 1;  // rows [64c, 64c + 64) of each query tile
   const int warp = tid_wg / 32, lane = tid_wg % 32;
   const int g = lane >> 2, tq = lane & 3;
-  const int row0 = m0 + c * Cfg::kWgRows + 16 * warp + g;  // the row of registers with (i/2) % 2 == 0; +8 otherwise
   const uint32_t q_base = cuda::smem_u32(sQ) + static_cast<uint32_t>(c * Cfg::kWgRows * 128);
+  // This warp's lane 0 tells the producer that the warp has read Q (the last S of the unit retired) or a
+  // stage (its P V retired) for the last time.
+  auto release = [&](uint64_t* bar) {
+    if (lane == 0) cuda::mbarrier_arrive(bar);
+  };
 
   float o[32], sc[64];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) o[i] = 0.0f;
-#pragma unroll
   for (int i = 0; i < 64; ++i) sc[i] = 0.0f;  // never read (scale-d 0 on the first k16), but defined
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2];
   uint32_t pa[Cfg::kBlockN / Cfg::kWgmmaK][4];
-  const SoftmaxRows rows{row0, lane, T_, scale_log2};
+  int t = 0;  // the block's key tiles so far, as the producer counts them
+  for (int u = static_cast<int>(blockIdx.x), n = 0; u < units; u += static_cast<int>(gridDim.x), ++n) {
+    const FwdUnit w = fwd_unit(u, n_qtiles, NH, heads_x_batch);
+    const int n_tiles = w.qt + 1;  // key tiles 0 .. qt: the diagonal one is the last
+    // the row of registers with (i/2) % 2 == 0; +8 otherwise
+    const int row0 = w.qt * Cfg::kBlockM + c * Cfg::kWgRows + 16 * warp + g;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2];
+    const SoftmaxRows rows{row0, lane, T_, scale_log2};
 
-  // Key tile 0: S alone, then its softmax. From tile 1 on, S of tile j and P V of tile j - 1 are in
-  // flight together, and the softmax of tile j runs while the tensor cores finish P V (the intra-
-  // warpgroup overlap of FlashAttention-3, section 3.2): the exp2 work hides behind the second product.
-  // P of tile j - 1 stays in `pa` until that product retires, so the softmax writes fp32 into `sc` and
-  // packs it only after the wait.
-  cuda::mbarrier_wait(q_full, 0);
-  cuda::mbarrier_wait(&k_full[0], 0);
-  cuda::wgmma_fence();
-  fence_operands(sc);
-  issue_s(sc, q_base, cuda::smem_u32(sK(0)));
-  cuda::wgmma_commit_group();
-  cuda::wgmma_wait_group<0>();
-  fence_operands(sc);
-  softmax_tile(sc, m_run, l_run, alpha, /*diagonal=*/qt == 0, 0, rows);
-  pack_p(pa, sc);  // O is still zero: no rescale
-  for (int j = 1; j < n_tiles; ++j) {
-    const int s = j % Cfg::kStages, sp = (j - 1) % Cfg::kStages;
-    // Both waits before the first wgmma: a wait loop between two wgmma makes ptxas insert a warpgroup
-    // fence of its own (C7519). V of tile j - 1 has had a whole iteration to land.
-    cuda::mbarrier_wait(&k_full[s], (j / Cfg::kStages) & 1);
-    cuda::mbarrier_wait(&v_full[sp], ((j - 1) / Cfg::kStages) & 1);
-    cuda::wgmma_fence();  // o was rescaled and pa packed by ordinary instructions
-    fence_operands(sc);
-    fence_operands(o);
-    issue_s(sc, q_base, cuda::smem_u32(sK(s)));
-    cuda::wgmma_commit_group();
-    issue_pv(o, pa, cuda::smem_u32(sV(sp)));
-    cuda::wgmma_commit_group();
-    cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run
-    fence_operands(sc);
-    softmax_tile(sc, m_run, l_run, alpha, /*diagonal=*/j == qt, j * Cfg::kBlockN, rows);
-    cuda::wgmma_wait_group<0>();
-    fence_operands(o);
-    fence_operands(pa);
-    // This warp has read K and V of tile j - 1 for the last time.
-    if (lane == 0) cuda::mbarrier_arrive(&empty[sp]);
-    rescale_o(o, alpha);
-    pack_p(pa, sc);
-  }
-  {  // P V of the last key tile
-    const int sl = (n_tiles - 1) % Cfg::kStages;
-    cuda::mbarrier_wait(&v_full[sl], ((n_tiles - 1) / Cfg::kStages) & 1);
+    // Key tile 0: S alone, then its softmax. From tile 1 on, S of tile j and P V of tile j - 1 are in
+    // flight together, and the softmax of tile j runs while the tensor cores finish P V (the intra-
+    // warpgroup overlap of FlashAttention-3, section 3.2): the exp2 work hides behind the second product.
+    // P of tile j - 1 stays in `pa` until that product retires, so the softmax writes fp32 into `sc` and
+    // packs it only after the wait.
+    cuda::mbarrier_wait(q_full, n & 1);
+    cuda::mbarrier_wait(&k_full[t % Cfg::kStages], (t / Cfg::kStages) & 1);
     cuda::wgmma_fence();
-    fence_operands(o);
-    issue_pv(o, pa, cuda::smem_u32(sV(sl)));
+    fence_operands(sc);
+    issue_s(sc, q_base, cuda::smem_u32(sK(t % Cfg::kStages)));
     cuda::wgmma_commit_group();
     cuda::wgmma_wait_group<0>();
-    fence_operands(o);
-    fence_operands(pa);
-    if (lane == 0) cuda::mbarrier_arrive(&empty[sl]);
-  }
-
-  // out = O / l (bf16), lse = (m + log2 l) * ln 2
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = l_run[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = row0 + 8 * r;
-    if (row >= T_) continue;
-    const float inv = 1.0f / sum;  // >= 1 term: the row maximum contributes exp2(0)
-    bf16* orow = out + (static_cast<size_t>(b) * T_ + row) * C + static_cast<size_t>(h) * Cfg::kHeadDim + 2 * tq;
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      *reinterpret_cast<__nv_bfloat162*>(orow + 8 * q) =
-          __floats2bfloat162_rn(o[4 * q + 2 * r] * inv, o[4 * q + 2 * r + 1] * inv);
+    fence_operands(sc);
+    if (n_tiles == 1) release(q_empty);
+    softmax_tile(sc, m_run, l_run, alpha, /*diagonal=*/w.qt == 0, 0, rows);
+    pack_p(pa, sc);  // O is still zero: no rescale
+    for (int j = 1; j < n_tiles; ++j) {
+      const int tj = t + j, s = tj % Cfg::kStages, sp = (tj - 1) % Cfg::kStages;
+      // Both waits before the first wgmma: a wait loop between two wgmma makes ptxas insert a warpgroup
+      // fence of its own (C7519). V of tile j - 1 has had a whole iteration to land.
+      cuda::mbarrier_wait(&k_full[s], (tj / Cfg::kStages) & 1);
+      cuda::mbarrier_wait(&v_full[sp], ((tj - 1) / Cfg::kStages) & 1);
+      cuda::wgmma_fence();  // o was rescaled and pa packed by ordinary instructions
+      fence_operands(sc);
+      fence_operands(o);
+      issue_s(sc, q_base, cuda::smem_u32(sK(s)));
+      cuda::wgmma_commit_group();
+      issue_pv(o, pa, cuda::smem_u32(sV(sp)));
+      cuda::wgmma_commit_group();
+      cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run
+      fence_operands(sc);
+      if (j == n_tiles - 1) release(q_empty);  // the next unit's Q may load now
+      softmax_tile(sc, m_run, l_run, alpha, /*diagonal=*/j == w.qt, j * Cfg::kBlockN, rows);
+      cuda::wgmma_wait_group<0>();
+      fence_operands(o);
+      fence_operands(pa);
+      // This warp has read K and V of tile j - 1 for the last time.
+      release(&empty[sp]);
+      rescale_o(o, alpha);
+      pack_p(pa, sc);
     }
-    if (tq == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + row] = (m_run[r] + log2f(sum)) * cuda::kLn2;
+    {  // P V of the last key tile
+      const int tl = t + n_tiles - 1, sl = tl % Cfg::kStages;
+      cuda::mbarrier_wait(&v_full[sl], (tl / Cfg::kStages) & 1);
+      cuda::wgmma_fence();
+      fence_operands(o);
+      issue_pv(o, pa, cuda::smem_u32(sV(sl)));
+      cuda::wgmma_commit_group();
+      cuda::wgmma_wait_group<0>();
+      fence_operands(o);
+      fence_operands(pa);
+      release(&empty[sl]);
+    }
+    t += n_tiles;
+
+    // out = O / l (bf16), lse = (m + log2 l) * ln 2, from registers (no shared memory: the next unit's
+    // tiles are already landing)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = l_run[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = row0 + 8 * r;
+      if (row >= T_) continue;
+      const float inv = 1.0f / sum;  // >= 1 term: the row maximum contributes exp2(0)
+      bf16* orow =
+          out + (static_cast<size_t>(w.b) * T_ + row) * C + static_cast<size_t>(w.h) * Cfg::kHeadDim + 2 * tq;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        *reinterpret_cast<__nv_bfloat162*>(orow + 8 * q) =
+            __floats2bfloat162_rn(o[4 * q + 2 * r] * inv, o[4 * q + 2 * r + 1] * inv);
+      }
+      if (tq == 0) lse[(static_cast<size_t>(w.b) * NH + w.h) * T_ + row] = (m_run[r] + log2f(sum)) * cuda::kLn2;
+    }
   }
 #else
   // Compiled for another architecture: this kernel is launched only where attention_fwd_wgmma_ready()
   // found its sm_90a code, so this body never runs.
-  (void)tmap_qkv, (void)out, (void)lse, (void)T_, (void)C, (void)NH, (void)scale_log2;
+  (void)tmap_qkv, (void)out, (void)lse, (void)B, (void)T_, (void)C, (void)NH, (void)scale_log2;
   __trap();
 #endif
 }
@@ -360,10 +402,11 @@ void attention_fwd_wgmma(bf16* out, float* lse, const bf16* qkv, int B, int T_, 
   const uint32_t box[3] = {Cfg::kHeadDim, Cfg::kBlockN, 1};
   const CUtensorMap map = make_bf16_tensor_map(qkv, 3, dims, strides, box, "attention qkv");
   cuda::allow_dynamic_smem(attention_fwd_wgmma_tma, Cfg::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(T_, Cfg::kBlockM)), static_cast<unsigned>(NH),
-                  static_cast<unsigned>(B));
+  // Persistent: at most one block per SM (its shared memory and 384 threads x 154 registers allow one).
+  const long units = cuda::ceil_div(T_, Cfg::kBlockM) * static_cast<long>(NH) * B;
+  const unsigned grid = static_cast<unsigned>(std::min<long>(units, sm_count()));
   const float scale_log2 = (1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim))) * cuda::kLog2e;  // as attention.cu
-  attention_fwd_wgmma_tma<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map, out, lse, T_, C, NH, scale_log2);
+  attention_fwd_wgmma_tma<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map, out, lse, B, T_, C, NH, scale_log2);
   CUDA_CHECK_LAUNCH();
 }
 

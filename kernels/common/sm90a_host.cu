@@ -68,4 +68,11 @@ bool sm90a_kernel_runs_here(const void* kernel) {
   return true;
 }
 
+int sm_count() {
+  int dev = 0, count = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+  return count;
+}
+
 }  // namespace gpt2::kernels

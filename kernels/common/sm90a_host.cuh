@@ -21,4 +21,7 @@ CUtensorMap make_bf16_tensor_map(const __nv_bfloat16* base, int rank, const uint
 // the binary (a kernel-attribute query on it succeeds). No device is not an error: false.
 bool sm90a_kernel_runs_here(const void* kernel);
 
+// The current device's multiprocessor count: the grid of a persistent kernel (one block per SM).
+int sm_count();
+
 }  // namespace gpt2::kernels

@@ -340,16 +340,6 @@ CUtensorMap make_tensor_map(const bf16* base, int inner, int outer, int ld) {
   return make_bf16_tensor_map(base, 2, dims, strides, box, "a GEMM operand");
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-    return count;
-  }();
-  return n;
-}
-
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
 void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, int max_blocks,
                   cudaStream_t stream) {

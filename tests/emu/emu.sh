@@ -11,7 +11,8 @@
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants  mutants of the kernels (13 + 16 + 19), each must be caught, not hang
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (18 + 16 + 19; KERNELS: a quoted
+#                                         subset of "attention attention_bwd gemm"), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -72,7 +73,7 @@ check() {  # check NAME CMD...: runs CMD, prints its verdict line
 
 if [[ $mode == --mutants ]]; then
   caught=0 total=0
-  for kernel in attention attention_bwd gemm; do
+  for kernel in ${3:-attention attention_bwd gemm}; do
     python3 "$here/mutations/mutate.py" $kernel "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
       exit 1
     while read -r m; do
@@ -115,8 +116,11 @@ check layout_helpers "$out/check_ptx_helpers"
 check attention_quick "$out/emu_attention" --quick
 check attention_test_shapes "$out/emu_attention" --test-shapes
 check gemm_all_cases "$out/emu_gemm"
+# The forward's persistent grid: 3 blocks (the default) take several units each; one block takes them
+# all; 64 blocks take one unit each, as a grid as large as the work does on the GPU.
 for v in "EMU_SMEM_OFFSET=0" "EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
-         "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
+         "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7" \
+         "EMU_SMS=1" "EMU_SMS=64 EMU_SEED=4"; do
   check "attention_quick $v" env $v "$out/emu_attention" --quick
 done
 check attention_bwd_quick "$out/emu_attention_bwd" --quick

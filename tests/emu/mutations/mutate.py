@@ -7,10 +7,13 @@ kernel that moves a pattern fails loudly here instead of silently testing nothin
 import os, sys
 
 # ---- attention_sm90.cu ---------------------------------------------------------------------------
-LOOP_PV_WAIT = ("    cuda::wgmma_wait_group<0>();\n    fence_operands(o);\n    fence_operands(pa);\n"
-                "    // This warp has read K and V of tile j - 1 for the last time.\n"
-                "    if (lane == 0) cuda::mbarrier_arrive(&empty[sp]);\n")
-LOOP_TAIL = "    rescale_o(o, alpha);\n    pack_p(pa, sc);\n  }\n"
+LOOP_PV_WAIT = ("      cuda::wgmma_wait_group<0>();\n      fence_operands(o);\n      fence_operands(pa);\n"
+                "      // This warp has read K and V of tile j - 1 for the last time.\n"
+                "      release(&empty[sp]);\n")
+LOOP_TAIL = "      rescale_o(o, alpha);\n      pack_p(pa, sc);\n    }\n"
+LOOP_S_WAIT = ("      cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run\n"
+               "      fence_operands(sc);\n"
+               "      if (j == n_tiles - 1) release(q_empty);  // the next unit's Q may load now\n")
 
 ATTENTION = {
     # V is MN-major: transpose immediate 0 reads it as K-major
@@ -20,24 +23,24 @@ ATTENTION = {
     "mask_off_by_one": [("if (col > row || col >= w.T_) sc[i] = -INFINITY;",
                          "if (col > row + 1 || col >= w.T_) sc[i] = -INFINITY;")],
     # consumers wait for the wrong k_full parity (a fresh barrier's parity-1 wait passes at once)
-    "consumer_parity": [("cuda::mbarrier_wait(&k_full[s], (j / Cfg::kStages) & 1);",
-                         "cuda::mbarrier_wait(&k_full[s], ((j / Cfg::kStages) & 1) ^ 1);")],
+    "consumer_parity": [("cuda::mbarrier_wait(&k_full[s], (tj / Cfg::kStages) & 1);",
+                         "cuda::mbarrier_wait(&k_full[s], ((tj / Cfg::kStages) & 1) ^ 1);")],
     # producer waits for the wrong empty parity: the first wait on a fresh barrier never completes
-    "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);",
-                         "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
+    "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((t / Cfg::kStages) & 1) ^ 1);",
+                         "cuda::mbarrier_wait(&empty[s], (t / Cfg::kStages) & 1);")],
     # the stage is released (empty arrive) before the P V wgmma that reads V retired
     "release_before_wait": [(LOOP_PV_WAIT,
-                             "    // This warp has read K and V of tile j - 1 for the last time.\n"
-                             "    if (lane == 0) cuda::mbarrier_arrive(&empty[sp]);\n"
-                             "    cuda::wgmma_wait_group<0>();\n    fence_operands(o);\n    fence_operands(pa);\n")],
+                             "      // This warp has read K and V of tile j - 1 for the last time.\n"
+                             "      release(&empty[sp]);\n"
+                             "      cuda::wgmma_wait_group<0>();\n      fence_operands(o);\n      fence_operands(pa);\n")],
     # no wgmma.wait_group 1 in the loop: the softmax reads S still in flight
-    "missing_s_wait": [("    cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run\n", "")],
+    "missing_s_wait": [("      cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run\n", "")],
     # P of tile j packed into the A registers while P V of tile j - 1 still reads them
     "pack_before_pv_wait": [(LOOP_PV_WAIT + LOOP_TAIL,
-                             "    pack_p(pa, sc);\n" + LOOP_PV_WAIT + "    rescale_o(o, alpha);\n  }\n")],
+                             "      pack_p(pa, sc);\n" + LOOP_PV_WAIT + "      rescale_o(o, alpha);\n    }\n")],
     # O rescaled while P V of tile j - 1 still accumulates into it
     "rescale_before_pv_wait": [(LOOP_PV_WAIT + LOOP_TAIL,
-                                "    rescale_o(o, alpha);\n" + LOOP_PV_WAIT + "    pack_p(pa, sc);\n  }\n")],
+                                "      rescale_o(o, alpha);\n" + LOOP_PV_WAIT + "      pack_p(pa, sc);\n    }\n")],
     # expect_tx announces half of V's bytes
     "expect_tx_short": [("cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes);",
                          "cuda::mbarrier_arrive_expect_tx(&v_full[s], Cfg::kTileBytes / 2);")],
@@ -53,7 +56,22 @@ ATTENTION = {
     "rescale_wrong_half": [("      o[4 * q + 2 * r] *= alpha[r];\n      o[4 * q + 2 * r + 1] *= alpha[r];",
                             "      o[4 * q + 2 * (1 - r)] *= alpha[r];\n      o[4 * q + 2 * (1 - r) + 1] *= alpha[r];")],
     # P V of the last key tile left out: the diagonal tile's values never reach O
-    "last_pv_missing": [("    issue_pv(o, pa, cuda::smem_u32(sV(sl)));\n", "")],
+    "last_pv_missing": [("      issue_pv(o, pa, cuda::smem_u32(sV(sl)));\n", "")],
+    # persistent: Q released before the last S that reads it retired (the next unit's Q lands under it)
+    "q_released_before_s_wait": [(LOOP_S_WAIT,
+                                  "      if (j == n_tiles - 1) release(q_empty);\n"
+                                  "      cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run\n"
+                                  "      fence_operands(sc);\n")],
+    # persistent: the producer loads the next unit's Q without waiting for the consumers to release it
+    "q_empty_not_waited": [("      if (n > 0) cuda::mbarrier_wait(q_empty, (n - 1) & 1);", "")],
+    # persistent: consumers wait for Q's first phase on every unit (passes at once from the second unit on)
+    "q_full_parity_fixed": [("cuda::mbarrier_wait(q_full, n & 1);", "cuda::mbarrier_wait(q_full, 0);")],
+    # persistent: the consumers' ring position restarts at every unit while the producer's runs on
+    "ring_restarts_per_unit": [("    t += n_tiles;\n", "")],
+    # persistent: the online softmax state carried over from the block's previous unit
+    "state_not_reset": [("    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2];\n", ""),
+                        ("  int t = 0;  // the block's key tiles so far, as the producer counts them\n",
+                         "  int t = 0;\n  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2];\n")],
 }
 
 

@@ -154,6 +154,11 @@ struct Block {
 
   std::vector<std::unique_ptr<Group>> warps, wgs;
 
+  // What each thread waits in, for the deadlock report ("" while it runs). Locked after mu or a group's
+  // mutex, never before.
+  std::mutex state_mu;
+  std::vector<std::string> waiting;
+
   std::thread dma;
   std::mutex dma_mu;
   std::condition_variable dma_cv;
@@ -191,6 +196,71 @@ Block& blk() {
   return *g_t.blk;
 }
 
+// ---- the deadlock report: what every thread of the resident blocks waits in ----
+std::mutex g_resident_mu;
+std::vector<Block*> g_resident;
+
+void set_waiting(const std::string& what) {
+  if (!g_t.blk) return;
+  std::lock_guard<std::mutex> g(g_t.blk->state_mu);
+  g_t.blk->waiting[g_t.tid] = what;
+}
+
+// Printed before a deadlock failure: per resident block, runs of threads in the same wait, and its
+// mbarriers and named barriers. `held`: the mutex the reporting thread holds (read without locking it);
+// another block's barriers are shown only if its mutex is free at once.
+void report_waits(const std::mutex* held) {
+  std::lock_guard<std::mutex> rg(g_resident_mu);
+  std::lock_guard<std::mutex> pg(g_print_mu);
+  fprintf(stderr, "[emu] deadlock report: %zu resident block(s); threads not listed are running\n", g_resident.size());
+  int lines = 0;
+  for (Block* b : g_resident) {
+    if (++lines > 64) {
+      fprintf(stderr, "[emu]   ... (more blocks left out)\n");
+      break;
+    }
+    if (b->live == 0) {
+      fprintf(stderr, "[emu]   block (%u,%u,%u): finished\n", b->idx.x, b->idx.y, b->idx.z);
+      continue;
+    }
+    fprintf(stderr, "[emu]   block (%u,%u,%u), %d live thread(s):\n", b->idx.x, b->idx.y, b->idx.z, b->live);
+    {
+      std::map<std::string, std::vector<int>> by_wait;  // the threads in each wait
+      {
+        std::lock_guard<std::mutex> sg(b->state_mu);
+        for (int t = 0; t < b->nthreads; ++t)
+          if (!b->waiting[t].empty()) by_wait[b->waiting[t]].push_back(t);
+      }
+      for (const auto& kv : by_wait) {
+        std::string ranges;  // "0-3, 5, 9-127", the first 8 runs
+        const std::vector<int>& ts = kv.second;
+        int runs = 0;
+        for (size_t i = 0; i < ts.size();) {
+          size_t e = i;
+          while (e + 1 < ts.size() && ts[e + 1] == ts[e] + 1) ++e;
+          if (++runs > 8) {
+            ranges += ", ...";
+            break;
+          }
+          ranges += (ranges.empty() ? "" : ", ") + std::to_string(ts[i]) + (e > i ? "-" + std::to_string(ts[e]) : "");
+          i = e + 1;
+        }
+        fprintf(stderr, "[emu]     %zu thread(s) in %s: %s\n", ts.size(), kv.first.c_str(), ranges.c_str());
+      }
+    }
+    std::unique_lock<std::mutex> bl(b->mu, std::defer_lock);
+    if (&b->mu != held && !bl.try_lock()) continue;
+    for (const auto& kv : b->bars)
+      fprintf(stderr, "[emu]     mbarrier 0x%x: phase %u, %u of %u arrivals and %lld bytes pending\n", kv.first,
+              kv.second.phase, kv.second.pending, kv.second.count, static_cast<long long>(kv.second.tx));
+    for (const auto& kv : b->named)
+      if (kv.second.arrived > 0)
+        fprintf(stderr, "[emu]     bar.sync %d: %d of %d threads arrived\n", kv.first, kv.second.arrived,
+                kv.second.expected);
+  }
+  fflush(stderr);
+}
+
 // ---- the deadlock detector's clock ----
 // A wait is a deadlock only when the whole emulated grid has stood still for EMU_TIMEOUT_S: no thread
 // arrived at a barrier, collective or mbarrier, no copy landed, no thread ended. A long wait while other
@@ -210,15 +280,20 @@ int64_t timeout_ns() { return static_cast<int64_t>(config().timeout_s) * 1'000'0
 template <class Pred>
 void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const char* what) {
   const int64_t since = now_ns();
+  if (pred()) return;
+  set_waiting(what);
   while (!pred()) {
     // Sleeps until the grid would have stood still for the timeout; progress meanwhile moves the deadline.
     const int64_t deadline = std::max(since, g_last_progress_ns.load(std::memory_order_relaxed)) + timeout_ns();
     const int64_t left = deadline - now_ns();
-    if (left <= 0)
+    if (left <= 0) {
+      report_waits(lk.mutex());
       fail("deadlock: the whole grid made no progress for %u s while this thread waited in %s", config().timeout_s,
            what);
+    }
     cv.wait_for(lk, std::chrono::nanoseconds(left));
   }
+  set_waiting("");
 }
 
 // A rendezvous of a warp or warpgroup: every member deposits, the last arrival runs `leader` under the
@@ -655,6 +730,7 @@ void thread_exit_hook() {
     std::lock_guard<std::mutex> lk(g.mu);
     if (!g.open.empty() || !g.committed.empty()) fail("thread exited with wgmma operations not retired by a wait");
   }
+  set_waiting("exited");
   std::lock_guard<std::mutex> lk(b.mu);
   progress();
   --b.live;
@@ -745,7 +821,15 @@ bool mbar_try_wait_parity(uint32_t addr, uint32_t parity) {
   // bound only sets how often a waiter rechecks its time limit. 1 ms made hundreds of waiting threads
   // (every block of a grid resident) wake 1000 times a second each, and the 2 cores spent their time on it.
   if (!done()) b.cv.wait_for(lk, std::chrono::milliseconds(20));
-  return done();
+  if (done()) {
+    set_waiting("");
+    return true;
+  }
+  char what[160];
+  snprintf(what, sizeof what, "mbarrier.try_wait.parity 0x%x parity %u (phase %u: %u of %u arrivals, %lld bytes pending)",
+           addr, parity, m.phase, m.pending, m.count, static_cast<long long>(m.tx));
+  set_waiting(what);
+  return false;
 }
 
 // ---- TMA (cp.async.bulk.tensor, tile mode) ----
@@ -1073,15 +1157,22 @@ int spin_load_acquire(const int* flag) {
   thread_local int64_t since = 0;
   const int v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
   if (flag != last || v != last_value) {
+    if (now_ns() - since > 1'000'000) set_waiting("");
     last = flag, last_value = v, since = now_ns();
   } else {
-    if (static_cast<int64_t>(stalled_ns(since)) > timeout_ns())
+    if (static_cast<int64_t>(stalled_ns(since)) > timeout_ns()) {
+      report_waits(nullptr);
       fail("deadlock: a spin on the global flag %p has read %d while the whole grid made no progress for %u s",
            static_cast<const void*>(flag), v, config().timeout_s);
+    }
     // Backs off after 1 ms: a dozen threads spinning with yield() took CPU time from the 2 cores that the
     // blocks they wait for need.
-    if (now_ns() - since > 1'000'000)
+    if (now_ns() - since > 1'000'000) {
+      char what[96];
+      snprintf(what, sizeof what, "a spin on the global flag %p, reading %d", static_cast<const void*>(flag), v);
+      set_waiting(what);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
     else
       std::this_thread::yield();
   }
@@ -1154,7 +1245,12 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
         g.dep.resize(128), g.result.resize(128), g.fenced.assign(128, false), g.last_written.resize(128);
         g.chain_val.resize(128);
       }
+      b.waiting.assign(block.x, "");
       b.dma = std::thread(dma_loop, &b);
+    }
+    {
+      std::lock_guard<std::mutex> rg(g_resident_mu);
+      for (auto& bp : blocks) g_resident.push_back(bp.get());
     }
     for (auto& bp : blocks) {
       Block* bb = bp.get();
@@ -1171,6 +1267,10 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
         });
     }
     for (auto& th : threads) th.join();
+    {
+      std::lock_guard<std::mutex> rg(g_resident_mu);
+      g_resident.clear();
+    }
     for (auto& bp : blocks) {
       Block& b = *bp;
       {
