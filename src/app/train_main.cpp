@@ -1,5 +1,7 @@
 // gpt2-train: see --help.
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "app/train_options.hpp"
@@ -40,6 +42,11 @@ int main(int argc, char** argv) {
     if (env.rank() == 0) std::fputs(args.message.c_str(), stdout);
     env.exit_all(0);
   }
+  gpt2::log_set_async();  // a launcher that stops reading must not stop the step loop (core/log.hpp)
   const int status = gpt2::run_training(args.config, env);
+  // After a stop signal the launcher may not read again before its SIGKILL (mpirun sleeps until then):
+  // wait for the log writers only while this process still has time.
+  gpt2::log_flush(gpt2::stop_signal() != 0 ? std::min(10.0, std::max(0.0, gpt2::seconds_until_kill() - 0.5))
+                                           : std::numeric_limits<double>::infinity());
   env.exit_all(status);
 }

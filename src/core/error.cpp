@@ -8,6 +8,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "core/log.hpp"
+
 namespace gpt2 {
 namespace {
 ErrorContext g_context;
@@ -27,6 +29,7 @@ std::string hostname() {
 }
 
 void fatal(const std::string& what, const char* file, int line) {
+  log_flush(2.0);  // rank 0's queued progress lines first (log_set_async), if their reader is reading
   std::string where = "[gpt2";
   if (g_context.rank >= 0) where += " rank " + std::to_string(g_context.rank);
   where += " host " + hostname();

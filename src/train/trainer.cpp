@@ -358,7 +358,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   int early_stop = stop_signal();
   comm.allreduce(&early_stop, 1, ReduceOp::kMax, "early stop signal");
   if (early_stop != 0) {
-    log_info("received signal %d before the first step: nothing new to checkpoint (%s); exiting for requeue "
+    log_warn("received signal %d before the first step: nothing new to checkpoint (%s); exiting for requeue "
              "(status %d)\n", early_stop, resume_path.empty() ? "no checkpoint yet" : resume_path.c_str(),
              kExitPreempted);
     return kExitPreempted;
@@ -440,7 +440,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     if (stop != 0 && !last) {
       kill_in_s = seconds_until_kill();
       if (W > 1) comm.allreduce(&kill_in_s, 1, ReduceOp::kMin, "seconds until kill");
-      log_info("step %6lld | received signal %d: checkpointing and exiting for requeue (status %d)\n",
+      log_warn("step %6lld | received signal %d: checkpointing and exiting for requeue (status %d)\n",
                static_cast<long long>(state.step), stop, kExitPreempted);
       preempted = true;
       break;

@@ -183,8 +183,10 @@ def early_sigterm_mpirun(work):
     after SIGTERM). The previous checkpoint loads and the run resumes."""
     out = os.path.join(work, "tiny")
     first_run(out, TINY, 3)
-    job = Job(mpirun(2, "--mca", "odls_base_sigkill_timeout", "5", TRAIN, *train_args(out, TINY, 10_000), "--resume",
-                     "auto"))
+    # 10^7 steps: the ranks get mpirun's SIGTERM only 5 s after mpirun got its own, and the tiny model runs
+    # 10^4 steps in less (it used to stall on its output while mpirun slept: core/log.hpp).
+    job = Job(mpirun(2, "--mca", "odls_base_sigkill_timeout", "5", TRAIN, *train_args(out, TINY, 10_000_000),
+                     "--resume", "auto"))
     time.sleep(max(0.0, 0.3 - (time.monotonic() - job.t0)))
     job.kill(signal.SIGTERM)
     r = job.finish(60)
