@@ -428,7 +428,13 @@ phase_D() {
     env GPT2_GEMM_SM90=128x128-pingpong "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm hand \
     --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 \
     --out "$work/train_hand_wgmma_pingpong_16"
+  # The Hopper attention forward on its ping-pong schedule, against phase B's wgmma_attention step.
+  gpu_step train_124m_cublaslt_mb16_wgmma_attention_pingpong 150 "faster than cooperative" \
+    env GPT2_ATTENTION_FWD=wgmma-pingpong "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
+    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 \
+    --out "$work/train_wgmma_attn_pingpong_16"
 }
+figure_train_124m_cublaslt_mb16_wgmma_attention_pingpong() { train_figure "$1"; }
 figure_train_124m_cublaslt_mb16_wgmma_bwd() { train_figure "$1"; }
 figure_train_124m_hand_wgmma256_mb16() { train_figure "$1"; }
 figure_train_124m_hand_wgmma_pingpong_mb16() { train_figure "$1"; }

@@ -1288,7 +1288,9 @@ Path path_from_env(const char* var, const char* what, std::initializer_list<std:
 AttentionForwardPath& forward_path() {
   static AttentionForwardPath path = path_from_env<AttentionForwardPath>(
       "GPT2_ATTENTION_FWD", "forward path",
-      {{"mma-sync", AttentionForwardPath::kMmaSync}, {"wgmma", AttentionForwardPath::kWgmma}});
+      {{"mma-sync", AttentionForwardPath::kMmaSync},
+       {"wgmma", AttentionForwardPath::kWgmma},
+       {"wgmma-pingpong", AttentionForwardPath::kWgmmaPingPong}});
   return path;
 }
 
@@ -1425,9 +1427,11 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
   const float scale_log2 = scale_of(hs) * kLog2e;
   if constexpr (std::is_same_v<T, bf16>) {
 #if defined(GPT2_HAVE_SM90A)
-    if (!g_force_generic && forward_path() == AttentionForwardPath::kWgmma &&
-        attention_detail::attention_fwd_wgmma_ready() && attention_detail::attention_fwd_wgmma_takes(qkv, out, C, NH)) {
-      attention_detail::attention_fwd_wgmma(out, lse, qkv, B, T_, C, NH, stream);
+    const AttentionForwardPath path = forward_path();
+    if (!g_force_generic && path != AttentionForwardPath::kMmaSync && attention_detail::attention_fwd_wgmma_ready() &&
+        attention_detail::attention_fwd_wgmma_takes(qkv, out, C, NH)) {
+      attention_detail::attention_fwd_wgmma(path == AttentionForwardPath::kWgmmaPingPong, out, lse, qkv, B, T_, C, NH,
+                                            stream);
       return;
     }
 #endif

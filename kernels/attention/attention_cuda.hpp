@@ -30,13 +30,16 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
 //   kWgmma:   wgmma fed by TMA, a producer and two consumer warpgroups (FlashAttention-3's structure,
 //             attention_sm90.cu), where it applies: compute capability 9.0 with a build for
 //             architecture 90, hs = 64, 16-byte aligned qkv and out. Elsewhere kMmaSync runs.
-// The default is kMmaSync: kWgmma has not run on a GPU yet (docs/performance.md). The environment
-// variable GPT2_ATTENTION_FWD=wgmma (or mma-sync) chooses at the first launch; attention_set_forward_path
-// overrides it (tests, benchmarks). Not thread-safe.
-enum class AttentionForwardPath { kMmaSync, kWgmma };
+//   kWgmmaPingPong: the same kernel with its two consumers taking turns at the tensor cores
+//             (FlashAttention-3's ping-pong schedule); applies where kWgmma does.
+// The default is kMmaSync: the wgmma ones have not run on a GPU yet (docs/performance.md). The environment
+// variable GPT2_ATTENTION_FWD=wgmma, wgmma-pingpong (or mma-sync) chooses at the first launch;
+// attention_set_forward_path overrides it (tests, benchmarks). Not thread-safe.
+enum class AttentionForwardPath { kMmaSync, kWgmma, kWgmmaPingPong };
 void attention_set_forward_path(AttentionForwardPath path);
 AttentionForwardPath attention_forward_path();
-// Whether kWgmma can run in this process (a 9.0 device and the kernel's sm_90a code), for tests to skip.
+// Whether kWgmma and kWgmmaPingPong can run in this process (a 9.0 device and the kernel's sm_90a code),
+// for tests to skip.
 bool attention_fwd_wgmma_available();
 
 // How the bf16 tensor-core backward gets dQ. Both are deterministic and meet the same contract; the

@@ -46,8 +46,17 @@
 //    q_empty (8 arrivals, after the last S of a unit retires) completes its phase n, which the producer
 //    waits for (parity n & 1) before it loads Q of unit n + 1.
 //
-// Left for later (docs/performance.md): the ping-pong of the two consumers around the softmax
-// (FlashAttention-3 section 3.1), setmaxnreg register rebalancing.
+//  * Ping-pong (kPingPong, GPT2_ATTENTION_FWD=wgmma-pingpong; FlashAttention-3 section 3.1): the two
+//    consumers take turns at issuing their products, so one's softmax runs while the other's products
+//    have the tensor cores. At GPT-2's head size the softmax's exp2 of a 64 x 128 tile takes about as
+//    long on an SM's MUFU units as the tile's two products on its tensor cores, so the overlap matters.
+//    Every issue point (S of tile 0; S of tile j with P V of tile j - 1; the last P V) is bracketed:
+//    bar.sync on the consumer's own turn barrier (kTurnBarrier + c, 256 threads), then, once issued,
+//    bar.arrive on the other's. Consumer 0 arrives on its own once at the start (it goes first), and
+//    consumer 1 skips its very last arrive, so no arrival is left over. Both consumers have the same
+//    units and tiles, so their issue points pair up one to one.
+//
+// Left for later (docs/performance.md): setmaxnreg register rebalancing.
 #include "kernels/attention/attention_sm90.cuh"
 
 #include <algorithm>
@@ -82,6 +91,7 @@ struct WgmmaFwdConfig {
   static constexpr int kAlign = 1024;                    // swizzle atoms start 1024-aligned
   static constexpr int kBarriers = 2 + 3 * kStages;      // q_full, q_empty, k_full[s], v_full[s], empty[s]
   static constexpr size_t kSmemBytes = kAlign + (1 + 2 * kStages) * kTileBytes + kBarriers * 8;
+  static constexpr int kTurnBarrier = 1;  // ping-pong: named barriers 1 and 2, consumer c's turn at 1 + c
   static_assert(kBlockM == kBlockN, "causal: the diagonal key tile of query tile i is key tile i");
   static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
   static_assert(kTileBytes % kAlign == 0, "1024-aligned tiles");
@@ -210,6 +220,7 @@ __device__ __forceinline__ FwdUnit fwd_unit(int u, int n_qtiles, int NH, int hea
   return {n_qtiles - 1 - u / heads_x_batch, hb % NH, hb / NH};
 }
 
+template <bool kPingPong>
 __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
     attention_fwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, bf16* out, float* lse, int B, int T_,
                             int C, int NH, float scale_log2) {
@@ -276,6 +287,15 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
   auto release = [&](uint64_t* bar) {
     if (lane == 0) cuda::mbarrier_arrive(bar);
   };
+  // Ping-pong: wait for this consumer's turn to issue, and hand the turn over once issued.
+  constexpr int kTurnThreads = 2 * Cfg::kWarpgroupThreads;
+  auto my_turn = [&] {
+    if constexpr (kPingPong) cuda::named_barrier_sync(Cfg::kTurnBarrier + c, kTurnThreads);
+  };
+  auto their_turn = [&] {
+    if constexpr (kPingPong) cuda::named_barrier_arrive(Cfg::kTurnBarrier + 1 - c, kTurnThreads);
+  };
+  if (kPingPong && c == 0) cuda::named_barrier_arrive(Cfg::kTurnBarrier, kTurnThreads);  // consumer 0 goes first
 
   float o[32], sc[64];
 #pragma unroll
@@ -299,10 +319,12 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
     // packs it only after the wait.
     cuda::mbarrier_wait(q_full, n & 1);
     cuda::mbarrier_wait(&k_full[t % Cfg::kStages], (t / Cfg::kStages) & 1);
+    my_turn();
     cuda::wgmma_fence();
     fence_operands(sc);
     issue_s(sc, q_base, cuda::smem_u32(sK(t % Cfg::kStages)));
     cuda::wgmma_commit_group();
+    their_turn();
     cuda::wgmma_wait_group<0>();
     fence_operands(sc);
     if (n_tiles == 1) release(q_empty);
@@ -314,6 +336,7 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
       // fence of its own (C7519). V of tile j - 1 has had a whole iteration to land.
       cuda::mbarrier_wait(&k_full[s], (tj / Cfg::kStages) & 1);
       cuda::mbarrier_wait(&v_full[sp], ((tj - 1) / Cfg::kStages) & 1);
+      my_turn();
       cuda::wgmma_fence();  // o was rescaled and pa packed by ordinary instructions
       fence_operands(sc);
       fence_operands(o);
@@ -321,6 +344,7 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
       cuda::wgmma_commit_group();
       issue_pv(o, pa, cuda::smem_u32(sV(sp)));
       cuda::wgmma_commit_group();
+      their_turn();
       cuda::wgmma_wait_group<1>();  // S of tile j; P V of tile j - 1 may still run
       fence_operands(sc);
       if (j == n_tiles - 1) release(q_empty);  // the next unit's Q may load now
@@ -336,10 +360,13 @@ __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
     {  // P V of the last key tile
       const int tl = t + n_tiles - 1, sl = tl % Cfg::kStages;
       cuda::mbarrier_wait(&v_full[sl], (tl / Cfg::kStages) & 1);
+      my_turn();
       cuda::wgmma_fence();
       fence_operands(o);
       issue_pv(o, pa, cuda::smem_u32(sV(sl)));
       cuda::wgmma_commit_group();
+      // consumer 1's last issue point hands the turn to nobody: consumer 0 has none left
+      if (c == 0 || u + static_cast<int>(gridDim.x) < units) their_turn();
       cuda::wgmma_wait_group<0>();
       fence_operands(o);
       fence_operands(pa);
@@ -382,7 +409,8 @@ bool aligned16(const void* p) {
 }  // namespace
 
 bool attention_fwd_wgmma_ready() {
-  static const bool ready = sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_fwd_wgmma_tma));
+  static const bool ready = sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_fwd_wgmma_tma<false>)) &&
+                            sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_fwd_wgmma_tma<true>));
   return ready;
 }
 
@@ -390,7 +418,8 @@ bool attention_fwd_wgmma_takes(const bf16* qkv, const bf16* out, int C, int NH) 
   return NH > 0 && C % NH == 0 && C / NH == kWgmmaHeadSize && C % 8 == 0 && aligned16(qkv) && aligned16(out);
 }
 
-void attention_fwd_wgmma(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+void attention_fwd_wgmma(bool pingpong, bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH,
+                         cudaStream_t stream) {
   using Cfg = WgmmaFwdConfig;
   GPT2_CHECK(attention_fwd_wgmma_takes(qkv, out, C, NH),
              "the wgmma attention forward was given a shape or pointers it does not take (C=" << C << ", NH=" << NH
@@ -401,12 +430,13 @@ void attention_fwd_wgmma(bf16* out, float* lse, const bf16* qkv, int B, int T_, 
                                3 * static_cast<uint64_t>(C) * T_ * sizeof(bf16)};
   const uint32_t box[3] = {Cfg::kHeadDim, Cfg::kBlockN, 1};
   const CUtensorMap map = make_bf16_tensor_map(qkv, 3, dims, strides, box, "attention qkv");
-  cuda::allow_dynamic_smem(attention_fwd_wgmma_tma, Cfg::kSmemBytes);
+  auto kernel = pingpong ? attention_fwd_wgmma_tma<true> : attention_fwd_wgmma_tma<false>;
+  cuda::allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   // Persistent: at most one block per SM (its shared memory and 384 threads x 154 registers allow one).
   const long units = cuda::ceil_div(T_, Cfg::kBlockM) * static_cast<long>(NH) * B;
   const unsigned grid = static_cast<unsigned>(std::min<long>(units, sm_count()));
   const float scale_log2 = (1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim))) * cuda::kLog2e;  // as attention.cu
-  attention_fwd_wgmma_tma<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map, out, lse, B, T_, C, NH, scale_log2);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map, out, lse, B, T_, C, NH, scale_log2);
   CUDA_CHECK_LAUNCH();
 }
 

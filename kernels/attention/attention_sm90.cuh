@@ -22,8 +22,9 @@ bool attention_fwd_wgmma_ready();
 bool attention_fwd_wgmma_takes(const __nv_bfloat16* qkv, const __nv_bfloat16* out, int C, int NH);
 
 // Same contract as attention_forward_cuda (attention_cuda.hpp): qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T).
-void attention_fwd_wgmma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T_, int C, int NH,
-                         cudaStream_t stream);
+// pingpong: the two consumer warpgroups take turns at the tensor cores (AttentionForwardPath::kWgmmaPingPong).
+void attention_fwd_wgmma(bool pingpong, __nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T_, int C,
+                         int NH, cudaStream_t stream);
 
 // Keys a block of the backward takes: two consumer warpgroups of 64 (attention_bwd_sm90.cu). Its grid
 // is ceil(T / kWgmmaBwdKeyTile) x NH x B blocks, which is what the ticket counts.

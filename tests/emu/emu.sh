@@ -11,7 +11,7 @@
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (18 + 16 + 19; KERNELS: a quoted
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 16 + 19; KERNELS: a quoted
 #                                         subset of "attention attention_bwd gemm"), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
@@ -93,6 +93,10 @@ if [[ $mode == --mutants ]]; then
       # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads it
       EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1
       rc=$?
+      if ((rc == 0)) && [[ $kernel == attention ]]; then  # and the forward's ping-pong schedule
+        EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail --pingpong >> "$bin.log" 2>&1
+        rc=$?
+      fi
       if ((rc == 0)); then
         echo "MUTANT $kernel/$m: NOT CAUGHT"
       elif ((rc == 124)); then
@@ -130,6 +134,12 @@ for v in "EMU_SMEM_OFFSET=0" "EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_SMEM_OFFSET=10
          "EMU_SMS=1" "EMU_SMS=64 EMU_SEED=4"; do
   check "attention_quick $v" env $v "$out/emu_attention" --quick
 done
+# The ping-pong schedule: the consumers' turns (named barriers) on every grid size and timing.
+for v in "EMU_SEED=1" "EMU_SMS=1 EMU_SEED=5" "EMU_SMS=64 EMU_SEED=6" "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" \
+         "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=8"; do
+  check "attention_quick --pingpong $v" env $v "$out/emu_attention" --quick --pingpong
+done
+check "attention_test_shapes --pingpong" "$out/emu_attention" --test-shapes --pingpong
 check attention_bwd_quick "$out/emu_attention_bwd" --quick
 check attention_bwd_test_shapes "$out/emu_attention_bwd" --test-shapes
 # Key tile 1 waits seconds for key tile 0's dQ turns while the grid advances: not a deadlock, even with a

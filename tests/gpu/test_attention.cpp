@@ -103,8 +103,10 @@ using ForwardPathScope =
 
 std::string path_names() {
   const kernels::AttentionBackwardPath bwd = kernels::attention_backward_path();
-  return std::string(kernels::attention_forward_path() == kernels::AttentionForwardPath::kWgmma ? " wgmma-fwd"
-                                                                                                : " mma-sync-fwd") +
+  const kernels::AttentionForwardPath fwd = kernels::attention_forward_path();
+  return std::string(fwd == kernels::AttentionForwardPath::kWgmma           ? " wgmma-fwd"
+                     : fwd == kernels::AttentionForwardPath::kWgmmaPingPong ? " wgmma-pingpong-fwd"
+                                                                            : " mma-sync-fwd") +
          (bwd == kernels::AttentionBackwardPath::kAccumulateDq ? " accumulate-dq"
           : bwd == kernels::AttentionBackwardPath::kWgmma      ? " wgmma-bwd"
                                                                : " recompute-dq");
@@ -259,14 +261,19 @@ const Shape kWgmmaShapes[] = {{1, 1, 64, 1},    {2, 64, 128, 2},  {3, 37, 256, 4
 
 // The Hopper forward (wgmma + TMA, hs = 64 only): T = 1, tails of the 128-row tiles (a last query tile
 // with rows >= T, whose K and V tiles come in zero-filled), exact multiples, a peaky softmax, GPT-2's
-// shape. Runs on a 9.0 device with the sm_90a code; skips elsewhere.
+// shape (192 units on a persistent grid of one block per SM: some blocks take two). Both schedules: the
+// consumers independent, and taking turns (ping-pong). Runs on a 9.0 device with the sm_90a code; skips
+// elsewhere.
 TEST(AttentionWgmmaForward, MatchesCpu) {
   if (!kernels::attention_fwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
-  ForwardPathScope path(kernels::AttentionForwardPath::kWgmma);
-  uint32_t seed = 900;
-  for (const Shape& s : kWgmmaShapes)
-    check_attention<bf16>(s, false, seed += 10);
-  check_attention<bf16>(kGpt2Shape, false, 13);
+  for (kernels::AttentionForwardPath p :
+       {kernels::AttentionForwardPath::kWgmma, kernels::AttentionForwardPath::kWgmmaPingPong}) {
+    ForwardPathScope path(p);
+    uint32_t seed = 900;
+    for (const Shape& s : kWgmmaShapes)
+      check_attention<bf16>(s, false, seed += 10);
+    check_attention<bf16>(kGpt2Shape, false, 13);
+  }
 }
 
 // out and lse of one bf16 forward launch on `path`, from random qkv (seed), outputs poisoned first.
@@ -295,6 +302,10 @@ TEST(AttentionWgmmaForward, AgreesWithMmaSync) {
   const ForwardResult wgmma = forward_on_path(s, kernels::AttentionForwardPath::kWgmma, 62);
   EXPECT_LE(test::max_abs_diff(mma.out, wgmma.out), 4.0 / 256 * test::max_abs(mma.out)) << "out";
   EXPECT_LE(test::max_abs_diff(mma.lse, wgmma.lse), 1e-4 * std::max(1.0, test::max_abs(mma.lse))) << "lse";
+  // The ping-pong schedule only changes when each consumer issues: the same products, the same bits.
+  const ForwardResult pingpong = forward_on_path(s, kernels::AttentionForwardPath::kWgmmaPingPong, 62);
+  EXPECT_EQ(test::max_abs_diff(wgmma.out, pingpong.out), 0.0) << "out, ping-pong vs cooperative";
+  EXPECT_EQ(test::max_abs_diff(wgmma.lse, pingpong.lse), 0.0) << "lse, ping-pong vs cooperative";
 }
 
 // Asking for the wgmma forward where it does not apply (head sizes other than 64; any device other than

@@ -68,6 +68,14 @@ ATTENTION = {
     "q_full_parity_fixed": [("cuda::mbarrier_wait(q_full, n & 1);", "cuda::mbarrier_wait(q_full, 0);")],
     # persistent: the consumers' ring position restarts at every unit while the producer's runs on
     "ring_restarts_per_unit": [("    t += n_tiles;\n", "")],
+    # ping-pong: consumer 1 hands its last turn to consumer 0, which has none left (an arrival left over)
+    "pingpong_last_turn_handed": [("      if (c == 0 || u + static_cast<int>(gridDim.x) < units) their_turn();",
+                                   "      their_turn();")],
+    # ping-pong: consumer 0 does not give itself the first turn: both wait for the other
+    "pingpong_nobody_first": [("  if (kPingPong && c == 0) cuda::named_barrier_arrive(Cfg::kTurnBarrier, kTurnThreads);", "")],
+    # ping-pong: a consumer hands the turn to itself
+    "pingpong_turn_to_self": [("cuda::named_barrier_arrive(Cfg::kTurnBarrier + 1 - c, kTurnThreads);",
+                               "cuda::named_barrier_arrive(Cfg::kTurnBarrier + c, kTurnThreads);")],
     # persistent: the online softmax state carried over from the block's previous unit
     "state_not_reset": [("    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2];\n", ""),
                         ("  int t = 0;  // the block's key tiles so far, as the producer counts them\n",

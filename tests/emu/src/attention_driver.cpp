@@ -1,6 +1,7 @@
 // Test driver: calls the repository's host entry attention_fwd_wgmma (which encodes the tensor map
 // through the repository's sm90a_host.cu and launches the kernel in the emulator) and compares out and
 // lse with a double-precision causal attention at tests/gpu/test_attention.cpp's bf16 tolerances.
+// --pingpong runs the ping-pong schedule (the consumers take turns at the tensor cores).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -33,6 +34,8 @@ struct RunOut {
 };
 
 // One launch on qkv (float values, already bf16-representable; NaN allowed).
+bool g_pingpong = false;
+
 RunOut launch(const Shape& s, const std::vector<float>& qkv_f) {
   const int C = 64 * s.NH;
   const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * C, n_out = static_cast<size_t>(s.B) * s.T * C,
@@ -43,8 +46,8 @@ RunOut launch(const Shape& s, const std::vector<float>& qkv_f) {
   std::vector<uint32_t> lse_bits(kGuard + n_lse + kGuard, kF32Poison);
   emu::clear_globals();
   emu::register_global(qkv.data() + kGuard, n_qkv * sizeof(bf16));  // guards are not part of the tensor
-  attention_fwd_wgmma(out.data() + kGuard, reinterpret_cast<float*>(lse_bits.data() + kGuard), qkv.data() + kGuard,
-                      s.B, s.T, C, s.NH, nullptr);
+  attention_fwd_wgmma(g_pingpong, out.data() + kGuard, reinterpret_cast<float*>(lse_bits.data() + kGuard),
+                      qkv.data() + kGuard, s.B, s.T, C, s.NH, nullptr);
   for (size_t i = 0; i < kGuard; ++i) {
     if (bits(out[i]) != kBf16Poison || bits(out[kGuard + n_out + i]) != kBf16Poison)
       emu::fail("the kernel wrote outside `out`");
@@ -151,6 +154,8 @@ int main(int argc, char** argv) {
       shapes = gpu_test_shapes();
     } else if (a == "--gpt2") {
       shapes = {{2, 1024, 12}};
+    } else if (a == "--pingpong") {
+      g_pingpong = true;
     } else if (a == "--no-isolation") {
       iso = false;
     } else if (a == "--stop-on-fail") {
@@ -165,8 +170,9 @@ int main(int argc, char** argv) {
       for (int B : {1, 2})
         for (int NH : {1, 2, 3}) shapes.push_back({B, T, NH});
   const auto& cfg = emu::config();
-  std::printf("emulator: dynamic smem at window offset %u, TMA delay <= %u us, wait delay <= %u us, seed %u\n",
-              cfg.smem_offset, cfg.tma_delay_us, cfg.wait_delay_us, cfg.seed);
+  std::printf("emulator: %s schedule, dynamic smem at window offset %u, TMA delay <= %u us, wait delay <= %u us, "
+              "seed %u\n", g_pingpong ? "ping-pong" : "cooperative", cfg.smem_offset, cfg.tma_delay_us,
+              cfg.wait_delay_us, cfg.seed);
   int fails = 0;
   uint32_t seed = 900;
   for (const Shape& s : shapes) {

@@ -980,6 +980,22 @@ void named_barrier(int id, int threads) {
   arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, what);
 }
 
+void named_barrier_arrive(int id, int threads) {
+  Block& b = blk();
+  if (id < 1 || id > 15) fail("bar.arrive id %d (1..15 for named barriers)", id);
+  if (threads % 32 || threads <= 0 || threads > b.nthreads) fail("bar.arrive thread count %d", threads);
+  std::lock_guard<std::mutex> lk(b.mu);
+  NamedBar& nb = b.named[id];
+  if (nb.arrived == 0) nb.expected = threads;
+  if (nb.expected != threads) fail("bar.arrive %d with thread counts %d and %d", id, nb.expected, threads);
+  progress();
+  if (++nb.arrived == threads) {  // the arrival that completes the barrier releases the threads in bar.sync
+    nb.arrived = 0;
+    ++nb.gen;
+    b.cv.notify_all();
+  }
+}
+
 // ---- wgmma (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions") ----
 void wgmma_fence() {
   Block& b = blk();
@@ -1288,6 +1304,12 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
                "tx-count %lld",
                b.idx.x, b.idx.y, b.idx.z, kv.first, m.phase, m.pending, m.count, static_cast<long long>(m.tx));
       }
+      // Arrivals left at a named barrier: a bar.arrive that no bar.sync consumed, so the kernel's two
+      // sides disagree on how many handoffs there are.
+      for (auto& kv : b.named)
+        if (kv.second.arrived != 0)
+          fail("block (%u,%u,%u) ended with %d of %d arrivals at named barrier %d", b.idx.x, b.idx.y, b.idx.z,
+               kv.second.arrived, kv.second.expected, kv.first);
       std::lock_guard<std::mutex> sg(g_stats_mu);
       ++g_stats.blocks;
     }

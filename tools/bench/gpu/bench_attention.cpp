@@ -55,9 +55,11 @@ void BM_attention_forward_bf16(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0));
   kernels::attention_force_generic(state.range(1) != 0);
   const kernels::AttentionForwardPath saved = kernels::attention_forward_path();
+  const kernels::AttentionForwardPath paths[3] = {kernels::AttentionForwardPath::kMmaSync,
+                                                  kernels::AttentionForwardPath::kWgmma,
+                                                  kernels::AttentionForwardPath::kWgmmaPingPong};
   const bool wgmma = state.range(2) != 0;
-  kernels::attention_set_forward_path(wgmma ? kernels::AttentionForwardPath::kWgmma
-                                            : kernels::AttentionForwardPath::kMmaSync);
+  kernels::attention_set_forward_path(paths[state.range(2)]);
   if (wgmma && !kernels::attention_fwd_wgmma_available()) state.SetLabel("wgmma unavailable: mma.sync ran");
   AttentionBuffers buf(B);
   const double bytes = 2.0 * B * kT * (3 * kC + kC) + 4.0 * B * kNH * kT;
@@ -96,13 +98,15 @@ void BM_attention_backward_bf16(benchmark::State& state) {
   kernels::attention_set_backward_path(saved);
 }
 
-// {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, then wgmma;
-// backward: recompute-dq, accumulate-dq, wgmma); the SIMT fallback at 8192 for reference.
+// {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, wgmma, wgmma
+// ping-pong; backward: recompute-dq, accumulate-dq, wgmma); the SIMT fallback at 8192 for reference.
 BENCHMARK(BM_attention_forward_bf16)
     ->Args({8, 0, 0})
     ->Args({64, 0, 0})
     ->Args({8, 0, 1})
     ->Args({64, 0, 1})
+    ->Args({8, 0, 2})
+    ->Args({64, 0, 2})
     ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

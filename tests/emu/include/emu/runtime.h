@@ -63,6 +63,7 @@ void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, int rank, cons
 void tma_prefetch(const void* tensor_map);
 void fence_proxy_async();
 void named_barrier(int id, int threads);
+void named_barrier_arrive(int id, int threads);  // bar.arrive: counts, does not wait
 
 // The recorded parameters of a tensor map (stored inside the 128-byte CUtensorMap).
 struct TensorMapRec {

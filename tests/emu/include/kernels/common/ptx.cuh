@@ -70,6 +70,7 @@ inline void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar, int c0
 inline void tma_prefetch_descriptor(const void* tensor_map) { emu::tma_prefetch(tensor_map); }
 inline void fence_proxy_async_shared() { emu::fence_proxy_async(); }
 inline void named_barrier_sync(int id, int threads) { emu::named_barrier(id, threads); }
+inline void named_barrier_arrive(int id, int threads) { emu::named_barrier_arrive(id, threads); }
 
 // ---- sm_90a: wgmma ----
 enum class WgmmaSwizzle : uint64_t { kNone = 0, k128B = 1, k64B = 2, k32B = 3 };
