@@ -31,6 +31,9 @@ crash_owner() {
     owner=libhdf5
     for f in "$4"/*; do
       [[ -f $f ]] || continue
+      # libFuzzer's own stack prints for a timeout, a malloc over the limit or the RSS limit: fork mode
+      # ignores those by policy (-ignore_timeouts, -ignore_ooms), so they judge nothing here.
+      grep -q -E 'fuzzer::Fuzzer::(AlarmCallback|HandleMalloc|RssLimitCallback)' "$f" && continue
       verdict=$(report_owner < "$f")
       [[ $verdict == ours ]] && owner=ours
       [[ $verdict == libhdf5 ]] && libhdf5_reports=$((libhdf5_reports + 1))

@@ -51,5 +51,22 @@ cp "$hdf5" "$work/reports_ours/asan.201"
 cp "$ours_alloc" "$work/reports_ours/asan.202"
 expect "not alone, one report ours" ours "$(crash_owner true "$quiet" "" "$work/reports_ours")"
 expect "not alone, no reports at all" ours "$(crash_owner true "$quiet" "" "$work/empty_dir_that_does_not_exist")"
+# libFuzzer's stack print for a malloc over its limit runs through our frames (the file being opened) and
+# its own: fork mode ignores out-of-memory inputs, so the report must not make a libhdf5 crash ours.
+mkdir -p "$work/reports_oom"
+cp "$hdf5" "$work/reports_oom/asan.301"
+printf '%s\n' '    #0 0x5652b3d78301 in __sanitizer_print_stack_trace (/x/fuzz_token_file+0x10a301)' \
+  '    #1 0x5652b3ceac58 in fuzzer::PrintStackTrace() (/x/fuzz_token_file+0x7cc58)' \
+  '    #2 0x5652b3ccf765 in fuzzer::Fuzzer::HandleMalloc(unsigned long) (/x/fuzz_token_file+0x61765)' \
+  '    #7 0x5652b3d6e27d in malloc (/x/fuzz_token_file+0x10027d)' \
+  '    #8 0x7fe25788d9c9 in H5C_protect (/lib/x86_64-linux-gnu/libhdf5_serial.so.103+0x8d9c9)' \
+  '    #15 0x5652b3dc2b05 in gpt2::h5::open_read(std::string const&) /src/core/hdf5.cpp:59:13' > "$work/reports_oom/ubsan.302"
+expect "not alone, a libhdf5 crash beside libFuzzer's out-of-memory print" \
+  "libhdf5 (does not crash alone; every report of the run is inside libhdf5)" \
+  "$(crash_owner true "$quiet" "" "$work/reports_oom")"
+mkdir -p "$work/reports_only_oom"
+cp "$work/reports_oom/ubsan.302" "$work/reports_only_oom/"
+expect "not alone, only an out-of-memory print: nothing proves it libhdf5's" ours \
+  "$(crash_owner true "$quiet" "" "$work/reports_only_oom")"
 
 ((fails == 0)) && echo "test_fuzz_owner: all passed" || { echo "test_fuzz_owner: $fails failed"; exit 1; }
