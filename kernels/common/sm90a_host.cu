@@ -4,6 +4,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "core/error.hpp"
 #include "kernels/common/cuda_check.cuh"
 
@@ -69,9 +71,13 @@ bool sm90a_kernel_runs_here(const void* kernel) {
 }
 
 int sm_count() {
+  // Asked at every persistent launch: remembered per device (a process may switch devices).
+  static std::atomic<int> known[64] = {};
   int dev = 0, count = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && (count = known[dev].load(std::memory_order_relaxed)) > 0) return count;
   CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+  if (dev < 64) known[dev].store(count, std::memory_order_relaxed);
   return count;
 }
 

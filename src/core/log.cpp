@@ -118,7 +118,7 @@ void set_log_rank(int rank) { g_rank = rank; }
 bool is_log_rank() { return g_rank == 0; }
 
 void log_set_async() {
-  if (g_out != nullptr) return;
+  if (g_out != nullptr || g_rank != 0) return;  // the other ranks print nothing through these
   std::fflush(stdout);  // what stdio holds goes first
   std::fflush(stderr);
   g_out = new AsyncStream(STDOUT_FILENO);

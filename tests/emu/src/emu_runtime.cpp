@@ -967,14 +967,20 @@ void tma_load(uint32_t dst, const void* tmap, uint32_t bar, int rank, const int*
 
 void fence_proxy_async() {}
 
-void named_barrier(int id, int threads) {
-  Block& b = blk();
-  if (id < 1 || id > 15) fail("bar.sync id %d (1..15 for named barriers)", id);
-  if (threads % 32 || threads <= 0 || threads > b.nthreads) fail("bar.sync thread count %d", threads);
-  std::unique_lock<std::mutex> lk(b.mu);
+// Named barrier `id` for an arrival of `op` (bar.sync or bar.arrive) over `threads` threads; b.mu held.
+static NamedBar& named_bar_at(Block& b, int id, int threads, const char* op) {
+  if (id < 1 || id > 15) fail("%s id %d (1..15 for named barriers)", op, id);
+  if (threads % 32 || threads <= 0 || threads > b.nthreads) fail("%s thread count %d", op, threads);
   NamedBar& nb = b.named[id];
   if (nb.arrived == 0) nb.expected = threads;
-  if (nb.expected != threads) fail("bar.sync %d with thread counts %d and %d", id, nb.expected, threads);
+  if (nb.expected != threads) fail("%s %d with thread counts %d and %d", op, id, nb.expected, threads);
+  return nb;
+}
+
+void named_barrier(int id, int threads) {
+  Block& b = blk();
+  std::unique_lock<std::mutex> lk(b.mu);
+  NamedBar& nb = named_bar_at(b, id, threads, "bar.sync");
   char what[64];
   snprintf(what, sizeof what, "bar.sync %d, %d (named barrier)", id, threads);
   arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, what);
@@ -982,12 +988,8 @@ void named_barrier(int id, int threads) {
 
 void named_barrier_arrive(int id, int threads) {
   Block& b = blk();
-  if (id < 1 || id > 15) fail("bar.arrive id %d (1..15 for named barriers)", id);
-  if (threads % 32 || threads <= 0 || threads > b.nthreads) fail("bar.arrive thread count %d", threads);
   std::lock_guard<std::mutex> lk(b.mu);
-  NamedBar& nb = b.named[id];
-  if (nb.arrived == 0) nb.expected = threads;
-  if (nb.expected != threads) fail("bar.arrive %d with thread counts %d and %d", id, nb.expected, threads);
+  NamedBar& nb = named_bar_at(b, id, threads, "bar.arrive");
   progress();
   if (++nb.arrived == threads) {  // the arrival that completes the barrier releases the threads in bar.sync
     nb.arrived = 0;
