@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# One phase of the GPU verification (../shared/GPU.md), made to be one `device` call on a bare machine:
+# One phase of the GPU verification (../shared/GPU.md), made to run on a bare lent machine:
 #
 #   tools/gpu-bundle.sh                      here: build and pack .gpubundle/gpt2-bundle.tar.xz
-#   device run, carry [".gpubundle"]:        bash tools/gpu-phase.sh A     (then B, then C, then D)
+#   device run, carry [".gpubundle"], timeout_s 600, one call per session (the device budget is 15
+#   minutes a session, the machine's start included, and a second start needs 4 of them left):
+#     first lent session:   bash tools/gpu-phase.sh A; bash tools/gpu-phase.sh B
+#     next one:             bash tools/gpu-phase.sh C; bash tools/gpu-phase.sh D
 #
-#   A  probe and correctness: the machine (os, glibc, driver, libraries), every bundled binary's
-#      libraries resolve, the GPU test suites, compute-sanitizer memcheck/racecheck on small filters
-#   B  benchmarks: the two ceilings (copy bandwidth, cuBLASLt 8192^3 bf16), every kernel as % of its
-#      ceiling and target, 124M training steps with cuBLASLt and the hand GEMM at micro-batch 16/32
-#   C  training and oracles: gpu.train (incl. 2 ranks sharing the GPU), checkpoint + resume,
-#      gpt2-sample --device cuda, transformers logits on export-hf, tiktoken ids, ncu on hot kernels
-#   D  memory: --recompute none|selective|full at 124M (tokens/s, device memory measured after the
-#      first step), and the 1558M preset at the micro-batch its config says fits on 80 GB; then the
-#      opt-in wgmma attention backward end to end at 124M
+#   A  is it right, and how fast by default (360 s): the machine (os, glibc, driver, libraries), every
+#      GPU test suite, the 124M step with cuBLASLt and the hand GEMM, the two ceilings (copy, cuBLASLt
+#      8192^3 bf16) and every kernel against them, the opt-in sm_90a kernels' tests, SASS and benchmarks
+#   B  races and the whole program (220 s): gpu.train's end-to-end checks, checkpoint + resume + sampling,
+#      compute-sanitizer synccheck/memcheck/racecheck on small filters, tiktoken ids, 2 ranks sharing the GPU
+#   C  what decides the defaults (360 s): every opt-in kernel end to end at 124M, the CUDA Graph step,
+#      micro-batch 32, ZeRO-1 and --recompute on one GPU, transformers logits on export-hf, ncu
+#   D  memory (220 s): --recompute none|selective|full at 124M (tokens/s, device memory measured after
+#      the first step), and the 1558M preset at the micro-batch its config says fits on 80 GB
 #
-# Every step runs under `timeout`, inside a global deadline (--deadline-s, default 480 s, so a phase
-# ends within a 9-minute call); it prints one line when it finishes. --steps REGEX runs only the steps
-# whose names match (an extended regex matched against the whole name), to rerun what failed after a
-# fix without spending device time on the rest: `bash tools/gpu-phase.sh A --steps 'kernels_gemm.*'`. On exit (even when killed by the
-# call's limit), a trap packs every log into $OUT/phase_<P>_logs.tar.xz, keeps $OUT at <= 8 files, and
-# prints the table "step | PASS/FAIL/SKIP | figure | target" last. GPU steps SKIP on a machine without
-# a GPU, so the whole phase can be rehearsed here (tools/gpu-rehearse.sh).
-# Exit status: 0 when no step failed.
+# Steps run in the order of what they are worth per device second. Every step runs under `timeout`,
+# inside the phase's deadline (--deadline-s; the defaults above add up to 580 s a call); a step the
+# deadline leaves no time for is a SKIP, one it cuts short a SKIP "cut", and the phase ends by printing
+# the command that reruns exactly those and the failures (`--steps REGEX`, an extended regex matched
+# against the whole step name). $OUT/summary_<P>.txt and $OUT/phase_<P>_logs.tar.gz are rewritten after
+# every step, so a call that the device budget cuts still brings back what ran; on exit $OUT is kept
+# at <= 8 files (both phases of a call together) and the table "step | result | s | figure | target"
+# is printed last. GPU steps SKIP on a machine without a GPU, so every phase is rehearsed here
+# (tools/gpu-rehearse.sh). Exit status: 0 when no step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -29,7 +33,11 @@ repo=$(pwd)
 phase=${1:-}
 shift || true
 bundle_archive=$repo/.gpubundle/gpt2-bundle.tar.xz
-deadline_s=480
+case $phase in
+  A | C) deadline_s=360 ;;
+  B | D) deadline_s=220 ;;
+  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
 only_steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -39,7 +47,6 @@ while [[ $# -gt 0 ]]; do
     *) echo "gpu-phase: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ $phase == A || $phase == B || $phase == C || $phase == D ]] || { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 OUT=${OUT:-/tmp/gpt2-phase-$phase}
 mkdir -p "$OUT"
@@ -48,27 +55,41 @@ logs=$work/logs
 mkdir -p "$logs"
 t_start=$SECONDS
 declare -a rows=()
+declare -a rerun=()  # failed steps and those the deadline skipped or cut: the next call's --steps
 failures=0
+phase_done=0
+running=""  # the step under way, in the summary: a call cut short names the step it was in
 
-# ---- the table, the logs and the 8-file limit, whatever happens ----------------------------------
+# ---- the table and the logs in $OUT after every step, and the 8-file limit, whatever happens ------
+write_summary() {
+  {
+    printf '\n%-30s | %-6s | %4s | %-44s | %s\n' step result s figure target
+    printf '%s\n' "-------------------------------+--------+------+----------------------------------------------+--------------------"
+    printf '%s\n' "${rows[@]}"
+    [[ -n $running ]] && printf 'running: %s\n' "$running"
+    if ((${#rerun[@]})); then
+      local IFS='|'
+      printf 'rerun: bash tools/gpu-phase.sh %s --steps '"'"'%s'"'"'\n' "$phase" "${rerun[*]}"
+    fi
+    printf 'phase %s: %d step(s), %d failed, %d s%s, %s\n' "$phase" "${#rows[@]}" "$failures" $((SECONDS - t_start)) \
+      "$( ((phase_done)) || echo ', still running')" "${gpu_name:-no GPU}"
+  } > "$OUT/summary_$phase.txt"
+  # gzip, not xz: this runs after every step, and the logs are text
+  tar -C "$work" -czf "$OUT/phase_${phase}_logs.tar.gz" logs 2>/dev/null
+}
 finish() {
   local rc=$?
   trap - EXIT INT TERM
-  {
-    printf '\n%-28s | %-6s | %-44s | %s\n' step result figure target
-    printf '%s\n' "-----------------------------+--------+----------------------------------------------+--------------------"
-    printf '%s\n' "${rows[@]}"
-    printf 'phase %s: %d step(s), %d failed, %d s, %s\n' "$phase" "${#rows[@]}" "$failures" $((SECONDS - t_start)) \
-      "${gpu_name:-no GPU}"
-  } > "$logs/summary.txt"
-  cp "$logs/summary.txt" "$OUT/summary_$phase.txt"
-  XZ_OPT=-6 tar -C "$work" -cJf "$OUT/phase_${phase}_logs.tar.xz" logs 2>/dev/null
-  # At most 8 files come back from a device call: keep the summary, the logs archive and the largest
-  # result files that fit; everything stays inside the archive anyway.
+  phase_done=1
+  cp "$OUT"/*.json "$logs/" 2>/dev/null
+  write_summary
+  # At most 8 files come back from a device call, and a call runs two phases: keep every phase's
+  # summary and logs archive (the benchmark JSON is inside the archive too) and the largest others
+  # that fit.
   local n
   n=$(find "$OUT" -maxdepth 3 -type f | wc -l)
   if ((n > 8)); then
-    find "$OUT" -maxdepth 3 -type f ! -name "summary_$phase.txt" ! -name "phase_${phase}_logs.tar.xz" -printf '%s %p\n' |
+    find "$OUT" -maxdepth 3 -type f ! -name 'summary_*.txt' ! -name 'phase_*_logs.tar.gz' -printf '%s %p\n' |
       sort -n | head -n $((n - 8)) | cut -d' ' -f2- | xargs -r rm -f
   fi
   rm -rf "$work"
@@ -83,38 +104,46 @@ trap 'echo "gpu-phase: interrupted"; exit 1' INT TERM
 # always reported.
 selected() { [[ -z $only_steps || $1 == unpack ]] || [[ $1 =~ ^($only_steps)$ ]]; }
 
-# row NAME RESULT FIGURE TARGET: one line now, one row of the final table
+# row NAME RESULT FIGURE TARGET [SECONDS]: one line now, one row of the final table (rewritten in $OUT)
 row() {
   selected "$1" || return 0
   local line
-  line=$(printf '%-28s | %-6s | %-44s | %s' "$1" "$2" "${3:0:44}" "$4")
+  line=$(printf '%-30s | %-6s | %4s | %-44s | %s' "$1" "$2" "${5:-}" "${3:0:44}" "$4")
   rows+=("$line")
   printf '[%4d s] %s\n' $((SECONDS - t_start)) "$line"
   [[ $2 == FAIL ]] && failures=$((failures + 1))
+  [[ $2 == FAIL || $3 == "deadline: not started" || $3 == cut* ]] && rerun+=("$1")
+  write_summary
   return 0
 }
 
 # step NAME TIMEOUT_S TARGET CMD...: runs CMD with its output in logs/NAME.log. Exit 77 = SKIP (the
 # project's "no GPU"). The figure is what figure_NAME prints from the log, if that function exists.
-# Past the global deadline a step is not started (SKIP "deadline").
+# A step is not started with under 10 s of the phase's deadline left, and one whose timeout the
+# deadline shortened and that runs into it is "cut", not failed: both SKIP, both in the rerun line.
 step() {
   local name=$1 limit=$2 target=$3
   shift 3
   selected "$name" || return 0
-  local left=$((deadline_s - (SECONDS - t_start)))
-  if ((left < 10)); then row "$name" SKIP "global deadline reached" "$target"; return 0; fi
-  ((limit > left)) && limit=$left
+  local left=$((deadline_s - (SECONDS - t_start))) cut=0
+  if ((left < 10)); then row "$name" SKIP "deadline: not started" "$target"; return 0; fi
+  ((limit > left)) && { limit=$left; cut=1; }
   local t0=$SECONDS rc
+  running="$name (from $((SECONDS - t_start)) s, limit $limit s)"
+  write_summary
   # Through bash -c so that the phase's own functions (exported below) run under timeout too.
   timeout -k 5 "$limit" bash -c '"$@"' "$name" "$@" > "$logs/$name.log" 2>&1
   rc=$?
-  local fig=""
+  running=""
+  local fig="" took=$((SECONDS - t0))
   declare -F "figure_$name" >/dev/null && fig=$("figure_$name" "$logs/$name.log" 2>/dev/null | head -1)
   case $rc in
-    0) row "$name" PASS "${fig:-$((SECONDS - t0)) s}" "$target" ;;
-    77) row "$name" SKIP "$(grep -m1 -o 'skipped.*' "$logs/$name.log" | cut -c1-44)" "$target" ;;
-    124 | 137) row "$name" FAIL "timed out after ${limit} s" "$target" ;;
-    *) row "$name" FAIL "exit $rc: $(grep -m1 -iE 'error|fail' "$logs/$name.log" | cut -c1-30)" "$target" ;;
+    0) row "$name" PASS "${fig:-ok}" "$target" "$took" ;;
+    77) row "$name" SKIP "$(grep -m1 -o 'skipped.*' "$logs/$name.log" | cut -c1-44)" "$target" "$took" ;;
+    124 | 137)
+      if ((cut)); then row "$name" SKIP "cut by the phase deadline after ${limit} s" "$target" "$took"
+      else row "$name" FAIL "timed out after ${limit} s" "$target" "$took"; fi ;;
+    *) row "$name" FAIL "exit $rc: $(grep -m1 -iE 'error|fail' "$logs/$name.log" | cut -c1-30)" "$target" "$took" ;;
   esac
 }
 # gpu_step: a step that needs the GPU; without one it is a SKIP, not a FAIL.
@@ -195,111 +224,181 @@ figure_ldd_check() { grep -o 'unresolved libraries: [0-9]*' "$1"; }
 # Runs a bundled binary, mapping the project's "skipped: no GPU" (exit 77) through.
 gtest() { "$bin/$1" --gtest_color=no "${@:2}"; }
 
-# ---- phase A: probe and correctness ------------------------------------------------------------
+# ---- the steps, one function each where a phase runs them ------------------------------------------
+# train_124m NAME TARGET MICRO_BATCH GEMM [VAR=VALUE ...] [-- MORE_ARGS]: 12 steps of the 124M model on
+# synthetic tokens (--benchmark); the figure is the last step's tokens/s and MFU.
+train_124m() {
+  local name=$1 target=$2 mb=$3 gemm=$4 vars=() more=()
+  shift 4
+  while [[ $# -gt 0 && $1 != -- ]]; do vars+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && { shift; more=("$@"); }
+  declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
+  gpu_step "$name" 150 "$target" env "${vars[@]}" "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark \
+    --gemm "$gemm" --max-steps 12 --log-every 1 --micro-batch "$mb" --seq-len 1024 \
+    --global-batch-tokens $((mb * 1024)) --out "$work/$name" "${more[@]}"
+}
+# sanitize NAME TOOL TARGET BINARY FILTER: compute-sanitizer on a small gtest filter
+sanitize() {
+  if ! command -v compute-sanitizer >/dev/null; then row "$1" SKIP "compute-sanitizer not installed" "$3"; return 0; fi
+  gpu_step "$1" 240 "$3" compute-sanitizer --target-processes all --error-exitcode 9 --print-limit 20 --tool "$2" \
+    "$bin/$4" --gtest_filter="$5"
+}
+
+# ---- phase A: is it right, and how fast by default -------------------------------------------------
+bench_json=$OUT/bench_gpu_kernels.json
 phase_A() {
   step probe 60 "os, glibc, driver, libraries" probe
   step ldd_check 120 "0 unresolved" ldd_check
-  # The bundle's Open MPI, HDF5 and OpenBLAS at work before any GPU step: 2 CPU ranks train the CI recipe.
-  step cpu_train_2ranks 120 "loss falls" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" --device cpu \
-    --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 20 --log-every 5 --out "$work/cpu2"
   step gpu_smoke 60 "kernel == CPU" "$bin/test_gpu_smoke"
   local fam
   for fam in encoder layernorm gemm attention elementwise; do
     step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
   done
-  # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU) in processes of their
-  # own: a kernel that traps (a barrier wait that never completes traps after ~10 s) leaves the CUDA
-  # context unusable for the rest of its process.
-  step kernels_gemm_wgmma 300 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
+  step model_step_vs_cpu 240 "loss 1e-5, grads 1e-4" gtest test_gpu_model
+  # The headline figures: the default step, then the hand GEMM (mma.sync) in its place.
+  train_124m train_124m_cublaslt_mb16 ">= 470K tok/s" 16 cublaslt
+  train_124m train_124m_hand_mb16 "within 15% of cuBLASLt" 16 hand
+  gpu_step ceilings 90 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
+    --benchmark_out="$OUT/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
+  # Every kernel on its default path; the opt-in Hopper kernels below, in processes of their own.
+  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
+    --benchmark_filter='^(?!Ceiling/|Gemm/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
+    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
+  # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU), each family in a
+  # process of its own: a kernel that traps (a barrier wait that never completes traps after ~10 s)
+  # leaves the CUDA context unusable for the rest of its process.
+  step kernels_gemm_wgmma 240 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
   step kernels_attention_wgmma 240 "== CPU and mma.sync" gtest test_gpu_attention \
     --gtest_filter='AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
-  step model_step_vs_cpu 300 "loss 1e-5, grads 1e-4" gtest test_gpu_model
-  step decode_kv_cache 240 "== CPU decode" gtest test_gpu_decode
-  step reducer_1rank 120 "exact" "$bin/mpirun" -n 1 "$bin/test_gpu_reducer"
-  step reducer_2ranks 180 "exact, shared GPU" "$bin/mpirun" -n 2 "$bin/test_gpu_reducer"
-  # The sm_90a kernels were compiled here without a disassembler: their SASS must hold HGMMA and UTMALDG.
+  # They were compiled here without a disassembler: their SASS must hold HGMMA and UTMALDG.
   if command -v cuobjdump >/dev/null; then
     step sass_sm90a 60 "HGMMA + UTMALDG, no HMMA" sass_sm90a
   else
     row sass_sm90a SKIP "cuobjdump not installed" "HGMMA + UTMALDG, no HMMA"
   fi
-  if command -v compute-sanitizer >/dev/null; then
-    local cs=(compute-sanitizer --target-processes all --error-exitcode 9 --print-limit 20)
-    gpu_step memcheck_layernorm 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_layernorm" \
-      --gtest_filter='*/0.Forward*:*/0.Backward*'
-    gpu_step memcheck_attention 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_attention" \
-      --gtest_filter='*/1.SmallShapes*'
-    gpu_step memcheck_gemm 240 "0 errors" "${cs[@]}" --tool memcheck "$bin/test_gpu_gemm" --gtest_filter='*/1.ForcedPaths'
-    gpu_step racecheck_attention 300 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
-      --gtest_filter='*/1.SmallShapes*'
-    # the Hopper forward: TMA, mbarriers and wgmma across a producer and two consumer warpgroups
-    gpu_step synccheck_attention_wgmma 180 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
-      --gtest_filter='AttentionWgmmaForward.AgreesWithMmaSync'
-    # the Hopper backward: TMA, mbarriers and wgmma, named barriers around the dS^T tile, the dQ turns
-    gpu_step synccheck_attention_wgmma_bwd 240 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_attention" \
-      --gtest_filter='AttentionWgmmaBackward.AgreesWithRecomputeDq'
-    # ... and its shared-memory races: the named barriers around dS^T, which the CPU emulator cannot check
-    gpu_step racecheck_attention_wgmma_bwd 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
-      --gtest_filter='AttentionWgmmaBackward.TwoKeyTilesMatchCpu'
-    gpu_step synccheck_gemm_wgmma 300 "0 hazards" "${cs[@]}" --tool synccheck "$bin/test_gpu_gemm" \
-      --gtest_filter='GemmWgmma.ForcedSplitK'
-    # the 5-product backward: four warps share the dS^T tile in shared memory each turn
-    gpu_step racecheck_attention_accumulate_dq 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_attention" \
-      --gtest_filter='AttentionAccumulateDq.AgreesWithRecomputeDq'
-    gpu_step racecheck_layernorm 240 "0 hazards" "${cs[@]}" --tool racecheck "$bin/test_gpu_layernorm" \
-      --gtest_filter='*/1.BackwardMatches*'
-  else
-    row compute_sanitizer SKIP "compute-sanitizer not installed" "0 errors"
-  fi
-}
-
-# ---- phase B: benchmarks -----------------------------------------------------------------------
-bench_json=$OUT/bench_gpu_kernels.json
-phase_B() {
-  step probe 60 "os, glibc, driver, libraries" probe
-  gpu_step ceilings 120 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
-    --benchmark_out="$OUT/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
-  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" --benchmark_filter='^(?!Ceiling/|Gemm/bf16/hand_wgmma)' \
-    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
-  # The opt-in Hopper GEMM on the same shapes, 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256) and
-  # 128x128 ping-pong (hand_wgmma_pingpong), in a process of its own (a kernel that traps ends it).
-  gpu_step bench_gemm_wgmma 300 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" --benchmark_filter='^Gemm/bf16/hand_wgmma' \
+  # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong) ...
+  gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" --benchmark_filter='^Gemm/bf16/hand_wgmma' \
     --benchmark_out="$OUT/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
+  # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2) on wgmma
+  gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \
+    --benchmark_filter='^BM_attention_(forward_bf16/[0-9]+/0/[12]|backward_bf16/[0-9]+/0/2)/' \
+    --benchmark_out="$OUT/bench_attention_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # % of ceiling and of target for every kernel, and each opt-in against what runs by default: the
   # device's python, not the bundle's libraries.
   if [[ -f $OUT/ceilings.json && -f $bench_json ]]; then
-    local extra=()
-    [[ -f $OUT/bench_gemm_wgmma.json ]] && extra=("$OUT/bench_gemm_wgmma.json")
+    local extra=() f
+    for f in "$OUT/bench_gemm_wgmma.json" "$OUT/bench_attention_wgmma.json"; do [[ -f $f ]] && extra+=("$f"); done
     step kernel_table 30 "every kernel at target" python3 "$repo/tools/gpu/bench_table.py" "$OUT/ceilings.json" \
       "$bench_json" "${extra[@]}"
   else
     row kernel_table SKIP "no benchmark results" "every kernel at target"
   fi
-  local gemm mb
-  for gemm in cublaslt hand; do
-    for mb in 16 32; do
-      gpu_step "train_124m_${gemm}_mb$mb" 150 "$([[ $gemm == cublaslt ]] && echo '>= 470K tok/s' || echo 'within 15% of cuBLASLt')" \
-        "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm "$gemm" --max-steps 12 --log-every 1 \
-        --micro-batch "$mb" --seq-len 1024 --global-batch-tokens $((mb * 1024)) --out "$work/train_${gemm}_$mb"
-    done
-  done
-  # The hand backend on its opt-in Hopper kernel (wgmma + TMA) instead of mma.sync.
-  gpu_step train_124m_hand_wgmma_mb16 150 "within 15% of cuBLASLt" \
-    env GPT2_GEMM_SM90=1 "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm hand --max-steps 12 \
-    --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_hand_wgmma_16"
-  # The same step replayed as a CUDA Graph (--cuda-graph): what ~250 launches per step cost.
-  gpu_step train_124m_cublaslt_mb16_graph 150 "faster than without" \
-    "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt --cuda-graph --max-steps 12 \
-    --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_graph_16"
-  # The Hopper attention forward (wgmma + TMA), end to end.
-  gpu_step train_124m_cublaslt_mb16_wgmma_attention 150 "faster than mma.sync" \
-    env GPT2_ATTENTION_FWD=wgmma "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
-    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_wgmma_attn_16"
-  # The attention backward that accumulates dQ (5 products instead of 7), end to end.
-  gpu_step train_124m_cublaslt_mb16_accumulate_dq 150 "faster than recompute-dq" \
-    env GPT2_ATTENTION_BWD=accumulate-dq "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
-    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_accdq_16"
+  step decode_kv_cache 120 "== CPU decode" gtest test_gpu_decode
+  step reducer_1rank 60 "exact" "$bin/mpirun" -n 1 "$bin/test_gpu_reducer"
 }
+
+# ---- phase B: races and the whole program -------------------------------------------------------
+phase_B() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  gpu_step gpu_train 240 "7 end-to-end checks" python3 "$repo/tests/gpu/test_gpu_train.py" "$bin" "$work/gpu_train" \
+    "$bin/mpirun"
+  gpu_step checkpoint_resume 120 "resumes at step 20, samples" bash -c "
+    '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
+      --max-steps 20 --ckpt-every 10 --out '$work/ckpt' &&
+    '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
+      --max-steps 30 --ckpt-every 10 --resume auto --out '$work/ckpt' 2>&1 | tee /dev/stderr | grep -q 'resumed from .* at step 20' &&
+    '$bin/gpt2-sample' --device cuda --ckpt '$work/ckpt' --prompt 'In the beginning' --max-new-tokens 64 --seed 1"
+  # The Hopper kernels' TMA, mbarriers and wgmma across a producer and two consumer warpgroups (the
+  # backward's named barriers around its dS^T tile and its dQ turns too), which nothing but a GPU checks.
+  sanitize synccheck_attention_wgmma synccheck "0 hazards" test_gpu_attention 'AttentionWgmmaForward.AgreesWithMmaSync'
+  sanitize synccheck_attention_wgmma_bwd synccheck "0 hazards" test_gpu_attention 'AttentionWgmmaBackward.AgreesWithRecomputeDq'
+  sanitize synccheck_gemm_wgmma synccheck "0 hazards" test_gpu_gemm 'GemmWgmma.ForcedSplitK'
+  sanitize memcheck_gemm memcheck "0 errors" test_gpu_gemm '*/1.ForcedPaths'
+  sanitize memcheck_attention memcheck "0 errors" test_gpu_attention '*/1.SmallShapes*'
+  sanitize memcheck_layernorm memcheck "0 errors" test_gpu_layernorm '*/0.Forward*:*/0.Backward*'
+  # shared-memory races: the backward's named barriers around dS^T (the CPU emulator cannot check them),
+  # the mma.sync kernels, and accumulate-dq's four warps sharing the dS^T tile each turn
+  sanitize racecheck_attention_wgmma_bwd racecheck "0 hazards" test_gpu_attention 'AttentionWgmmaBackward.TwoKeyTilesMatchCpu'
+  sanitize racecheck_attention racecheck "0 hazards" test_gpu_attention '*/1.SmallShapes*'
+  sanitize racecheck_attention_accdq racecheck "0 hazards" test_gpu_attention 'AttentionAccumulateDq.AgreesWithRecomputeDq'
+  sanitize racecheck_layernorm racecheck "0 hazards" test_gpu_layernorm '*/1.BackwardMatches*'
+  # CPU work, but only the device's python has tiktoken
+  step oracle_tiktoken 90 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
+  step reducer_2ranks 120 "exact, shared GPU" "$bin/mpirun" -n 2 "$bin/test_gpu_reducer"
+  gpu_step two_ranks_shared_gpu 120 "loss falls, exit 0" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" \
+    --device cuda --comm mpi --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 30 --out "$work/two"
+}
+
+# ---- phase C: what decides the defaults ----------------------------------------------------------
+phase_C() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  # Each opt-in (opt_*: the 124M step at micro-batch 16 with one opt-in kernel in place) against phase
+  # A's train_124m_{cublaslt,hand}_mb16 or the opt-in it would follow: a hand kernel becomes the default
+  # only where it is faster there.
+  train_124m opt_attention_fwd_wgmma "faster than mma.sync" 16 cublaslt GPT2_ATTENTION_FWD=wgmma
+  train_124m opt_attention_fwd_pingpong "faster than cooperative" 16 cublaslt \
+    GPT2_ATTENTION_FWD=wgmma-pingpong
+  train_124m opt_attention_bwd_accdq "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=accumulate-dq
+  train_124m opt_attention_bwd_wgmma "faster than accumulate-dq" 16 cublaslt GPT2_ATTENTION_BWD=wgmma
+  train_124m opt_gemm_wgmma "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=1
+  train_124m opt_gemm_wgmma256 "faster than 128x128 tiles" 16 hand GPT2_GEMM_SM90=128x256
+  train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong
+  # The step replayed as a CUDA Graph: what ~250 launches per step cost.
+  train_124m opt_cuda_graph "faster than without" 16 cublaslt -- --cuda-graph
+  train_124m train_124m_cublaslt_mb32 ">= 470K tok/s" 32 cublaslt
+  train_124m train_124m_hand_mb32 "within 15% of cuBLASLt" 32 hand
+  # ZeRO-1's device path on one GPU (its shard is the whole buffer, so the losses must be --zero 0's);
+  # the cross-rank collectives need one GPU per rank.
+  gpu_step zero1_one_gpu 120 "losses == --zero 0" bash -c "
+    for z in 0 1; do
+      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
+        --val-every 0 --zero \$z --out '$work/zero'\$z || exit 1
+    done
+    python3 -c \"import json,sys; l=[[r['loss'] for r in map(json.loads, open(f'$work/zero{z}/metrics.jsonl')) if 'loss' in r] for z in (0,1)]; print('losses', l[0][-1], l[1][-1]); sys.exit(l[0] != l[1])\""
+  # --recompute on the device: full reruns each block with the forward's own launches, so its losses
+  # are --recompute none's bit for bit; selective recomputes the GELU with its own kernel, which rounds
+  # differently from cuBLASLt's fused bf16 epilogue: within 1e-3.
+  gpu_step recompute_one_gpu 150 "full == none, selective ~ none" bash -c "
+    for r in none selective full; do
+      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
+        --val-every 0 --recompute \$r --out '$work/recompute_'\$r || exit 1
+    done
+    python3 -c \"import json,sys; l={r: [x['loss'] for x in map(json.loads, open(f'$work/recompute_{r}/metrics.jsonl')) if 'loss' in x] for r in ('none','selective','full')}; print('losses', l['none'][-1], l['selective'][-1], l['full'][-1]); sys.exit(l['full'] != l['none'] or max(abs(a-b)/abs(b) for a,b in zip(l['selective'], l['none'])) > 1e-3)\""
+  step oracle_transformers 150 "logits within 1e-4" python3 "$repo/tools/gpu/oracle_transformers.py" "$bin" "$work/hf"
+  # The bundle's Open MPI, HDF5 and OpenBLAS with CPU ranks (phase B's 2-rank steps ran them on the GPU).
+  step cpu_train_2ranks 90 "loss falls" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" --device cpu \
+    --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 20 --log-every 5 --out "$work/cpu2"
+  if command -v ncu >/dev/null; then
+    gpu_step ncu_hot_kernels 180 "profiles" ncu --clock-control none --target-processes all \
+      -k 'regex:gemm|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --csv --page details \
+      "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --max-steps 3 --micro-batch 8 --seq-len 1024 \
+      --global-batch-tokens 8192 --out "$work/ncu"
+  else
+    row ncu_hot_kernels SKIP "ncu not installed" "profiles"
+  fi
+}
+
+# ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
+phase_D() {
+  step probe 60 "os, glibc, driver, libraries" probe
+  # What recompute costs at 124M (tokens/s) and saves (device memory measured after the first step).
+  gpu_step recompute_cost 120 "tok/s and memory per mode" bash -c "
+    for r in none selective full; do
+      '$bin/gpt2-train' --model gpt2-124m --device cuda --benchmark --max-steps 8 --log-every 1 --micro-batch 16 \
+        --seq-len 1024 --global-batch-tokens 16384 --recompute \$r --out '$work/recompute_cost_'\$r > '$work/rc_'\$r.log 2>&1 || exit 1
+      echo \"\$r: \$(grep -E '^step +[0-9]+/' '$work/rc_'\$r.log | tail -1 | cut -d'|' -f6) |\" \
+        \"\$(grep -o 'after the first step: [0-9.]* [GM]iB' '$work/rc_'\$r.log)\"
+    done"
+  # The largest preset at the micro-batch configs/gpt2-1558m.ini says fits on 80 GB with no recompute:
+  # two steps run, and the memory measured after the first is printed next to the estimate.
+  gpu_step preset_1558m_fits 180 "2 steps at micro-batch 16" bash -c "
+    '$bin/gpt2-train' --model gpt2-1558m --device cuda --benchmark --max-steps 2 --log-every 1 --micro-batch 16 \
+      --seq-len 1024 --global-batch-tokens 16384 --out '$work/preset_1558m' 2>&1 | tee '$work/p1558.log' | tail -20 &&
+    grep -q 'after the first step' '$work/p1558.log'"
+}
+
+# ---- the figures: figure_STEP LOG prints the table's figure for STEP ------------------------------
 # sass_sm90a: per kernel family, its HGMMA (wgmma), UTMALDG (TMA), HMMA (mma.sync) and USETMAXREG
 # (setmaxnreg) counts; the wgmma kernels must have the first two and none of the third, and the
 # backward its two setmaxnreg (ptxas drops them, C7508, when it cannot tell the register count at entry).
@@ -320,60 +419,12 @@ sass_sm90a() {
   done
 }
 figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
-figure_train_124m_cublaslt_mb16_graph() { train_figure "$1"; }
-figure_train_124m_hand_wgmma_mb16() { train_figure "$1"; }
-figure_train_124m_cublaslt_mb16_accumulate_dq() { train_figure "$1"; }
-figure_train_124m_cublaslt_mb16_wgmma_attention() { train_figure "$1"; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$OUT/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
 train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }
 # first and last loss of a run's step lines
 loss_figure() { grep -E '^step +[0-9]+/' "$1" | awk -F'|' '{split($2, a, " "); if (!f) f = a[2]; l = a[2]} END {print "loss " f " -> " l}'; }
-for g in cublaslt hand; do for m in 16 32; do eval "figure_train_124m_${g}_mb$m() { train_figure \"\$1\"; }"; done; done
-
-# ---- phase C: training, oracles, profiles ---------------------------------------------------------
-phase_C() {
-  step probe 60 "os, glibc, driver, libraries" probe
-  gpu_step gpu_train 300 "7 end-to-end checks" python3 "$repo/tests/gpu/test_gpu_train.py" "$bin" "$work/gpu_train" \
-    "$bin/mpirun"
-  gpu_step two_ranks_shared_gpu 120 "loss falls, exit 0" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" \
-    --device cuda --comm mpi --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 30 --out "$work/two"
-  gpu_step checkpoint_resume 180 "resumes at step 20" bash -c "
-    '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
-      --max-steps 20 --ckpt-every 10 --out '$work/ckpt' &&
-    '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
-      --max-steps 30 --ckpt-every 10 --resume auto --out '$work/ckpt' 2>&1 | tee /dev/stderr | grep -q 'resumed from .* at step 20' &&
-    '$bin/gpt2-sample' --device cuda --ckpt '$work/ckpt' --prompt 'In the beginning' --max-new-tokens 64 --seed 1"
-  # ZeRO-1's device path on one GPU (its shard is the whole buffer, so the losses must be --zero 0's);
-  # the cross-rank collectives need one GPU per rank.
-  gpu_step zero1_one_gpu 120 "losses == --zero 0" bash -c "
-    for z in 0 1; do
-      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
-        --val-every 0 --zero \$z --out '$work/zero'\$z || exit 1
-    done
-    python3 -c \"import json,sys; l=[[r['loss'] for r in map(json.loads, open(f'$work/zero{z}/metrics.jsonl')) if 'loss' in r] for z in (0,1)]; print('losses', l[0][-1], l[1][-1]); sys.exit(l[0] != l[1])\""
-  # --recompute on the device: full reruns each block with the forward's own launches, so its losses
-  # are --recompute none's bit for bit; selective recomputes the GELU with its own kernel, which rounds
-  # differently from cuBLASLt's fused bf16 epilogue: within 1e-3.
-  gpu_step recompute_one_gpu 150 "full == none, selective ~ none" bash -c "
-    for r in none selective full; do
-      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
-        --val-every 0 --recompute \$r --out '$work/recompute_'\$r || exit 1
-    done
-    python3 -c \"import json,sys; l={r: [x['loss'] for x in map(json.loads, open(f'$work/recompute_{r}/metrics.jsonl')) if 'loss' in x] for r in ('none','selective','full')}; print('losses', l['none'][-1], l['selective'][-1], l['full'][-1]); sys.exit(l['full'] != l['none'] or max(abs(a-b)/abs(b) for a,b in zip(l['selective'], l['none'])) > 1e-3)\""
-  step oracle_transformers 180 "logits within 1e-4" python3 "$repo/tools/gpu/oracle_transformers.py" "$bin" "$work/hf"
-  step oracle_tiktoken 120 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
-  if command -v ncu >/dev/null; then
-    gpu_step ncu_hot_kernels 240 "profiles" ncu --clock-control none --target-processes all \
-      -k 'regex:gemm|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --csv --page details \
-      "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --max-steps 3 --micro-batch 8 --seq-len 1024 \
-      --global-batch-tokens 8192 --out "$work/ncu"
-  else
-    row ncu_hot_kernels SKIP "ncu not installed" "profiles"
-  fi
-}
 # "[  PASSED  ] 12 tests." / "[  SKIPPED ] 2 tests, listed below:" / "[  FAILED  ] 1 test, ...": the
 # counts, so a suite whose tests all skipped (the wgmma ones off compute capability 9.0) cannot pass
 # unnoticed.
@@ -393,52 +444,10 @@ figure_zero1_one_gpu() { grep -m1 '^losses' "$1"; }
 figure_recompute_one_gpu() { grep -m1 '^losses' "$1"; }
 figure_oracle_transformers() { grep -m1 -E '^max \|' "$1"; }
 figure_oracle_tiktoken() { grep -m1 -E 'tokens compared' "$1"; }
+figure_recompute_cost() { grep -E '^(none|selective|full):' "$1" | tr -s ' ' | paste -sd ';' -; }
+figure_preset_1558m_fits() { grep -m1 -o 'after the first step: .*' "$1" | cut -c1-90; }
 
 export B bin repo work nccl_dir cublas_dir
 export -f probe ldd_check gtest sass_sm90a
-# ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
-phase_D() {
-  step probe 60 "os, glibc, driver, libraries" probe
-  # What recompute costs at 124M (tokens/s) and saves (device memory measured after the first step).
-  gpu_step recompute_cost 150 "tok/s and memory per mode" bash -c "
-    for r in none selective full; do
-      '$bin/gpt2-train' --model gpt2-124m --device cuda --benchmark --max-steps 8 --log-every 1 --micro-batch 16 \
-        --seq-len 1024 --global-batch-tokens 16384 --recompute \$r --out '$work/recompute_cost_'\$r > '$work/rc_'\$r.log 2>&1 || exit 1
-      echo \"\$r: \$(grep -E '^step +[0-9]+/' '$work/rc_'\$r.log | tail -1 | cut -d'|' -f6) |\" \
-        \"\$(grep -o 'after the first step: [0-9.]* [GM]iB' '$work/rc_'\$r.log)\"
-    done"
-  # The largest preset at the micro-batch configs/gpt2-1558m.ini says fits on 80 GB with no recompute:
-  # two steps run, and the memory measured after the first is printed next to the estimate.
-  gpu_step preset_1558m_fits 240 "2 steps at micro-batch 16" bash -c "
-    '$bin/gpt2-train' --model gpt2-1558m --device cuda --benchmark --max-steps 2 --log-every 1 --micro-batch 16 \
-      --seq-len 1024 --global-batch-tokens 16384 --out '$work/preset_1558m' 2>&1 | tee '$work/p1558.log' | tail -20 &&
-    grep -q 'after the first step' '$work/p1558.log'"
-  # The Hopper attention backward (wgmma + TMA, two consumer warpgroups with setmaxnreg), end to end;
-  # phase B's train_124m_cublaslt_mb16_accumulate_dq is the mma.sync figure to compare with.
-  gpu_step train_124m_cublaslt_mb16_wgmma_bwd 150 "faster than accumulate-dq" \
-    env GPT2_ATTENTION_BWD=wgmma "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
-    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_wgmma_bwd_16"
-  # The hand GEMM's wgmma kernel with 128x256 tiles, end to end; phase B's train_124m_hand_wgmma_mb16 is
-  # the 128x128 figure to compare with.
-  gpu_step train_124m_hand_wgmma256_mb16 150 "faster than 128x128 tiles" \
-    env GPT2_GEMM_SM90=128x256 "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm hand --max-steps 12 \
-    --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 --out "$work/train_hand_wgmma256_16"
-  # ... and with 128x128 tiles on the ping-pong schedule (one warpgroup's epilogue under the other's products).
-  gpu_step train_124m_hand_wgmma_pingpong_mb16 150 "faster than cooperative" \
-    env GPT2_GEMM_SM90=128x128-pingpong "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm hand \
-    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 \
-    --out "$work/train_hand_wgmma_pingpong_16"
-  # The Hopper attention forward on its ping-pong schedule, against phase B's wgmma_attention step.
-  gpu_step train_124m_cublaslt_mb16_wgmma_attention_pingpong 150 "faster than cooperative" \
-    env GPT2_ATTENTION_FWD=wgmma-pingpong "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --gemm cublaslt \
-    --max-steps 12 --log-every 1 --micro-batch 16 --seq-len 1024 --global-batch-tokens 16384 \
-    --out "$work/train_wgmma_attn_pingpong_16"
-}
-figure_train_124m_cublaslt_mb16_wgmma_attention_pingpong() { train_figure "$1"; }
-figure_train_124m_cublaslt_mb16_wgmma_bwd() { train_figure "$1"; }
-figure_train_124m_hand_wgmma256_mb16() { train_figure "$1"; }
-figure_train_124m_hand_wgmma_pingpong_mb16() { train_figure "$1"; }
-figure_recompute_cost() { grep -E '^(none|selective|full):' "$1" | tr -s ' ' | paste -sd ';' -; }
-figure_preset_1558m_fits() { grep -m1 -o 'after the first step: .*' "$1" | cut -c1-90; }
 
 "phase_$phase"

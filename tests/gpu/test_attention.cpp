@@ -335,7 +335,7 @@ TEST(AttentionWgmmaBackward, MatchesCpu) {
 }
 
 // One small shape: two key tiles taking turns at dQ, tails of both tile sizes, both consumer warpgroups'
-// keys. Small enough for compute-sanitizer's racecheck (tools/gpu-phase.sh A), which checks what the CPU
+// keys. Small enough for compute-sanitizer's racecheck (tools/gpu-phase.sh B), which checks what the CPU
 // emulator cannot: the named barriers around the shared dS^T tile (tests/emu/README.md, Limits).
 TEST(AttentionWgmmaBackward, TwoKeyTilesMatchCpu) {
   if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/gpu/bench_table.py on synthetic benchmark JSON: targets judged, opt-ins set against their defaults.
 
-Phase B reads the first GPU session's only kernel figures through this script, so it must be right before
+Phase A reads the first GPU session's only kernel figures through this script, so it must be right before
 that session: each verdict below fails when the script misjudges it.
   test_bench_table.py REPO TMPDIR
 """

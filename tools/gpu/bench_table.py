@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Phase B's kernel table: every GPU kernel benchmark as a percentage of its ceiling and of its target.
+"""Phase A's kernel table: every GPU kernel benchmark as a percentage of its ceiling and of its target.
 
   bench_table.py CEILINGS.json KERNELS.json [MORE.json ...]
                                                 the table, then "kernels at target: N/M", then each

@@ -168,7 +168,7 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused,
 }
 
 // The ceiling the hand GEMM is judged against (issue 10: ~800 TFLOP/s on the lent H100): cuBLASLt on
-// a square 8192^3 bf16 product, no epilogue. Named Ceiling/... so the phase B report finds it.
+// a square 8192^3 bf16 product, no epilogue. Named Ceiling/... so phase A's kernel table finds it.
 void BM_CeilingGemm(benchmark::State& state) {
   constexpr int n = 8192;
   const size_t nn = static_cast<size_t>(n) * n;
