@@ -262,7 +262,7 @@ phase_A() {
     --benchmark_out="$OUT/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
   # Every kernel on its default path; the opt-in Hopper kernels below, in processes of their own.
   gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='^(?!Ceiling/|Gemm/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
+    --benchmark_filter='^(?!Ceiling/|(Gemm|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
     --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU), each family in a
   # process of its own: a kernel that traps (a barrier wait that never completes traps after ~10 s)
@@ -276,8 +276,10 @@ phase_A() {
   else
     row sass_sm90a SKIP "cuobjdump not installed" "HGMMA + UTMALDG, no HMMA"
   fi
-  # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong) ...
-  gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" --benchmark_filter='^Gemm/bf16/hand_wgmma' \
+  # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong), and the
+  # 128x128 weight gradient with its bias gradient fused and not ...
+  gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" \
+    --benchmark_filter='^(Gemm|WeightBiasGrad)/bf16/hand_wgmma' \
     --benchmark_out="$OUT/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2) on wgmma
   gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \

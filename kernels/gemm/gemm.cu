@@ -15,7 +15,8 @@
 //    context's workspace; a second kernel adds them in split order and applies the epilogue.
 //    Deterministic: the split factor depends on the shape only.
 //  * The bias gradient of a linear layer can ride along its weight gradient (weight_bias_grad_cuda):
-//    the blocks of the first output row tile sum the columns of the dout tiles already in shared memory.
+//    the blocks of the first output row tile sum the columns of the dout tiles already in shared memory
+//    (every kernel but mma.sync's register-staged variant, which is at the 255-register limit).
 //  * On compute capability 9.0, opt-in (GPT2_GEMM_SM90=1, 128x128 or 128x256, or GemmTestHooks::hand_path):
 //    the bf16 product runs on wgmma fed by TMA (gemm_sm90.cu) in 128x128 or 128x256 tiles, falling back
 //    to mma.sync for operands TMA cannot describe (choose_hand_path). Not yet verified on a GPU, hence
@@ -51,6 +52,7 @@ using cuda::mma_bf16_16816;
 using cuda::to_f32;
 using gemm_detail::apply_epilogue4;
 using gemm_detail::EpilogueParams;
+using gemm_detail::kahan_add;
 using gemm_detail::load4;
 using gemm_detail::store4;
 using gemm_detail::store_partial4;
@@ -131,24 +133,10 @@ struct GemmParams {
   float* dbias_partial;
 };
 
-// sum += x with Kahan's compensation c: the bias gradient adds one fp32 tile sum per K step, K/32 of
-// them, so the running sum keeps the accuracy of a pairwise one (no fast-math here: the compensation
-// is not optimised away).
-__device__ __forceinline__ void kahan_add(float& sum, float& c, float x) {
-  const float y = x - c;
-  const float t = sum + y;
-  c = (t - sum) - y;
-  sum = t;
-}
-
-// Stores a fused bias-gradient column sum (see GemmParams::dbias).
+// Stores a fused bias-gradient column sum (see GemmParams::dbias); blockIdx.y is the split.
 template <class T>
 __device__ __forceinline__ void store_bias_grad(const GemmParams<T>& p, int col, float sum) {
-  if (col >= p.N) return;
-  if (p.dbias_partial != nullptr)
-    p.dbias_partial[static_cast<size_t>(blockIdx.y) * p.N + col] = sum;
-  else
-    p.dbias[col] = from_f32<T>(to_f32(p.dbias[col]) + sum);
+  gemm_detail::store_bias_grad(p.dbias, p.dbias_partial, p.N, static_cast<int>(blockIdx.y), col, sum);
 }
 
 // Block -> (tile_m, tile_n), GROUP_M row tiles at a time (see kGroupM).
@@ -713,8 +701,9 @@ inline bool mma_sync_async_loads(const GemmContext& ctx, const void* a, const vo
          aligned_to(b, 16);
 }
 
-// dbias (optional; SIMT and mma.sync kernels, the latter's cp.async variant; B not transposed): dbias += column sums of B, fused (see
-// GemmParams::dbias); bias_scratch holds the split-K partial sums, kMaxSplits x N floats.
+// dbias (optional; B not transposed; the SIMT, wgmma and mma.sync kernels, the last in its cp.async variant):
+// dbias += column sums of B, fused (see GemmParams::dbias); bias_scratch holds the split-K partial sums,
+// kMaxSplits x N floats.
 template <class T>
 void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
                bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream, T* dbias = nullptr,
@@ -731,10 +720,10 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   const int splits = gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync);
   int k_per_split = 0, used = 1;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
-  GPT2_CHECK(dbias == nullptr || (!wgmma && !trans_b), "fused bias gradient: the mma.sync or SIMT kernel, B not transposed");
+  GPT2_CHECK(dbias == nullptr || (!trans_b && ep == GemmEpilogue::kNone), "fused bias gradient: B not transposed, no epilogue");
   if constexpr (std::is_same_v<T, bf16>)
-    GPT2_CHECK(dbias == nullptr || mma_sync_async_loads(ctx, a, b, trans_a ? M : K, trans_b ? K : N),
-               "fused bias gradient: the mma.sync kernel's cp.async variant only");
+    GPT2_CHECK(dbias == nullptr || wgmma || mma_sync_async_loads(ctx, a, b, trans_a ? M : K, trans_b ? K : N),
+               "fused bias gradient: not on the mma.sync kernel's register-staged variant");
   if (wgmma) {
 #if defined(GPT2_HAVE_SM90A)
     if constexpr (std::is_same_v<T, bf16>) {
@@ -743,7 +732,8 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       used = static_cast<int>(ceil_div(K, k_per_split));
       gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks, a, b, M, N, K, trans_a,
                                    trans_b, k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
-                                   used > 1 ? GemmEpilogue::kNone : ep, stream);
+                                   used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
+                                   used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
     }
 #endif
   } else {
@@ -927,8 +917,8 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   }
   bool fused = ctx.backend() == GemmBackend::kHand && IC > 0 && !ctx.test_hooks().unfused_bias_grad;
   if constexpr (std::is_same_v<T, bf16>)
-    fused = fused && choose_hand_path(ctx, inp, dout, IC, OC, rows, true, false) == GemmHandPath::kMmaSync &&
-            mma_sync_async_loads(ctx, inp, dout, IC, OC);
+    fused = fused && (choose_hand_path(ctx, inp, dout, IC, OC, rows, true, false) == GemmHandPath::kWgmma ||
+                      mma_sync_async_loads(ctx, inp, dout, IC, OC));
   if (!fused) {
     gemm_cuda<T>(ctx, dw, inp, dout, nullptr, nullptr, IC, OC, rows, true, false, true, GemmEpilogue::kNone, stream);
     bias_backward_cuda<T>(dbias, scratch, dout, rows, OC, stream);

@@ -1,5 +1,6 @@
 // What every hand GEMM kernel shares (kernels/gemm/gemm.cu: mma.sync and SIMT; gemm_sm90.cu: wgmma):
-// the output-tile order and the epilogue that finishes 4 consecutive outputs from fp32 accumulators.
+// the output-tile order, the epilogue that finishes 4 consecutive outputs from fp32 accumulators, and
+// the arithmetic of the bias gradient fused into a weight gradient.
 // Internal to kernels/gemm/ (.cu files only).
 #pragma once
 
@@ -128,6 +129,32 @@ __device__ __forceinline__ void store_partial4(float* part, int N, bool vec4, in
     for (int j = 0; j < 4; ++j)
       if (col + j < N) part[idx + j] = v[j];
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The bias gradient fused into a weight gradient (gemm.cu weight_bias_grad_cuda; B not transposed): the
+// blocks of row tile 0 also sum op(B)'s columns over their K range, one plain fp32 sum per K step of the
+// kernel, added up with Kahan's compensation.
+
+// sum += x with Kahan's compensation c: K/kBK tile sums per column, so the running sum keeps the accuracy
+// of a pairwise one (no fast-math for these files: the compensation is not optimised away).
+__device__ __forceinline__ void kahan_add(float& sum, float& c, float x) {
+  const float y = x - c;
+  const float t = sum + y;
+  c = (t - sum) - y;
+  sum = t;
+}
+
+// Stores one column's sum over split `split`'s K range: without split-K into dbias (+=, as T; one block
+// per column tile, so no race); with it into dbias_partial [splits][N] (fp32), which gemm.cu's
+// bias_backward_add_chunks adds into dbias in split order (deterministic).
+template <class T>
+__device__ __forceinline__ void store_bias_grad(T* dbias, float* dbias_partial, int N, int split, int col, float sum) {
+  if (col >= N) return;
+  if (dbias_partial != nullptr)
+    dbias_partial[static_cast<size_t>(split) * N + col] = sum;
+  else
+    dbias[col] = from_f32<T>(to_f32(dbias[col]) + sum);
 }
 
 }  // namespace gpt2::kernels::gemm_detail

@@ -20,6 +20,13 @@
 //    at a time, and finishes them with the hand backend's apply_epilogue4 (bias, bias+GELU, GELU
 //    gradient, C +=), or writes split-K partials: the same arithmetic and rounding as the mma.sync
 //    kernel's epilogue.
+//  * The bias gradient fused into a weight gradient (A transposed, B not, no epilogue: dW += inp^T dout
+//    with dbias += dout's column sums): on the units of row tile 0, consumer thread st sums column st of
+//    every B stage (all 128 columns by consumer 0 of the 128x128 cooperative kernel, the 256 of 128x256
+//    by both, the unit's consumer in ping-pong), after the stage's wgmma are issued and before it is
+//    released, one fp32 sum per k-step added with Kahan's compensation (gemm_common.cuh; the mma.sync
+//    kernel's arithmetic). 64 shared loads a stage against ~500 cycles of tensor work per 128 columns:
+//    hidden behind the products in flight.
 //
 // NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
 // GPT2_GEMM_SM90 or the test hooks (gemm_cuda.hpp GemmHandPath, GemmWgmmaKernel).
@@ -120,6 +127,11 @@ struct WgmmaParams {
   int splits;
   float* partial;  // [splits][M][N] fp32 when splitting; nullptr otherwise
   EpilogueParams<bf16> ep;
+  // The fused bias gradient (kernels with A transposed, B not and no epilogue; both nullptr otherwise):
+  // dbias += column sums of B without split-K, dbias_partial [splits][N] with it (gemm_common.cuh
+  // store_bias_grad).
+  bf16* dbias;
+  float* dbias_partial;
 };
 
 // Unit -> output tile origin and K range (identical in producer and consumers).
@@ -139,6 +151,20 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int 
   const int k_end = min(p.K, u.k_begin + p.k_per_split);
   u.k_tiles = static_cast<int>(ceil_div(k_end - u.k_begin, Cfg::kBK));
   return u;
+}
+
+// Column n of a stage's MN-major B tile (kTransB false) summed over its kBK K rows, in K order: box
+// n / 64 holds 64 columns, each K row 128 bytes of it whose 16-byte chunks are swizzled with the row (the
+// TMA 128-byte swizzle: chunk XOR row % 8, boxes 1024-aligned, as the file comment says).
+template <class Cfg>
+__device__ __forceinline__ float b_column_sum(const unsigned char* b_tile, int n) {
+  const unsigned char* box = b_tile + (n / kBox) * Cfg::kBoxBytes;
+  const int chunk = (n % kBox) / 8, byte = (n % 8) * 2;
+  float t = 0.0f;
+#pragma unroll 8
+  for (int r = 0; r < Cfg::kBK; ++r)
+    t += __bfloat162float(*reinterpret_cast<const bf16*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte));
+  return t;
 }
 
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
@@ -222,6 +248,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Row block rb of this warpgroup is the tile's row block rb0 + rb: 64 rows of A, the next 64 rows of a
   // K-major tile (64 x 128 bytes) or the next box of an MN-major one, 8 KB in either case.
   const int rb0 = Cfg::kPingPong ? 0 : c;
+  // The fused bias gradient (WgmmaParams::dbias): this thread sums column st of the unit's B stages.
+  constexpr bool kCanBiasGrad = kTransA && !kTransB && kEp == GemmEpilogue::kNone;
+  const int st = (Cfg::kPingPong ? 0 : c) * Cfg::kWarpgroupThreads + tid_wg;
+  const bool bias_grad_wanted = kCanBiasGrad && (p.dbias != nullptr || p.dbias_partial != nullptr) && st < Cfg::kBN;
 
   float acc[Cfg::kRowBlocks][Cfg::kAcc];
 #pragma unroll
@@ -243,6 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // would read the other unit's tiles (CUTLASS orders its ping-pong mainloops for this reason too).
       if (nth > 0) cuda::mbarrier_wait(&mainloop_done[1 - c], ((nth - 1) / Cfg::kConsumers) & 1);
     }
+    const bool bias_grad = bias_grad_wanted && u.m0 == 0;
+    float bias_sum = 0.0f, bias_c = 0.0f;
     for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
       const int s = static_cast<int>(it % Cfg::kStages);
       cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
@@ -274,6 +306,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
+      // While the products run: this stage's column sum (the stage is released one k-step later).
+      if constexpr (kCanBiasGrad) {
+        if (bias_grad) kahan_add(bias_sum, bias_c, b_column_sum<Cfg>(stage_b(s), st));
+      }
       // The previous k-step's group is complete: its stage can be refilled.
       cuda::wgmma_wait_group<1>();
       if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
@@ -285,6 +321,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
     if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+    if constexpr (kCanBiasGrad) {
+      if (bias_grad) store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + st, bias_sum);
+    }
 
     // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced), 64 rows
     // x 128 columns at a time. Accumulator registers 64h .. 64h+63 hold columns 128h .. 128h+127 (PTX:
@@ -375,12 +414,17 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
 
 void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, const bf16* b, int M, int N, int K,
                      bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
-                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, cudaStream_t stream) {
+                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
+                     cudaStream_t stream) {
   GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault, "gemm_bf16_wgmma needs a resolved kernel (GemmContext::hand_wgmma_kernel)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
   // Every split has K to do: a unit without k-steps would release a stage it never waited for.
   GPT2_CHECK(K >= 1 && static_cast<long>(splits - 1) * k_per_split < K,
              "wgmma split-K: " << splits << " splits of " << k_per_split << " leave one empty for K=" << K);
+  GPT2_CHECK((dbias == nullptr && dbias_partial == nullptr) ||
+                 (trans_a && !trans_b && epilogue == GemmEpilogue::kNone && (dbias == nullptr) != (dbias_partial == nullptr) &&
+                  (dbias == nullptr) == (splits > 1)),
+             "wgmma fused bias gradient: A transposed, B not, no epilogue, dbias without split-K and dbias_partial with it");
   const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
   GPT2_CHECK(wgmma_takes(a, b, lda, ldb), "the wgmma GEMM was given operands TMA cannot describe");
   // A is (M,K) [K-major] or, transposed, (K,M) [MN-major]; B is (K,N) [MN-major] or, transposed, (N,K).
@@ -388,6 +432,7 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, cons
   const CUtensorMap tb = trans_b ? make_tensor_map(b, K, N, ldb) : make_tensor_map(b, N, K, ldb);
   WgmmaParams p;
   p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
+  p.dbias = dbias, p.dbias_partial = dbias_partial;
   // The configuration as a type, then the transposes and the epilogue as template arguments.
   auto with_cfg = [&](auto cfg) {
     using Cfg = decltype(cfg);

@@ -27,8 +27,12 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
 // persistent grid of one block per SM, or of max_blocks (> 0) if fewer. With partial != nullptr each split
 // writes its fp32 partials (partial + split*M*N) and `ep` is not applied; otherwise C = ep(acc).
 // k_per_split: a multiple of kWgmmaBK. lda = trans_a ? M : K, ldb = trans_b ? K : N.
+// The bias gradient fused into a weight gradient (A transposed, B not, epilogue kNone; otherwise both
+// nullptr): dbias += B's column sums with splits == 1, or with split-K each split's sums into
+// dbias_partial [splits][N] fp32, for the caller to add into dbias in split order.
 void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, const bf16* b, int M, int N, int K,
                      bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
-                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, cudaStream_t stream);
+                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
+                     cudaStream_t stream);
 
 }  // namespace gpt2::kernels::gemm_detail

@@ -11,7 +11,7 @@
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 16 + 19; KERNELS: a quoted
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 16 + 23; KERNELS: a quoted
 #                                         subset of "attention attention_bwd gemm"), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail

@@ -690,6 +690,62 @@ TYPED_TEST(GemmTest, BiasBackwardAccumulatesDeterministically) {
 // runs fused on its default path (fp32: also at offset 1), with a forced split-K of 3 (per-split sums
 // added in order), and unfused through the hook and on bf16's register-staged loaders (offset 1, the
 // scalar-load hook), which leave the bias to bias_backward_cuda; cuBLASLt runs unfused.
+// weight_bias_grad_cuda on one shape and variant: dw must be gemm_cuda's product with the same hooks bit
+// for bit on the hand kernels (within one bf16 ulp on cuBLASLt, whose bias-gradient epilogue may run
+// another algorithm), dbias the CPU's column sums, and two runs the same bits. must_fuse: the call has
+// to report the fused path (the hand kernels that sum in the GEMM).
+template <class T>
+void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, int OC, size_t offset, uint32_t seed,
+                            bool must_fuse) {
+  const std::string tag = std::string(name_of(be)) + " " + v.tag + "rows=" + std::to_string(rows) +
+                          " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC) + (offset ? " [offset 1]" : "");
+  SCOPED_TRACE(tag);
+  const size_t n_in = static_cast<size_t>(rows) * IC, n_out = static_cast<size_t>(rows) * OC;
+  const size_t n_w = static_cast<size_t>(IC) * OC;
+  const auto inp = rnd_t<T>(n_in, seed), dout = rnd_t<T>(n_out, seed + 1);
+  const auto dw0 = rnd_t<T>(n_w, seed + 2), db0 = rnd_t<T>(OC, seed + 3);
+  std::vector<float> db_ref = db0;
+  kernels::bias_backward_cpu(db_ref.data(), dout.data(), rows, OC);
+
+  GemmContext& ctx = shared_context(be);
+  ctx.test_hooks() = v.hooks;
+  // the plain product, for dw's bits
+  Dev<T> dw_plain(dw0, offset), d_inp(inp, offset), d_dout(dout, offset);
+  kernels::gemm_cuda<T>(ctx, dw_plain.data(), d_inp.data(), d_dout.data(), nullptr, nullptr, IC, OC, rows, true, false,
+                        true, GemmEpilogue::kNone, nullptr);
+  std::vector<float> dw[2], db[2];
+  for (int run = 0; run < 2; ++run) {
+    Dev<T> d_dw(dw0, offset), d_db(db0, offset);
+    DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(rows, OC));
+    CUDA_CHECK(cudaMemset(scratch.data(), 0xff, scratch.bytes()));  // NaN: the sums must not read it unwritten
+    const bool fused = kernels::weight_bias_grad_cuda<T>(ctx, d_dw.data(), d_db.data(), scratch.data(), d_inp.data(),
+                                                         d_dout.data(), rows, IC, OC, nullptr);
+    if (v.hooks.unfused_bias_grad) {
+      EXPECT_FALSE(fused) << "the hook asked for GEMM + bias kernel";
+    }
+    if (must_fuse) {
+      EXPECT_TRUE(fused) << "this kernel sums the bias gradient in the GEMM";
+    }
+    if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && v.tag[0] == '\0')
+      std::printf("cuBLASLt bias-gradient epilogue (BGRADA) for %s: %s\n", tag.c_str(),
+                  fused ? "fused" : "no algorithm, GEMM + bias kernel");
+    sync();
+    dw[run] = d_dw.get();
+    db[run] = d_db.get();
+    EXPECT_EQ(d_dw.guard_writes(), 0) << "dw: writes outside";
+    EXPECT_EQ(d_db.guard_writes(), 0) << "dbias: writes outside";
+  }
+  ctx.test_hooks() = GemmTestHooks{};
+  if (be == GemmBackend::kHand || v.hooks.unfused_bias_grad) {
+    EXPECT_EQ(bit_mismatches(dw[0], dw_plain.get()), 0) << "dw differs from gemm_cuda's";
+  } else {
+    expect_close_fp32(dw[0], dw_plain.get(), "dw vs gemm_cuda's", std::is_same_v<T, bf16> ? 1.0 / 128 : 1e-5);
+  }
+  expect_close<T>(db[0], db_ref, naive_of<T>(db_ref), "dbias +=");
+  EXPECT_EQ(bit_mismatches(dw[0], dw[1]), 0) << "dw: two runs differ";
+  EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";
+}
+
 TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   using T = TypeParam;
   struct LShape {
@@ -709,55 +765,36 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
     for (size_t offset : {size_t{0}, size_t{1}})
       for (const Variant& v : variants)
         for (GemmBackend be : kBackends) {
-          const std::string tag = std::string(name_of(be)) + " " + v.tag + "rows=" + std::to_string(s.rows) +
-                                  " IC=" + std::to_string(s.IC) + " OC=" + std::to_string(s.OC) +
-                                  (offset ? " [offset 1]" : "");
-          SCOPED_TRACE(tag);
-          const size_t n_in = static_cast<size_t>(s.rows) * s.IC, n_out = static_cast<size_t>(s.rows) * s.OC;
-          const size_t n_w = static_cast<size_t>(s.IC) * s.OC;
-          const auto inp = rnd_t<T>(n_in, seed), dout = rnd_t<T>(n_out, seed + 1);
-          const auto dw0 = rnd_t<T>(n_w, seed + 2), db0 = rnd_t<T>(s.OC, seed + 3);
+          check_weight_bias_grad<T>(be, v, s.rows, s.IC, s.OC, offset, seed, false);
           seed += 4;
-          std::vector<float> db_ref = db0;
-          kernels::bias_backward_cpu(db_ref.data(), dout.data(), s.rows, s.OC);
-
-          GemmContext& ctx = shared_context(be);
-          ctx.test_hooks() = v.hooks;
-          // the plain product, for dw's bits
-          Dev<T> dw_plain(dw0, offset), d_inp(inp, offset), d_dout(dout, offset);
-          kernels::gemm_cuda<T>(ctx, dw_plain.data(), d_inp.data(), d_dout.data(), nullptr, nullptr, s.IC, s.OC, s.rows,
-                                true, false, true, GemmEpilogue::kNone, nullptr);
-          std::vector<float> dw[2], db[2];
-          for (int run = 0; run < 2; ++run) {
-            Dev<T> d_dw(dw0, offset), d_db(db0, offset);
-            DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(s.rows, s.OC));
-            CUDA_CHECK(cudaMemset(scratch.data(), 0xff, scratch.bytes()));  // NaN: the sums must not read it unwritten
-            const bool fused = kernels::weight_bias_grad_cuda<T>(ctx, d_dw.data(), d_db.data(), scratch.data(),
-                                                                 d_inp.data(), d_dout.data(), s.rows, s.IC, s.OC, nullptr);
-            if (v.hooks.unfused_bias_grad) {
-              EXPECT_FALSE(fused) << "the hook asked for GEMM + bias kernel";
-            }
-            if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && v.tag[0] == '\0')
-              std::printf("cuBLASLt bias-gradient epilogue (BGRADA) for %s: %s\n", tag.c_str(),
-                          fused ? "fused" : "no algorithm, GEMM + bias kernel");
-            sync();
-            dw[run] = d_dw.get();
-            db[run] = d_db.get();
-            EXPECT_EQ(d_dw.guard_writes(), 0) << "dw: writes outside";
-            EXPECT_EQ(d_db.guard_writes(), 0) << "dbias: writes outside";
-          }
-          ctx.test_hooks() = GemmTestHooks{};
-          // The hand kernels give dw exactly gemm_cuda's bits; cuBLASLt's bias-gradient epilogue may run another
-          // algorithm, which sums in another order: within one bf16 ulp (<= 2^-7 relative) of the largest magnitude.
-          if (be == GemmBackend::kHand || v.hooks.unfused_bias_grad) {
-            EXPECT_EQ(bit_mismatches(dw[0], dw_plain.get()), 0) << "dw differs from gemm_cuda's";
-          } else {
-            expect_close_fp32(dw[0], dw_plain.get(), "dw vs gemm_cuda's", std::is_same_v<T, bf16> ? 1.0 / 128 : 1e-5);
-          }
-          expect_close<T>(db[0], db_ref, naive_of<T>(db_ref), "dbias +=");
-          EXPECT_EQ(bit_mismatches(dw[0], dw[1]), 0) << "dw: two runs differ";
-          EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";
         }
+}
+
+// The bias gradient fused into the wgmma weight gradient (gemm_sm90.cu): every kernel, with and without
+// split-K, and with 3 persistent blocks (many units each); the rows past a 64-row k-step and columns past
+// a tile are tails. The same hooks' plain product gives dw's bits.
+TEST_F(GemmWgmma, WeightBiasGradMatchesGemmAndCpu) {
+  std::vector<Variant> variants = wgmma_tile_variants();
+  const std::vector<Variant> split = wgmma_tile_variants(3);
+  static const std::vector<std::string> split_tags = [&] {
+    std::vector<std::string> t;
+    for (const Variant& v : split) t.push_back(std::string(v.tag) + "[split 3] ");
+    return t;
+  }();
+  for (size_t i = 0; i < split.size(); ++i) variants.push_back({split_tags[i].c_str(), split[i].hooks});
+  Variant few = variants[0];
+  few.tag = "[wgmma 128x128, 3 blocks] ";
+  few.hooks.wgmma_max_blocks = 3;
+  variants.push_back(few);
+  struct LShape {
+    int rows, IC, OC;
+  };
+  uint32_t seed = 1400;
+  for (const LShape& s : {LShape{300, 72, 2304}, LShape{520, 200, 3 * kC + 8}, LShape{4096, kC, kC}})
+    for (const Variant& v : variants) {
+      check_weight_bias_grad<bf16>(GemmBackend::kHand, v, s.rows, s.IC, s.OC, 0, seed, true);
+      seed += 4;
+    }
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ kernels = write("kernels.json", [
     {"name": "BM_attention_backward_bf16/8/0/2/manual_time", "TFLOP_per_s": 220.0, "real_time": 80.0},
     {"name": "WeightBiasGrad/bf16/cublaslt/qkv/BT:8192/manual_time", "GB_per_s": 1000.0, "real_time": 90.0},
     {"name": "WeightBiasGrad/bf16/cublaslt_unfused/qkv/BT:8192/manual_time", "GB_per_s": 900.0, "real_time": 99.0},
+    {"name": "WeightBiasGrad/bf16/hand_wgmma/qkv/BT:8192/manual_time", "GB_per_s": 1000.0, "real_time": 80.0},
+    {"name": "WeightBiasGrad/bf16/hand_wgmma_unfused/qkv/BT:8192/manual_time", "GB_per_s": 900.0, "real_time": 100.0},
     {"name": "BM_AdamWModel<bf16>/multi:0/manual_time", "GB_per_s": 1000.0, "real_time": 300.0},
     {"name": "BM_AdamWModel<bf16>/multi:1/manual_time", "GB_per_s": 2500.0, "real_time": 120.0},
 ])
@@ -92,8 +94,9 @@ expect(any(l.startswith("BM_attention_forward_bf16/8/0/2") and "1.25x vs wgmma c
 expect(any(l.startswith("BM_attention_backward_bf16/8/0/2") and "1.50x vs recompute-dq" in l for l in optin),
        "wgmma backward 120/80")
 expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt/") and "1.10x" in l for l in optin), "bias grad 99/90")
+expect(any(l.startswith("WeightBiasGrad/bf16/hand_wgmma/") and "1.25x" in l for l in optin), "wgmma bias grad 100/80")
 expect(any(l.startswith("BM_AdamWModel<bf16>/multi:1") and "2.50x" in l for l in optin), "AdamW 300/120")
-expect(len(optin) == 9, f"9 opt-in rows, got {len(optin)}")
+expect(len(optin) == 10, f"10 opt-in rows, got {len(optin)}")
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)

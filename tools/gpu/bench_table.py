@@ -116,17 +116,18 @@ def main(argv):
 
 # (opt-in name pattern, how to name its default, what the default is)
 OPT_INS = [
-    (r"/hand_wgmma/", lambda n: n.replace("/hand_wgmma/", "/hand/"), "vs mma.sync"),
-    (r"/hand_wgmma256/", lambda n: n.replace("/hand_wgmma256/", "/hand_wgmma/"), "vs wgmma 128x128 tiles"),
-    (r"/hand_wgmma_pingpong/", lambda n: n.replace("/hand_wgmma_pingpong/", "/hand_wgmma/"), "vs wgmma cooperative"),
+    (r"^Gemm/bf16/hand_wgmma/", lambda n: n.replace("/hand_wgmma/", "/hand/"), "vs mma.sync"),
+    (r"^Gemm/bf16/hand_wgmma256/", lambda n: n.replace("/hand_wgmma256/", "/hand_wgmma/"), "vs wgmma 128x128 tiles"),
+    (r"^Gemm/bf16/hand_wgmma_pingpong/", lambda n: n.replace("/hand_wgmma_pingpong/", "/hand_wgmma/"),
+     "vs wgmma cooperative"),
     (r"^BM_attention_forward_bf16/\d+/0/1", lambda n: re.sub(r"^(BM_attention_forward_bf16/\d+/0/)1", r"\g<1>0", n),
      "vs mma.sync forward"),
     (r"^BM_attention_forward_bf16/\d+/0/2", lambda n: re.sub(r"^(BM_attention_forward_bf16/\d+/0/)2", r"\g<1>1", n),
      "vs wgmma cooperative forward"),
     (r"^BM_attention_backward_bf16/\d+/0/[12]",
      lambda n: re.sub(r"^(BM_attention_backward_bf16/\d+/0/)[12]", r"\g<1>0", n), "vs recompute-dq backward"),
-    (r"^WeightBiasGrad/bf16/(hand|cublaslt)/", lambda n: re.sub(r"/(hand|cublaslt)/", r"/\g<1>_unfused/", n, count=1),
-     "vs GEMM + bias kernel"),
+    (r"^WeightBiasGrad/bf16/(hand|hand_wgmma|cublaslt)/",
+     lambda n: re.sub(r"/(hand|hand_wgmma|cublaslt)/", r"/\g<1>_unfused/", n, count=1), "vs GEMM + bias kernel"),
     (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),
 ]
 

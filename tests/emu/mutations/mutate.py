@@ -139,6 +139,15 @@ GEMM = {
     # ping-pong: the empty barrier expects both warpgroups (only the unit's one arrives): the producer hangs
     "pingpong_empty_count": [("cuda::mbarrier_init(&empty[s], Cfg::kUnitConsumers * Cfg::kWarpgroupThreads / 32);",
                               "cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);")],
+    # fused bias gradient: B's column read without the 128-byte swizzle (another column's values)
+    "bias_sum_no_swizzle": [("box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte", "box + r * 128 + (chunk * 16) + byte")],
+    # fused bias gradient: the column summed from the next stage of the ring, not the one just waited for
+    "bias_sum_wrong_stage": [("b_column_sum<Cfg>(stage_b(s), st)", "b_column_sum<Cfg>(stage_b((s + 1) % Cfg::kStages), st)")],
+    # fused bias gradient: every row tile adds its column sums, not row tile 0 alone
+    "bias_every_row_tile": [("const bool bias_grad = bias_grad_wanted && u.m0 == 0;", "const bool bias_grad = bias_grad_wanted;")],
+    # fused bias gradient with split-K: every split's sums written to split 0's row of the partials
+    "bias_split_index_0": [("store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + st, bias_sum);",
+                            "store_bias_grad(p.dbias, p.dbias_partial, p.N, 0, u.n0 + st, bias_sum);")],
 }
 
 

@@ -4,6 +4,9 @@
 // finishes split-K with the reduction gemm_splitk_reduce_epilogue performs (sum of the splits in order,
 // then the repository's apply_epilogue4), and compares C (and aux) with a double-precision loop at
 // tests/gpu/test_gemm.cpp's bf16 tolerance: max|gpu-ref| <= 2*max|naive_bf16-ref| + max|ref|/512.
+// Weight-gradient cases (A^T, B, C +=) can ask for the fused bias gradient: dbias += B's column sums,
+// through dbias_partial and the split-order addition of gemm.cu's bias_backward_add_chunks with split-K,
+// checked against a double sum at the same tolerance.
 // Every case runs on each wgmma kernel: 128x128 tiles, 128x256, 128x128 ping-pong (--kernel NAME: one).
 #include "emu/prelude.h"
 
@@ -69,20 +72,28 @@ struct Case {
   bool acc;
   int splits = 1;    // forced split-K factor (GemmTestHooks::hand_force_splits)
   gpt2::kernels::GemmWgmmaKernel kernel = gpt2::kernels::GemmWgmmaKernel::k128x128;  // tiles and schedule
+  bool bias_grad = false;  // the fused bias gradient (ta, !tb, kNone only)
   int tile_n() const { return kernel == gpt2::kernels::GemmWgmmaKernel::k128x256 ? 256 : 128; }
   std::string str() const {
     char b[192];
-    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d", gpt2::kernels::gemm_wgmma_kernel_name(kernel), M,
-             N, K, ta ? " A^T" : "", tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits);
+    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d%s", gpt2::kernels::gemm_wgmma_kernel_name(kernel), M,
+             N, K, ta ? " A^T" : "", tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits,
+             bias_grad ? " +dbias" : "");
     return b;
   }
 };
+// A weight gradient with its bias gradient fused: dW (M x N) += inp^T (M x K rows) dout (K rows x N).
+Case bias_grad_case(int M, int N, int K, int splits) {
+  Case c{M, N, K, true, false, GemmEpilogue::kNone, true, splits};
+  c.bias_grad = true;
+  return c;
+}
 
 struct Inputs {
-  std::vector<float> a, b, bias, aux, c0;
+  std::vector<float> a, b, bias, aux, c0, dbias0;
 };
 struct Outputs {
-  std::vector<float> c, aux;
+  std::vector<float> c, aux, dbias;
 };
 
 Inputs make_inputs(const Case& g, uint32_t seed) {
@@ -93,6 +104,7 @@ Inputs make_inputs(const Case& g, uint32_t seed) {
   if (g.ep == GemmEpilogue::kBias || g.ep == GemmEpilogue::kBiasGelu) in.bias = random_vec(g.N, seed + 2);
   if (g.ep == GemmEpilogue::kDGelu) in.aux = random_vec(mn, seed + 3);
   in.c0 = g.acc ? random_vec(mn, seed + 4) : std::vector<float>(mn, kNaN);
+  if (g.bias_grad) in.dbias0 = random_vec(g.N, seed + 5);
   return in;
 }
 
@@ -135,6 +147,18 @@ Outputs reference(const Case& g, const Inputs& in, bool naive) {
       }
       out.c[idx] = static_cast<float>(rnd(v));
     }
+  if (g.bias_grad) {  // dbias += column sums of B (not transposed): in double, or fp32 in K order
+    out.dbias.resize(g.N);
+    for (int j = 0; j < g.N; ++j) {
+      double s = 0;
+      float sf = 0;
+      for (int k = 0; k < g.K; ++k) {
+        s += in.b[static_cast<size_t>(k) * g.N + j];
+        sf += in.b[static_cast<size_t>(k) * g.N + j];
+      }
+      out.dbias[j] = naive ? rbf(in.dbias0[j] + sf) : static_cast<float>(in.dbias0[j] + s);
+    }
+  }
   return out;
 }
 
@@ -211,7 +235,7 @@ void reduce_splits(const float* partial, int splits, const gd::EpilogueParams<bf
 
 struct Result {
   bool pass;
-  double err_c, allowed_c, err_aux, allowed_aux;
+  double err_c, allowed_c, err_aux, allowed_aux, err_db, allowed_db;
   long guard;
   double secs;
 };
@@ -231,7 +255,7 @@ Result run_case(const Case& g, uint32_t seed) {
   const int lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
   if (!gd::wgmma_takes(a.data(), b.data(), lda, ldb)) {
     printf("SKIP %s: TMA cannot describe it (the launcher would fall back to mma.sync)\n", g.str().c_str());
-    return Result{true, 0, 0, 0, 0, 0, 0};
+    return Result{true, 0, 0, 0, 0, 0, 0, 0, 0};
   }
   // gemm.cu gemm_hand: epilogue parameters and the wgmma split-K range.
   gd::EpilogueParams<bf16> epp;
@@ -243,10 +267,23 @@ Result run_case(const Case& g, uint32_t seed) {
   const int k_per_split = static_cast<int>(gpt2::cuda::ceil_div(gpt2::cuda::ceil_div(g.K, splits), gd::kWgmmaBK) * gd::kWgmmaBK);
   const int used = static_cast<int>(gpt2::cuda::ceil_div(g.K, k_per_split));
   Dev<float> ws(std::vector<float>(used > 1 ? static_cast<size_t>(used) * mn : 0, kNaN), kNaN);
+  // gemm.cu gemm_hand with a dbias: the kernel adds into it, or with split-K writes each split's column
+  // sums into the bias scratch, which bias_backward_add_chunks adds into it in split order.
+  Dev<bf16> dbias(in.dbias0);
+  Dev<float> dbias_ws(std::vector<float>(g.bias_grad && used > 1 ? static_cast<size_t>(used) * g.N : 0, kNaN), kNaN);
   gd::gemm_bf16_wgmma(g.kernel, 0, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
-                      used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep, nullptr);
+                      used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
+                      g.bias_grad && used == 1 ? dbias.data() : nullptr,
+                      g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);
   long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
-               (used > 1 ? ws.guard_writes(kNaN) : 0);
+               (used > 1 ? ws.guard_writes(kNaN) : 0) + (g.bias_grad ? dbias.guard_writes() : 0) +
+               (g.bias_grad && used > 1 ? dbias_ws.guard_writes(kNaN) : 0);
+  if (g.bias_grad && used > 1)
+    for (int j = 0; j < g.N; ++j) {
+      float sum = 0.0f;
+      for (int sp = 0; sp < used; ++sp) sum += dbias_ws.data()[static_cast<size_t>(sp) * g.N + j];
+      dbias.data()[j] = __float2bfloat16(__bfloat162float(dbias.data()[j]) + sum);
+    }
   if (used > 1) {
     switch (g.ep) {
       case GemmEpilogue::kNone: reduce_splits<GemmEpilogue::kNone>(ws.data(), used, epp); break;
@@ -280,6 +317,11 @@ Result run_case(const Case& g, uint32_t seed) {
     r.err_aux = max_abs_diff(aux.get(), ref.aux);
     r.allowed_aux = 2.0 * max_abs_diff(naive.aux, ref.aux) + max_abs(ref.aux) / 512.0;
     r.pass = r.pass && r.err_aux <= r.allowed_aux;
+  }
+  if (g.bias_grad) {
+    r.err_db = max_abs_diff(dbias.get(), ref.dbias);
+    r.allowed_db = 2.0 * max_abs_diff(naive.dbias, ref.dbias) + max_abs(ref.dbias) / 512.0;
+    r.pass = r.pass && r.err_db <= r.allowed_db;
   }
   r.guard = guard;
   r.pass = r.pass && guard == 0;
@@ -331,6 +373,7 @@ int main(int argc, char** argv) {
     cases.push_back({256, 3072, 768, false, false, GemmEpilogue::kBiasGelu, false, 1});  // fc forward
     cases.push_back({256, 3072, 768, false, true, GemmEpilogue::kDGelu, false, 1});      // dinp of fc_proj * gelu'
     cases.push_back({768, 768, 1024, true, false, GemmEpilogue::kNone, true, 2});        // dw += inp^T dout, split 2
+    cases.push_back(bias_grad_case(768, 2304, 256, 1));  // qkv's dw and dbias, fused (split-K: the full set)
     cases.push_back({1160, 1288, 200, false, false, GemmEpilogue::kBiasGelu, false, 1});
     cases.push_back({1160, 1288, 200, true, false, GemmEpilogue::kNone, true, 1});
   } else if (quick) {
@@ -340,6 +383,9 @@ int main(int argc, char** argv) {
     cases.push_back({296, 264, 136, false, false, GemmEpilogue::kBias, false, 1});
     // 2 units per block of 9 k-steps: a ping-pong warpgroup skips more than a round of the 4-stage ring
     cases.push_back({256, 384, 520, false, false, GemmEpilogue::kBias, false, 1});
+    // the fused bias gradient: 3 column tiles of 128 (2 of 256, the last 8 wide), 2 row tiles; split-K
+    cases.push_back(bias_grad_case(200, 264, 392, 1));
+    cases.push_back(bias_grad_case(200, 264, 392, 3));
   } else {
     for (int t = 0; t < 4; ++t) all_eps(136, 72, 72, t, 1);      // kTmaShapes[0]: one 128x128 tile + tails
     for (int t = 0; t < 4; ++t) all_eps(200, 136, 104, t, 1);    // kTmaShapes[2]: 4 tiles on 3 blocks
@@ -359,6 +405,13 @@ int main(int argc, char** argv) {
     cases.push_back({72, 104, 1032, false, false, GemmEpilogue::kNone, true, 1});   // 17 k-steps, one tile
     cases.push_back({72, 104, 1032, true, false, GemmEpilogue::kNone, true, 4});    // dw-like: A^T, split 4
     cases.push_back({72, 104, 1032, true, true, GemmEpilogue::kBias, false, 4});
+    // the fused bias gradient: tails in every dimension, K rows past the last tile, split-K
+    for (int splits : {1, 3}) {
+      cases.push_back(bias_grad_case(136, 520, 136, splits));
+      cases.push_back(bias_grad_case(200, 264, 392, splits));
+      cases.push_back(bias_grad_case(40, 72, 1032, splits));
+    }
+    cases.push_back(bias_grad_case(8, 8, 8, 1));
   }
   std::vector<Case> runs;
   for (GemmWgmmaKernel k : kernels)
@@ -378,6 +431,7 @@ int main(int argc, char** argv) {
       const Result r = run_case(g, seed);
       printf("%s %-48s maxerr C %.3g (allowed %.3g)", r.pass ? "PASS" : "FAIL", g.str().c_str(), r.err_c, r.allowed_c);
       if (g.ep == GemmEpilogue::kBiasGelu) printf(" aux %.3g (allowed %.3g)", r.err_aux, r.allowed_aux);
+      if (g.bias_grad) printf(" dbias %.3g (allowed %.3g)", r.err_db, r.allowed_db);
       if (r.guard) printf(" GUARD WRITES %ld", r.guard);
       printf("  [blocks %ld wgmma %ld tma %ld, %.1fs]\n", emu::stats().blocks - blocks0,
              emu::stats().wgmma_ops - ops0, emu::stats().tma_copies - tma0, r.secs);

@@ -146,12 +146,23 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
   ctx.test_hooks() = k::GemmTestHooks{};
 }
 
-void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused, Layer layer, int rows) {
+// wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
+void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, bool unfused,
+                       Layer layer, int rows) {
+  const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
+  if (wgmma && !k::gemm_hand_wgmma_available()) {
+    state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
+    return;
+  }
   const int IC = layer.in, OC = layer.out;
   auto inp = random_device(static_cast<size_t>(rows) * IC, 1), dout = random_device(static_cast<size_t>(rows) * OC, 2);
   auto dw = random_device(static_cast<size_t>(IC) * OC, 3), dbias = random_device(OC, 4);
   DeviceBuffer<char> scratch(k::weight_bias_grad_scratch_bytes(rows, OC));
   k::GemmContext& ctx = context(be);
+  if (wgmma) {
+    ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
+    ctx.test_hooks().wgmma_kernel = wgmma_kernel;
+  }
   ctx.test_hooks().unfused_bias_grad = unfused;
   // 1 when the bias gradient rode along the product (cuBLASLt: an algorithm for the BGRADA epilogue)
   state.counters["fused"] = k::weight_bias_grad_cuda<bf16>(ctx, dw.data(), dbias.data(), scratch.data(), inp.data(),
@@ -164,7 +175,7 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, bool unfused,
                                        OC, s);
       },
       2.0 * IC * OC * rows, 2.0 * (static_cast<double>(rows) * (IC + OC) + 2.0 * IC * OC));
-  ctx.test_hooks().unfused_bias_grad = false;
+  ctx.test_hooks() = k::GemmTestHooks{};
 }
 
 // The ceiling the hand GEMM is judged against (issue 10: ~800 TFLOP/s on the lent H100): cuBLASLt on
@@ -208,18 +219,22 @@ const bool kRegistered = [] {
     const char* name;
     k::GemmBackend be;
     bool unfused;
+    k::GemmWgmmaKernel wgmma_kernel;
   };
-  const WbVariant variants[] = {{"hand", k::GemmBackend::kHand, false},
-                                {"hand_unfused", k::GemmBackend::kHand, true},
-                                {"cublaslt", k::GemmBackend::kCublasLt, false},
-                                {"cublaslt_unfused", k::GemmBackend::kCublasLt, true}};
+  using W = k::GemmWgmmaKernel;
+  const WbVariant variants[] = {{"hand", k::GemmBackend::kHand, false, W::kDefault},
+                                {"hand_unfused", k::GemmBackend::kHand, true, W::kDefault},
+                                {"hand_wgmma", k::GemmBackend::kHand, false, W::k128x128},
+                                {"hand_wgmma_unfused", k::GemmBackend::kHand, true, W::k128x128},
+                                {"cublaslt", k::GemmBackend::kCublasLt, false, W::kDefault},
+                                {"cublaslt_unfused", k::GemmBackend::kCublasLt, true, W::kDefault}};
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers) {
       if (l.lm_head) continue;  // the tied LM head has no bias
       for (const WbVariant& v : variants) {
         const std::string name =
             std::string("WeightBiasGrad/bf16/") + v.name + "/" + l.name + "/BT:" + std::to_string(rows);
-        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.unfused, l, rows)
+        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.wgmma_kernel, v.unfused, l, rows)
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
       }
