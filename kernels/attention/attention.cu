@@ -13,8 +13,8 @@
 // the backward recomputes P = exp(s - lse) and writes every dK, dV element from exactly one block (one
 // block per key tile looping over query tiles). dQ either has an owner too (one block per query tile
 // looping over key tiles, which recomputes S and dP) or, on the tensor-core path with
-// AttentionBackwardPath::kAccumulateDq, is summed by the key-tile blocks in key order through an fp32
-// accumulator (bwd_add_dq_share). Either way results are bit-identical from run to run.
+// AttentionBackwardPath::kAccumulateDq, is summed by the key-tile blocks in a fixed order (dq_turns.cuh)
+// through an fp32 accumulator (bwd_add_dq_share). Either way results are bit-identical from run to run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +30,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention/attention_cuda.hpp"
+#include "kernels/attention/dq_turns.cuh"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
@@ -832,10 +833,12 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
     }
   }
 
-  // Our turn: key tiles 0 .. kt-1 have added theirs (acquire), so the sum grows in key order.
+  // Our turn: the key tiles above kt that see qt have added theirs (acquire; dq_turns.cuh).
   const int* turn = dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;
+  const int my_turn = attention_detail::dq_turn(kt, qt, Cfg::kBlockM, Cfg::kBlockN,
+                                                static_cast<int>((T_ + Cfg::kBlockN - 1) / Cfg::kBlockN));
   if (threadIdx.x == 0) {
-    while (cuda::ld_acquire_gpu(turn) < kt) {
+    while (cuda::ld_acquire_gpu(turn) < my_turn) {
     }
   }
   __syncthreads();
@@ -847,7 +850,7 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
 #pragma unroll
     for (int db = 0; db < kDB; ++db) {
       float2 v = make_float2(dq[db][2 * r], dq[db][2 * r + 1]);
-      if (kt > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
+      if (my_turn > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
         const float2 before = __ldcg(reinterpret_cast<const float2*>(dst + db * 8));
         v.x = before.x + v.x;
         v.y = before.y + v.y;
@@ -864,13 +867,8 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
 // kDq (AttentionBackwardPath::kAccumulateDq): the block also adds this key tile's share of dQ, dS K, to
 // the fp32 accumulator dq_acc (B,T,C) of each query tile it visits, so nothing is recomputed for dQ
 // (5 products instead of 7). Deterministic without float atomics: the key tiles of one query tile take
-// turns in key order. dq_turns[(b*NH + h)*n_qt + qt] counts the key tiles done with query tile qt; key
-// tile kt waits for it to reach kt, writes (kt == 0) or adds, and increments it. Key tile 0 is in every
-// query tile's causal range, so the first contribution is always a plain store and dq_acc needs no
-// clearing. The waits cannot deadlock: the kernel hands out its (key tile, head, batch) triples in
-// ticket order (attention_bwd_tc_accumulate_dq), so when key tile kt of a head starts, key tile kt - 1 of
-// it has already started (resident or finished), and its own waits go down to key tile 0, which never
-// waits. Every wait is on a lower key tile: the wait graph has no cycle.
+// turns, highest key tile first, and the first writes instead of adding, so dq_acc needs no clearing;
+// dq_turns.cuh has the protocol and why it cannot deadlock (the blocks' ticket order).
 template <int HS, bool kDq>
 __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout,
                                                   const bf16* qkv, const float* lse, const float* D, int T_, int C,
@@ -1233,8 +1231,8 @@ __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
 // AttentionBackwardPath::kAccumulateDq: one block per key tile computes dK, dV and its share of dQ; dQ is
 // stored from the accumulator afterwards. A block takes its work from a ticket (an atomic counter cleared
 // before the launch), not from blockIdx: CUDA does not promise to start blocks in blockIdx order, and the
-// turns need key tile kt - 1 of a head started before kt. Ticket order: key tile fastest (key tile 0, the
-// heaviest, first), then head, then batch.
+// turns need the key tiles above kt of a head started before kt (dq_turns.cuh dq_turn_work: the key
+// tiles of a head together, highest first, then head, then batch).
 template <int HS>
 __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
     attention_bwd_tc_accumulate_dq(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const bf16* dout,
@@ -1243,9 +1241,8 @@ __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
   __shared__ int work;
   if (threadIdx.x == 0) work = atomicAdd(ticket, 1);
   __syncthreads();
-  const int n_kv = static_cast<int>(gridDim.x);
-  const int kt = work % n_kv, h = (work / n_kv) % NH, b = work / (n_kv * NH);
-  bwd_dkdv_tc_block<HS, true>(kt, h, b, dqkv, dq_acc, dq_turns, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+  const attention_detail::DqTurnWork w = attention_detail::dq_turn_work(work, static_cast<int>(gridDim.x), NH);
+  bwd_dkdv_tc_block<HS, true>(w.kt, w.h, w.b, dqkv, dq_acc, dq_turns, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
 }
 
 // The q part of dqkv (B,T,3C) = dq_acc (B,T,C) * scale, two columns per thread (C is even: hs % 16 == 0).

@@ -7,8 +7,8 @@
 //        +------------------------------ empty[s] --------------------------+
 //
 //  * One block per (key tile of 128 keys, head, batch), taken from a ticket (as attention.cu's
-//    attention_bwd_tc_accumulate_dq: key tile fastest, so key tile kt - 1 of a head has started when kt
-//    starts). Warpgroup 2 is the producer: one thread issues the TMA copies (K and V of the key tile once;
+//    attention_bwd_tc_accumulate_dq: dq_turns.cuh's order, so the key tiles whose dQ turns come before
+//    this block's have started when it starts). Warpgroup 2 is the producer: one thread issues the TMA copies (K and V of the key tile once;
 //    Q and dO of each 64-row query tile into a 2-stage ring), and its first warp copies the tile's lse
 //    (times log2 e) and D rows into the stage with plain stores before arriving on the same barrier.
 //    Warpgroups 0 and 1 are the consumers, 64 keys each; they take turns at the dQ share (by query tile).
@@ -23,11 +23,11 @@
 //      dV  += P^T dO, dK += dS^T Q  A = P^T / dS^T packed to bf16 from the accumulators, B MN-major
 //    writes dS^T (bf16) to shared memory, and computes the tile's share of dQ over the block's keys,
 //      dQ_part = dS K               A = dS (registers, ldmatrix.trans of dS^T), B = K (smem, MN-major)
-//    which it adds to the fp32 accumulator dq_acc in key order: dq_turns counts the key tiles done with a
-//    query tile; key tile kt waits for kt, writes (kt == 0) or adds, and counts itself (the
-//    kAccumulateDq protocol of attention.cu, bwd_add_dq_share; attention_bwd_store_dq scales it to bf16
-//    afterwards). Deterministic, no float atomics; the waits only go to lower key tiles, which started
-//    earlier, so they cannot deadlock.
+//    which it adds to the fp32 accumulator dq_acc in its turn: dq_turns counts the key tiles done with a
+//    query tile, highest key tile first; key tile kt waits for dq_turn(kt, qt), writes (a turn of 0) or
+//    adds, and counts itself (dq_turns.cuh, shared with attention.cu's bwd_add_dq_share;
+//    attention_bwd_store_dq scales it to bf16 afterwards). Deterministic, no float atomics; the waits
+//    only go to higher key tiles, which started earlier, so they cannot deadlock.
 //  * Every product is the register-A wgmma m64n64k16 of ptx.cuh (there is no m64n64 SS wrapper): the A
 //    operands that do not come out of an accumulator (K, V, dS) are loaded by ldmatrix. dS reaches wgmma
 //    through registers, so no generic-to-async proxy fence is needed: the shared memory wgmma reads is
@@ -69,6 +69,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention/attention_sm90.cuh"
+#include "kernels/attention/dq_turns.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90a_host.cuh"
@@ -255,7 +256,7 @@ __device__ __forceinline__ void load_ds_a(uint32_t (&a)[kNSteps / 2][4], const b
 // The kernel's pointers and sizes (attention_bwd_wgmma's arguments).
 struct WgmmaBwdArgs {
   bf16* dqkv;          // (B,T,3C): dK, dV written here
-  float* dq_acc;       // (B,T,C) fp32: dQ summed in key order
+  float* dq_acc;       // (B,T,C) fp32: dQ summed in turn order (dq_turns.cuh)
   int* dq_turns;       // (B,NH,ceil(T/64)) zeroed: key tiles done per query tile
   int* ticket;         // zeroed: the next (key tile, head, batch)
   const float* lse;    // (B,NH,T), natural log
@@ -296,7 +297,8 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   __syncthreads();  // the last block-wide barrier: from here on the roles run independently
 
   const int n_kv = static_cast<int>(gridDim.x);
-  const int kt = *work % n_kv, h = (*work / n_kv) % NH, b = *work / (n_kv * NH);
+  const DqTurnWork w = dq_turn_work(*work, n_kv, NH);
+  const int kt = w.kt, h = w.h, b = w.b;
   const int k0 = kt * Cfg::kBlockN;
   const int nq = static_cast<int>(cuda::ceil_div(T_, Cfg::kBlockM));
   const int qt0 = k0 / Cfg::kBlockM;  // the first query tile that sees these keys
@@ -445,10 +447,11 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
         fence_frags(da);
       }
 
-      // Our turn: key tiles 0 .. kt-1 have added theirs (acquire), so the sum grows in key order.
+      // Our turn: the key tiles above kt that see qt have added theirs (acquire; dq_turns.cuh).
       int* turn = args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;
+      const int my_turn = dq_turn(kt, qt, Cfg::kBlockM, Cfg::kBlockN, n_kv);
       if (tid_wg == 0) {
-        while (cuda::ld_acquire_gpu(turn) < kt) {
+        while (cuda::ld_acquire_gpu(turn) < my_turn) {
         }
       }
       cuda::named_barrier_sync(2 + c, Cfg::kWarpgroupThreads);
@@ -460,7 +463,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
           float2 v = make_float2(dq[4 * q + 2 * r], dq[4 * q + 2 * r + 1]);
-          if (kt > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
+          if (my_turn > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
             const float2 before = __ldcg(reinterpret_cast<const float2*>(dst + 8 * q));
             v.x = before.x + v.x;
             v.y = before.y + v.y;

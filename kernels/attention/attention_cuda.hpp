@@ -48,8 +48,9 @@ bool attention_fwd_wgmma_available();
 //                  query tile and recompute S = QK^T and dP = dO V^T for it: 7 matrix products, no
 //                  ordering between blocks.
 //   kAccumulateDq: one block per key tile computes dK, dV and adds its share dS K to an fp32 dQ
-//                  accumulator, the key tiles of each query tile taking turns in key order (FlashAttention-2's
-//                  deterministic mode): 5 matrix products, plus the accumulator's traffic and the waits.
+//                  accumulator, the key tiles of each query tile taking turns, highest first
+//                  (dq_turns.cuh; FlashAttention's deterministic mode): 5 matrix products, plus the
+//                  accumulator's traffic and the waits.
 //   kWgmma:        kAccumulateDq's scheme on Hopper's instructions: wgmma fed by TMA, a producer and a
 //                  consumer warpgroup (FlashAttention-3's structure, attention_bwd_sm90.cu), where it
 //                  applies: compute capability 9.0 with a build for architecture 90, hs = 64, 16-byte

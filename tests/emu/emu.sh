@@ -11,7 +11,7 @@
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 16 + 23; KERNELS: a quoted
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23; KERNELS: a quoted
 #                                         subset of "attention attention_bwd gemm"), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
@@ -90,8 +90,12 @@ if [[ $mode == --mutants ]]; then
         echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
         continue
       fi
-      # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads it
-      EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1
+      # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads
+      # it; the backward's blocks are held up to 1 s after their ticket, so dQ turns that the blocks' timing
+      # happened to keep in order are not (turn_order_broken)
+      extra=()
+      [[ $kernel == attention_bwd ]] && extra=(EMU_START_DELAY_US=1000000)
+      env "${extra[@]}" EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1
       rc=$?
       if ((rc == 0)) && [[ $kernel == attention ]]; then  # and the forward's ping-pong schedule
         EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail --pingpong >> "$bin.log" 2>&1
@@ -142,11 +146,16 @@ done
 check "attention_test_shapes --pingpong" "$out/emu_attention" --test-shapes --pingpong
 check attention_bwd_quick "$out/emu_attention_bwd" --quick
 check attention_bwd_test_shapes "$out/emu_attention_bwd" --test-shapes
-# Key tile 1 waits seconds for key tile 0's dQ turns while the grid advances: not a deadlock, even with a
-# 5 s bound (a per-wait bound failed this at 4 s on an idle machine, and CI at 20 s).
+# A key tile waits for the dQ turns of the key tiles above it while the grid advances: not a deadlock,
+# even with a 5 s bound (a per-wait bound failed this at 4 s on an idle machine, and CI at 20 s, when the
+# turns went lowest key tile first and the waits were seconds long).
 check "attention_bwd_test_shapes EMU_TIMEOUT_S=5" env EMU_TIMEOUT_S=5 "$out/emu_attention_bwd" --test-shapes
+# One and two blocks at a time in ticket order (a ticket order the dQ turns could deadlock in stops here),
+# and blocks held up to 1 s after taking their ticket (turns that relied on the blocks' timing rather
+# than their waits give wrong sums there).
 for v in "EMU_CONCURRENT_BLOCKS=1 EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_CONCURRENT_BLOCKS=2 EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
-         "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
+         "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7" \
+         "EMU_START_DELAY_US=1000000 EMU_SEED=9"; do
   check "attention_bwd_quick $v" env $v "$out/emu_attention_bwd" --quick
 done
 for v in "EMU_SMS=2" "EMU_SMS=4" "EMU_SMS=4 EMU_CONCURRENT_BLOCKS=1" "EMU_SMEM_OFFSET=16 EMU_SEED=2" \
@@ -157,8 +166,8 @@ done
 if [[ $mode == --all ]]; then
   check attention_all_shapes "$out/emu_attention"
   check attention_gpt2 "$out/emu_attention" --gpt2
-  # 8 blocks at a time (in ticket order, as resident blocks would be) and no added latencies: key tile kt
-  # waits for key tiles 0..kt-1 on every query tile, and GPT-2's 16 key tiles take long enough as it is
+  # 8 blocks at a time (in ticket order, as resident blocks would be) and no added latencies: a key tile
+  # waits for the dQ turns of the key tiles above it, and GPT-2's 16 key tiles take long enough as it is
   local_bwd_env=(EMU_CONCURRENT_BLOCKS=8 EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0)
   check attention_bwd_all_shapes env "${local_bwd_env[@]}" "$out/emu_attention_bwd"
   check attention_bwd_gpt2 env "${local_bwd_env[@]}" "$out/emu_attention_bwd" --gpt2

@@ -366,8 +366,8 @@ TEST(AttentionWgmmaBackward, AgreesWithRecomputeDq) {
   EXPECT_LE(test::max_abs_diff(mma, wgmma), 4.0 / 256 * test::max_abs(mma)) << "dqkv";
 }
 
-// Two runs of the wgmma backward at GPT-2's shape give the same bits: dQ is summed in key order whatever
-// the blocks' timing. Skips off 9.0.
+// Two runs of the wgmma backward at GPT-2's shape give the same bits: dQ is summed in turn order whatever
+// the blocks' timing (dq_turns.cuh). Skips off 9.0.
 TEST(AttentionWgmmaBackward, Deterministic) {
   if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
   const std::vector<float> a = backward_on_path(kGpt2Shape, kernels::AttentionBackwardPath::kWgmma, 92);

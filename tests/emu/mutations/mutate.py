@@ -170,8 +170,10 @@ ATTENTION_BWD = {
                                "cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);")],
     # no causal mask: keys after the query get probability
     "causal_mask_off": [("s[i] = (diagonal && q0 + col < key) ? 0.0f : p;", "s[i] = p;")],
-    # dQ turns broken: a key tile adds without waiting for the lower key tiles
-    "turn_order_broken": [("while (cuda::ld_acquire_gpu(turn) < kt) {", "while (cuda::ld_acquire_gpu(turn) < 0) {")],
+    # dQ turns broken: a key tile adds without waiting for the key tiles above it
+    "turn_order_broken": [("while (cuda::ld_acquire_gpu(turn) < my_turn) {", "while (cuda::ld_acquire_gpu(turn) < 0) {")],
+    # the highest key tile of a query tile adds to dq_acc (never written: NaN) instead of writing it
+    "dq_first_adds": [("if (my_turn > 0) {  // L2 reads", "if (my_turn >= 0) {  // L2 reads")],
     # the swizzle of the K/V A-fragment loads forgotten
     "ldmatrix_no_swizzle": [("const int chunk = (2 * (kk0 + kk) + (lane >> 4)) ^ (row & 7);",
                              "const int chunk = (2 * (kk0 + kk) + (lane >> 4));")],

@@ -675,6 +675,7 @@ const Config& config() {
     c.seed = get("EMU_SEED", c.seed);
     c.concurrent_blocks = get("EMU_CONCURRENT_BLOCKS", c.concurrent_blocks);
     c.sms = get("EMU_SMS", c.sms);
+    c.start_delay_us = get("EMU_START_DELAY_US", c.start_delay_us);
     if (c.smem_offset % 16) fail("EMU_SMEM_OFFSET must be a multiple of 16 (dynamic smem is 16-byte aligned)");
     return c;
   }();
@@ -712,6 +713,16 @@ static void arrive_and_wait(Block& b, std::unique_lock<std::mutex>& lk, int& arr
 void syncthreads() {
   Block& b = blk();
   std::unique_lock<std::mutex> lk(b.mu);
+  // EMU_START_DELAY_US: the last thread to reach the block's first __syncthreads holds the block there
+  // for a random 0..delay us. What came before it (the backward's work ticket) is taken in start order,
+  // the work after it then runs in another order, as on an SM that is slow to start or shared: a turn
+  // protocol that relied on the order blocks happen to run in, not on its waits, gives wrong sums.
+  if (b.sync_gen == 0 && b.sync_arrived + 1 == b.live && config().start_delay_us > 0) {
+    const unsigned us = b.rand_us(config().start_delay_us);
+    lk.unlock();  // every other thread of the block waits in this barrier meanwhile
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    lk.lock();
+  }
   arrive_and_wait(b, lk, b.sync_arrived, b.sync_gen, b.live, "__syncthreads");
 }
 

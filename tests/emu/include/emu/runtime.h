@@ -30,6 +30,7 @@ struct Config {
   unsigned seed = 1;               // EMU_SEED
   unsigned concurrent_blocks = 0;  // EMU_CONCURRENT_BLOCKS: blocks run at once (0: the whole grid, <= 24576 threads)
   unsigned sms = 3;                // EMU_SMS: the "device"'s multiprocessor count (persistent grid size)
+  unsigned start_delay_us = 0;     // EMU_START_DELAY_US: a block's first __syncthreads holds it 0..delay us
 };
 const Config& config();
 
