@@ -21,10 +21,11 @@
 # inside the phase's deadline (--deadline-s; the defaults above add up to 580 s a call); a step the
 # deadline leaves no time for is a SKIP, one it cuts short a SKIP "cut", and the phase ends by printing
 # the command that reruns exactly those and the failures (`--steps REGEX`, an extended regex matched
-# against the whole step name). $OUT/summary_<P>.txt and $OUT/phase_<P>_logs.tar.gz are rewritten after
-# every step, so a call that the device budget cuts still brings back what ran; on exit $OUT is kept
-# at <= 8 files (both phases of a call together) and the table "step | result | s | figure | target"
-# is printed last. GPU steps SKIP on a machine without a GPU, so every phase is rehearsed here
+# against the whole step name; the kernel table comes with the benchmarks it reads). $OUT holds
+# summary_<P>.txt and phase_<P>_logs.tar.gz (the benchmark JSON inside), rewritten after every step, and
+# the running step's log: a call that the device budget ends inside a step still brings back what ran
+# and that step's output, and its summary names the step and the rerun. The table "step | result | s |
+# figure | target" is printed last. GPU steps SKIP on a machine without a GPU, so every phase is rehearsed here
 # (tools/gpu-rehearse.sh). Exit status: 0 when no step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,7 @@ t_start=$SECONDS
 declare -a rows=()
 declare -a rerun=()  # failed steps and those the deadline skipped or cut: the next call's --steps
 failures=0
-phase_done=0
+state="still running"  # in the summary's last line: still running, done or interrupted
 running=""  # the step under way, in the summary: a call cut short names the step it was in
 
 # ---- the table and the logs in $OUT after every step, and the 8-file limit, whatever happens ------
@@ -66,39 +67,40 @@ write_summary() {
     printf '\n%-30s | %-6s | %4s | %-44s | %s\n' step result s figure target
     printf '%s\n' "-------------------------------+--------+------+----------------------------------------------+--------------------"
     printf '%s\n' "${rows[@]}"
-    [[ -n $running ]] && printf 'running: %s\n' "$running"
-    if ((${#rerun[@]})); then
-      local IFS='|'
-      printf 'rerun: bash tools/gpu-phase.sh %s --steps '"'"'%s'"'"'\n' "$phase" "${rerun[*]}"
+    local again=("${rerun[@]}")
+    if [[ -n $running ]]; then
+      # Read from a call that ended inside this step: it and every step after it are still to run.
+      printf 'running: %s (if the call ended here: this step and the ones after it did not finish)\n' "$running"
+      again+=("${running%% *}")
     fi
-    printf 'phase %s: %d step(s), %d failed, %d s%s, %s\n' "$phase" "${#rows[@]}" "$failures" $((SECONDS - t_start)) \
-      "$( ((phase_done)) || echo ', still running')" "${gpu_name:-no GPU}"
+    if ((${#again[@]})); then
+      local IFS='|'
+      printf 'rerun: bash tools/gpu-phase.sh %s --steps '"'"'%s'"'"'\n' "$phase" "${again[*]}"
+    fi
+    printf 'phase %s: %d step(s), %d failed, %d s, %s%s\n' "$phase" "${#rows[@]}" "$failures" $((SECONDS - t_start)) \
+      "$([[ $state == done ]] || echo "$state, ")" "${gpu_name:-no GPU}"
   } > "$OUT/summary_$phase.txt"
   # gzip, not xz: this runs after every step, and the logs are text
   tar -C "$work" -czf "$OUT/phase_${phase}_logs.tar.gz" logs 2>/dev/null
 }
+# On exit, whatever ended the phase: the final summary and logs, then the table as the last output.
+# $OUT holds only each phase's summary and logs archive (the benchmark JSON is in the archive), and the
+# running step's log while a step runs: 3 files a phase, within the 8 a device call brings back.
 finish() {
   local rc=$?
   trap - EXIT INT TERM
-  phase_done=1
-  cp "$OUT"/*.json "$logs/" 2>/dev/null
+  [[ $state == interrupted ]] || state=done
+  # interrupted inside a step: its log into the archive, and the step stays in the rerun line
+  [[ -f $OUT/running_step_$phase.log ]] && mv "$OUT/running_step_$phase.log" "$logs/${running%% *}.log"
+  [[ $state == interrupted ]] || running=""
   write_summary
-  # At most 8 files come back from a device call, and a call runs two phases: keep every phase's
-  # summary and logs archive (the benchmark JSON is inside the archive too) and the largest others
-  # that fit.
-  local n
-  n=$(find "$OUT" -maxdepth 3 -type f | wc -l)
-  if ((n > 8)); then
-    find "$OUT" -maxdepth 3 -type f ! -name 'summary_*.txt' ! -name 'phase_*_logs.tar.gz' -printf '%s %p\n' |
-      sort -n | head -n $((n - 8)) | cut -d' ' -f2- | xargs -r rm -f
-  fi
   rm -rf "$work"
   cat "$OUT/summary_$phase.txt"
-  ((failures == 0)) && exit 0
+  ((failures == 0 && rc == 0)) && exit 0
   exit 1
 }
 trap finish EXIT
-trap 'echo "gpu-phase: interrupted"; exit 1' INT TERM
+trap 'echo "gpu-phase: interrupted"; state=interrupted; exit 1' INT TERM
 
 # selected NAME: the step is wanted (no --steps, or its name matches it). The bundle's unpacking is
 # always reported.
@@ -112,9 +114,19 @@ row() {
   rows+=("$line")
   printf '[%4d s] %s\n' $((SECONDS - t_start)) "$line"
   [[ $2 == FAIL ]] && failures=$((failures + 1))
-  [[ $2 == FAIL || $3 == "deadline: not started" || $3 == cut* ]] && rerun+=("$1")
+  if [[ $2 == FAIL || $3 == "deadline: not started" || $3 == cut* || $3 == "no benchmark results" ]]; then
+    case $1 in
+      # the kernel table reads what these write: it and they go together
+      ceilings | kernels | bench_gemm_wgmma | bench_attention_wgmma | kernel_table) add_rerun ceilings kernels "$1" kernel_table ;;
+      *) add_rerun "$1" ;;
+    esac
+  fi
   write_summary
   return 0
+}
+add_rerun() {
+  local n
+  for n in "$@"; do [[ " ${rerun[*]} " == *" $n "* ]] || rerun+=("$n"); done
 }
 
 # step NAME TIMEOUT_S TARGET CMD...: runs CMD with its output in logs/NAME.log. Exit 77 = SKIP (the
@@ -131,9 +143,11 @@ step() {
   local t0=$SECONDS rc
   running="$name (from $((SECONDS - t_start)) s, limit $limit s)"
   write_summary
-  # Through bash -c so that the phase's own functions (exported below) run under timeout too.
-  timeout -k 5 "$limit" bash -c '"$@"' "$name" "$@" > "$logs/$name.log" 2>&1
+  # Through bash -c so that the phase's own functions (exported below) run under timeout too. The log is
+  # in $OUT while the step runs, so that a call ended inside it still brings it back.
+  timeout -k 5 "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/running_step_$phase.log" 2>&1
   rc=$?
+  mv "$OUT/running_step_$phase.log" "$logs/$name.log"
   running=""
   local fig="" took=$((SECONDS - t0))
   declare -F "figure_$name" >/dev/null && fig=$("figure_$name" "$logs/$name.log" 2>/dev/null | head -1)
@@ -245,7 +259,7 @@ sanitize() {
 }
 
 # ---- phase A: is it right, and how fast by default -------------------------------------------------
-bench_json=$OUT/bench_gpu_kernels.json
+bench_json=$logs/bench_gpu_kernels.json
 phase_A() {
   step probe 60 "os, glibc, driver, libraries" probe
   step ldd_check 120 "0 unresolved" ldd_check
@@ -255,15 +269,6 @@ phase_A() {
     step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
   done
   step model_step_vs_cpu 240 "loss 1e-5, grads 1e-4" gtest test_gpu_model
-  # The headline figures: the default step, then the hand GEMM (mma.sync) in its place.
-  train_124m train_124m_cublaslt_mb16 ">= 470K tok/s" 16 cublaslt
-  train_124m train_124m_hand_mb16 "within 15% of cuBLASLt" 16 hand
-  gpu_step ceilings 90 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
-    --benchmark_out="$OUT/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
-  # Every kernel on its default path; the opt-in Hopper kernels below, in processes of their own.
-  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='^(?!Ceiling/|(Gemm|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
-    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU), each family in a
   # process of its own: a kernel that traps (a barrier wait that never completes traps after ~10 s)
   # leaves the CUDA context unusable for the rest of its process.
@@ -276,21 +281,30 @@ phase_A() {
   else
     row sass_sm90a SKIP "cuobjdump not installed" "HGMMA + UTMALDG, no HMMA"
   fi
+  # The headline figures: the default step, then the hand GEMM (mma.sync) in its place.
+  train_124m train_124m_cublaslt_mb16 ">= 470K tok/s" 16 cublaslt
+  train_124m train_124m_hand_mb16 "within 15% of cuBLASLt" 16 hand
+  gpu_step ceilings 90 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
+    --benchmark_out="$logs/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
+  # Every kernel on its default path; the opt-in Hopper kernels below, in processes of their own.
+  gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
+    --benchmark_filter='^(?!Ceiling/|(Gemm|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
+    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong), and the
   # 128x128 weight gradient with its bias gradient fused and not ...
   gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" \
     --benchmark_filter='^(Gemm|WeightBiasGrad)/bf16/hand_wgmma' \
-    --benchmark_out="$OUT/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
+    --benchmark_out="$logs/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2) on wgmma
   gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \
     --benchmark_filter='^BM_attention_(forward_bf16/[0-9]+/0/[12]|backward_bf16/[0-9]+/0/2)/' \
-    --benchmark_out="$OUT/bench_attention_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
+    --benchmark_out="$logs/bench_attention_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
   # % of ceiling and of target for every kernel, and each opt-in against what runs by default: the
   # device's python, not the bundle's libraries.
-  if [[ -f $OUT/ceilings.json && -f $bench_json ]]; then
+  if [[ -f $logs/ceilings.json && -f $bench_json ]]; then
     local extra=() f
-    for f in "$OUT/bench_gemm_wgmma.json" "$OUT/bench_attention_wgmma.json"; do [[ -f $f ]] && extra+=("$f"); done
-    step kernel_table 30 "every kernel at target" python3 "$repo/tools/gpu/bench_table.py" "$OUT/ceilings.json" \
+    for f in "$logs/bench_gemm_wgmma.json" "$logs/bench_attention_wgmma.json"; do [[ -f $f ]] && extra+=("$f"); done
+    step kernel_table 30 "every kernel at target" python3 "$repo/tools/gpu/bench_table.py" "$logs/ceilings.json" \
       "$bench_json" "${extra[@]}"
   else
     row kernel_table SKIP "no benchmark results" "every kernel at target"
@@ -405,7 +419,8 @@ phase_D() {
 # (setmaxnreg) counts; the wgmma kernels must have the first two and none of the third, and the
 # backward its two setmaxnreg (ptxas drops them, C7508, when it cannot tell the register count at entry).
 # Per kernel: the least USETMAXREG count (setmaxnreg kept), and an HGMMA shape that must appear (the GEMM's
-# 128x256 tiles run HGMMA.64x256x16).
+# 128x256 tiles run HGMMA.64x256x16). And no local-memory traffic (STL/LDL: spills; ptxas here said 0
+# bytes for every one of them, some at exactly the 168-register limit).
 sass_sm90a() {
   local spec fn binary setmaxreg shape
   for spec in attention_fwd_wgmma_tma:test_gpu_attention:0:HGMMA attention_bwd_wgmma_tma:test_gpu_attention:2:HGMMA \
@@ -414,14 +429,15 @@ sass_sm90a() {
     cuobjdump -sass "$bin/$binary" | awk -v fn="$fn" -v need="$setmaxreg" -v shape="$shape" '
       /Function :/ { inside = index($0, fn) > 0; if (inside) n++ }
       inside && /HGMMA/ { h++ } inside && /UTMALDG/ { t++ } inside && /HMMA/ { m++ } inside && /USETMAXREG/ { r++ }
-      inside && index($0, shape) { s++ }
-      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA, %d USETMAXREG, %d %s\n", fn, n, h, t, m, r, s, shape
-            exit !(n > 0 && h > 0 && t > 0 && m == 0 && r >= need && s > 0) }' ||
+      inside && index($0, shape) { s++ } inside && / (STL|LDL)[. ]/ { l++ }
+      END { printf "%s: %d functions, %d HGMMA, %d UTMALDG, %d HMMA, %d USETMAXREG, %d %s, %d STL/LDL\n", fn, n, h, t, m, r,
+                   s, shape, l
+            exit !(n > 0 && h > 0 && t > 0 && m == 0 && r >= need && s > 0 && l == 0) }' ||
       return 1
   done
 }
 figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
-figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$OUT/ceilings.json"; }
+figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$logs/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
 train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }

@@ -156,15 +156,16 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int 
 // Column n of a stage's MN-major B tile (kTransB false) summed over its kBK K rows, in K order: box
 // n / 64 holds 64 columns, each K row 128 bytes of it whose 16-byte chunks are swizzled with the row (the
 // TMA 128-byte swizzle: chunk XOR row % 8, boxes 1024-aligned, as the file comment says).
+// Even and odd rows in two chains: half the dependent adds in a row.
 template <class Cfg>
 __device__ __forceinline__ float b_column_sum(const unsigned char* b_tile, int n) {
   const unsigned char* box = b_tile + (n / kBox) * Cfg::kBoxBytes;
   const int chunk = (n % kBox) / 8, byte = (n % 8) * 2;
-  float t = 0.0f;
+  float t[2] = {0.0f, 0.0f};
 #pragma unroll 8
   for (int r = 0; r < Cfg::kBK; ++r)
-    t += __bfloat162float(*reinterpret_cast<const bf16*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte));
-  return t;
+    t[r % 2] += __bfloat162float(*reinterpret_cast<const bf16*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte));
+  return t[0] + t[1];
 }
 
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
@@ -310,8 +311,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if constexpr (kCanBiasGrad) {
         if (bias_grad) kahan_add(bias_sum, bias_c, b_column_sum<Cfg>(stage_b(s), st));
       }
-      // The previous k-step's group is complete: its stage can be refilled.
+      // The previous k-step's group is complete: its stage can be refilled. (The column sums read it
+      // with every lane: __syncwarp orders their loads before lane 0's release.)
       cuda::wgmma_wait_group<1>();
+      if constexpr (kCanBiasGrad) {
+        if (bias_grad) __syncwarp();
+      }
       if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
     }
     if (Cfg::kPingPong && lane == 0) cuda::mbarrier_arrive(&mainloop_done[c]);  // the other may start its unit
@@ -320,6 +325,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
+    if constexpr (kCanBiasGrad) {
+      if (bias_grad) __syncwarp();
+    }
     if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
     if constexpr (kCanBiasGrad) {
       if (bias_grad) store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + st, bias_sum);

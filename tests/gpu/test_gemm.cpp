@@ -685,11 +685,6 @@ TYPED_TEST(GemmTest, BiasBackwardAccumulatesDeterministically) {
 // ---------------------------------------------------------------------------------------------------
 // Weight and bias gradients in one pass (weight_bias_grad_cuda).
 
-// dw must have gemm_cuda's bits (the bias sums ride along and must not disturb the product), dbias the
-// CPU's column sums within the bf16 rule, both deterministic, nothing written outside. The hand backend
-// runs fused on its default path (fp32: also at offset 1), with a forced split-K of 3 (per-split sums
-// added in order), and unfused through the hook and on bf16's register-staged loaders (offset 1, the
-// scalar-load hook), which leave the bias to bias_backward_cuda; cuBLASLt runs unfused.
 // weight_bias_grad_cuda on one shape and variant: dw must be gemm_cuda's product with the same hooks bit
 // for bit on the hand kernels (within one bf16 ulp on cuBLASLt, whose bias-gradient epilogue may run
 // another algorithm), dbias the CPU's column sums, and two runs the same bits. must_fuse: the call has
@@ -746,6 +741,12 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
   EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";
 }
 
+// dw must have gemm_cuda's bits (the bias sums ride along and must not disturb the product), dbias the
+// CPU's column sums within the bf16 rule, both deterministic, nothing written outside. The hand backend
+// runs fused on its default path (fp32: also at offset 1), with a forced split-K of 3 (per-split sums
+// added in order), and unfused through the hook and on bf16's register-staged loaders (offset 1, the
+// scalar-load hook), which leave the bias to bias_backward_cuda; cuBLASLt runs its bias-gradient
+// epilogue where it has one.
 TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   using T = TypeParam;
   struct LShape {

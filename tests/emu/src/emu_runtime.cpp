@@ -47,11 +47,12 @@ struct TCtx {
 thread_local TCtx g_t;
 
 // ---- collectives ----
-enum class Op : int { None, Shfl, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait, SetMaxNReg };
+enum class Op : int { None, Shfl, SyncWarp, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait, SetMaxNReg };
 const char* op_name(Op o) {
   switch (o) {
     case Op::None: return "none";
     case Op::Shfl: return "shfl.sync";
+    case Op::SyncWarp: return "bar.warp.sync";
     case Op::LdMatrix: return "ldmatrix";
     case Op::Mma16816: return "mma.sync";
     case Op::WgFence: return "wgmma.fence";
@@ -768,6 +769,13 @@ uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width) {
       },
       [&](int me) { out = g.result[me]; });
   return out;
+}
+
+// __syncwarp: a rendezvous of the warp's 32 lanes (a partial member mask is not modelled).
+void syncwarp(unsigned mask) {
+  if (mask != 0xffffffffu) fail("__syncwarp with a partial member mask 0x%x (not modelled)", mask);
+  Group& g = *blk().warps[g_t.tid / 32];
+  collective(g, Op::SyncWarp, [](Deposit&) {}, [] {}, [](int) {});
 }
 
 unsigned char* dynamic_smem() { return blk().window + blk().dyn_off; }

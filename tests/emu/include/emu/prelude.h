@@ -35,6 +35,7 @@ extern thread_local dim3 blockDim;
 extern thread_local dim3 gridDim;
 
 inline void __syncthreads() { emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::syncwarp(mask); }
 [[noreturn]] inline void __trap() { emu::trap("__trap()"); }
 
 template <class T>

@@ -42,6 +42,7 @@ void thread_exit_hook();
 
 // Warp shuffle: value bits exchanged through a 32-lane rendezvous.
 uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width);
+void syncwarp(unsigned mask);  // __syncwarp: every lane of the warp, full mask only
 
 // ---- shared memory -------------------------------------------------------------------------------
 unsigned char* dynamic_smem();          // the generic pointer of `extern __shared__` storage
