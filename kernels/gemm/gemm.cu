@@ -328,20 +328,9 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
   __syncthreads();
 
   // A warp finishes one 128-column row segment at a time: 32 lanes x 4 columns, coalesced.
-  constexpr int kVecPerRow = kBN / 4;
   float* part = p.partial ? p.partial + static_cast<size_t>(blockIdx.y) * p.M * p.N : nullptr;
-#pragma unroll 4
-  for (int i = tid; i < kBM * kVecPerRow; i += Cfg::kThreads) {
-    const int r = i / kVecPerRow, c4 = i % kVecPerRow;
-    const int row = m0 + r, col = n0 + c4 * 4;
-    if (row >= p.M || col >= p.N) continue;
-    float v[4];
-    load4(sc + r * Cfg::kCStride + c4 * 4, v);
-    if (part)
-      store_partial4(part, p.N, p.ep.vec4, row, col, v);
-    else
-      apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
-  }
+  gemm_detail::finish_staged_tile<bf16, kEp, kBM, kBN / 4, Cfg::kThreads, 4>(sc, Cfg::kCStride, m0, n0, p.M, p.N, part,
+                                                                          p.ep, tid);
   if (bias_grad) store_bias_grad(p, n0 + tid, bias_sum);
 }
 

@@ -131,6 +131,28 @@ __device__ __forceinline__ void store_partial4(float* part, int N, bool vec4, in
   }
 }
 
+// A tile of fp32 results staged in shared memory, finished 4 columns at a time: kRows rows of kVecPerRow
+// 4-column vectors at a row stride of `ld` floats, element (r, c) being C's (row0 + r, col0 + c), C
+// being M x N. Thread `tid` of kThreads takes every kThreads-th vector, so a warp's 32 lanes cover a
+// 128-column row segment (coalesced stores). Split-K partials go to `part`; otherwise the epilogue runs.
+// kUnroll is the caller's to choose: what its registers allow.
+template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, int kUnroll>
+__device__ __forceinline__ void finish_staged_tile(const float* stg, int ld, int row0, int col0, int M, int N,
+                                                   float* part, const EpilogueParams<T>& ep, int tid) {
+#pragma unroll(kUnroll)
+  for (int e = tid; e < kRows * kVecPerRow; e += kThreads) {
+    const int r = e / kVecPerRow, c4 = e % kVecPerRow;
+    const int row = row0 + r, col = col0 + c4 * 4;
+    if (row >= M || col >= N) continue;
+    float v[4];
+    load4(stg + r * ld + c4 * 4, v);
+    if (part)
+      store_partial4(part, N, ep.vec4, row, col, v);
+    else
+      apply_epilogue4<T, kEp>(ep, row, col, v);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The bias gradient fused into a weight gradient (gemm.cu weight_bias_grad_cuda; B not transposed): the
 // blocks of row tile 0 also sum op(B)'s columns over their K range, one plain fp32 sum per K step of the

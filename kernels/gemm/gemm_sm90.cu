@@ -352,18 +352,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);
         }
         cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
-#pragma unroll(Cfg::kEpilogueUnroll)
-        for (int e = tid_wg; e < Cfg::kWgRows * kVecPerRow; e += Cfg::kWarpgroupThreads) {
-          const int r = e / kVecPerRow, c4 = e % kVecPerRow;
-          const int row = u.m0 + (rb0 + rb) * Cfg::kWgRows + r, col = u.n0 + pass * Cfg::kStageCols + c4 * 4;
-          if (row >= p.M || col >= p.N) continue;
-          float v[4];
-          load4(stg + r * Cfg::kCStride + c4 * 4, v);
-          if (part)
-            store_partial4(part, p.N, p.ep.vec4, row, col, v);
-          else
-            apply_epilogue4<bf16, kEp>(p.ep, row, col, v);
-        }
+        finish_staged_tile<bf16, kEp, Cfg::kWgRows, kVecPerRow, Cfg::kWarpgroupThreads, Cfg::kEpilogueUnroll>(
+            stg, Cfg::kCStride, u.m0 + (rb0 + rb) * Cfg::kWgRows, u.n0 + pass * Cfg::kStageCols, p.M, p.N, part, p.ep,
+            tid_wg);
       }
     }
   }

@@ -128,7 +128,7 @@ GEMM = {
     "acc_fragment_rows": [("make_float2(acc[rb][i], acc[rb][i + 1]);\n          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);",
                            "make_float2(acc[rb][i + 2], acc[rb][i + 3]);\n          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i], acc[rb][i + 1]);")],
     # 128x256: the epilogue's second pass writes over the first pass's columns (128 of 256 never written)
-    "epilogue_pass_column": [("col = u.n0 + pass * Cfg::kStageCols + c4 * 4;", "col = u.n0 + c4 * 4;")],
+    "epilogue_pass_column": [("u.n0 + pass * Cfg::kStageCols, p.M, p.N, part", "u.n0, p.M, p.N, part")],
     # 128x256: B loaded as two boxes (128 columns), the stage's expect_tx still counting four
     "b_boxes_as_a": [("for (int j = 0; j < Cfg::kBBoxes; ++j) {", "for (int j = 0; j < Cfg::kABoxes; ++j) {")],
     # ping-pong: no wait for the other warpgroup's mainloop (a parity wait then passes on a stage's use
