@@ -8,9 +8,10 @@
 //
 //  * One block per (key tile of 128 keys, head, batch), taken from a ticket (as attention.cu's
 //    attention_bwd_tc_accumulate_dq: dq_turns.cuh's order, so the key tiles whose dQ turns come before
-//    this block's have started when it starts). Warpgroup 2 is the producer: one thread issues the TMA copies (K and V of the key tile once;
-//    Q and dO of each 64-row query tile into a 2-stage ring), and its first warp copies the tile's lse
-//    (times log2 e) and D rows into the stage with plain stores before arriving on the same barrier.
+//    this block's have started when it starts). Warpgroup 2 is the producer: one thread issues the TMA
+//    copies (K and V of the key tile once; Q and dO of each 64-row query tile into a 2-stage ring), and
+//    its first warp copies the tile's lse (times log2 e) and D rows into the stage with plain stores
+//    before arriving on the same barrier.
 //    Warpgroups 0 and 1 are the consumers, 64 keys each; they take turns at the dQ share (by query tile).
 //  * Registers: the producer gives its registers to the consumers (setmaxnreg: 24 for it, 240 for each
 //    consumer; WgmmaBwdConfig). The consumers' barrier waits therefore have no time bound (ptx.cuh,

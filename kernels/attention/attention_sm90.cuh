@@ -39,9 +39,10 @@ bool attention_bwd_wgmma_takes(const __nv_bfloat16* dqkv, const __nv_bfloat16* d
                                int NH);
 
 // dK, dV of attention_backward_cuda (attention_cuda.hpp) into dqkv's k and v parts, and dQ / scale summed
-// into dq_acc (B,T,C) fp32 in turn order (dq_turns.cuh, attention.cu's kAccumulateDq protocol; the caller then scales it
-// into dqkv's q part). [in] dout (B,T,C), qkv (B,T,3C), lse (B,NH,T), D = rowsum(dout * out) (B,NH,T);
-// dq_turns (B,NH,ceil(T/64)) ints and *ticket zeroed before the launch. dq_acc needs no clearing.
+// into dq_acc (B,T,C) fp32 in turn order (dq_turns.cuh, attention.cu's kAccumulateDq protocol; the
+// caller then scales it into dqkv's q part). [in] dout (B,T,C), qkv (B,T,3C), lse (B,NH,T),
+// D = rowsum(dout * out) (B,NH,T); dq_turns (B,NH,ceil(T/64)) ints and *ticket zeroed before the launch.
+// dq_acc needs no clearing.
 void attention_bwd_wgmma(__nv_bfloat16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const __nv_bfloat16* dout,
                          const __nv_bfloat16* qkv, const float* lse, const float* D, int B, int T_, int C, int NH,
                          cudaStream_t stream);

@@ -709,7 +709,8 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   const int splits = gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync);
   int k_per_split = 0, used = 1;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
-  GPT2_CHECK(dbias == nullptr || (!trans_b && ep == GemmEpilogue::kNone), "fused bias gradient: B not transposed, no epilogue");
+  GPT2_CHECK(dbias == nullptr || (!trans_b && ep == GemmEpilogue::kNone),
+             "fused bias gradient: B not transposed, no epilogue");
   if constexpr (std::is_same_v<T, bf16>)
     GPT2_CHECK(dbias == nullptr || wgmma || mma_sync_async_loads(ctx, a, b, trans_a ? M : K, trans_b ? K : N),
                "fused bias gradient: not on the mma.sync kernel's register-staged variant");

@@ -420,10 +420,11 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, cons
   // Every split has K to do: a unit without k-steps would release a stage it never waited for.
   GPT2_CHECK(K >= 1 && static_cast<long>(splits - 1) * k_per_split < K,
              "wgmma split-K: " << splits << " splits of " << k_per_split << " leave one empty for K=" << K);
-  GPT2_CHECK((dbias == nullptr && dbias_partial == nullptr) ||
-                 (trans_a && !trans_b && epilogue == GemmEpilogue::kNone && (dbias == nullptr) != (dbias_partial == nullptr) &&
-                  (dbias == nullptr) == (splits > 1)),
-             "wgmma fused bias gradient: A transposed, B not, no epilogue, dbias without split-K and dbias_partial with it");
+  const bool bias_grad = dbias != nullptr || dbias_partial != nullptr;
+  GPT2_CHECK(!bias_grad || (trans_a && !trans_b && epilogue == GemmEpilogue::kNone),
+             "wgmma fused bias gradient: A transposed, B not, no epilogue");
+  GPT2_CHECK(!bias_grad || (splits > 1 ? dbias == nullptr && dbias_partial != nullptr : dbias_partial == nullptr),
+             "wgmma fused bias gradient: dbias without split-K, dbias_partial with it");
   const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
   GPT2_CHECK(wgmma_takes(a, b, lda, ldb), "the wgmma GEMM was given operands TMA cannot describe");
   // A is (M,K) [K-major] or, transposed, (K,M) [MN-major]; B is (K,N) [MN-major] or, transposed, (N,K).

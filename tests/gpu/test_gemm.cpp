@@ -233,8 +233,9 @@ const std::vector<Variant> kDefaultPaths = {{"", GemmTestHooks{}}};
 // lent GPU's phase A, under a deadline, has better uses for.
 bool variant_changes(const GemmTestHooks& h, GemmBackend be) {
   const bool lt = h.lt_force_unfused_epilogue;
-  const bool hand = h.hand_force_scalar_loads || h.hand_force_splits > 0 || h.hand_path != kernels::GemmHandPath::kAuto ||
-                    h.wgmma_kernel != GemmWgmmaKernel::kDefault || h.wgmma_max_blocks > 0;
+  const bool hand = h.hand_force_scalar_loads || h.hand_force_splits > 0 ||
+                    h.hand_path != kernels::GemmHandPath::kAuto || h.wgmma_kernel != GemmWgmmaKernel::kDefault ||
+                    h.wgmma_max_blocks > 0;
   if (!lt && !hand) return true;
   return be == GemmBackend::kCublasLt ? lt : hand;
 }
