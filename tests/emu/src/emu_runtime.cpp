@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -269,9 +270,33 @@ void report_waits(const std::mutex* held) {
 // tiles 0..kt-1 at every query tile, seconds of emulated time that a loaded 2-core CI machine stretched
 // past the 20 s a per-wait bound allowed.
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-std::atomic<int64_t> g_last_progress_ns{0};
+
+// The detector counts only time in which this process ran. A ticker thread advances run_clock_ns() by the
+// real time since its last tick, but by at most kMaxTickNs a tick: a gap in which the process did not run
+// at all (stopped, its VM paused, a machine so loaded that not even the ticker ran) is not a stall of the
+// grid. Every waiter sleeping through such a gap woke to "no progress for 20 s": a SIGSTOP of 24 s made
+// the backward's quick set report a deadlock at a named barrier, as CI's two unexplained stalls did.
+// A starved ticker only makes the detector slower to fire, never quicker.
+constexpr int64_t kTickNs = 50'000'000, kMaxTickNs = 200'000'000;
+std::atomic<int64_t> g_run_clock_ns{0};
+int64_t run_clock_ns() {
+  static std::once_flag started;
+  std::call_once(started, [] {
+    std::thread([] {
+      for (int64_t last = now_ns();;) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(kTickNs));
+        const int64_t t = now_ns();
+        g_run_clock_ns.fetch_add(std::min(t - last, kMaxTickNs), std::memory_order_relaxed);
+        last = t;
+      }
+    }).detach();  // sleeps for the life of the process; exit() does not wait for it
+  });
+  return g_run_clock_ns.load(std::memory_order_relaxed);
+}
+
+std::atomic<int64_t> g_last_progress_ns{0};  // on run_clock_ns()
 void progress() {  // moves the clock forward only: a thread preempted after reading the time must not set it back
-  const int64_t t = now_ns();
+  const int64_t t = run_clock_ns();
   int64_t seen = g_last_progress_ns.load(std::memory_order_relaxed);
   while (seen < t && !g_last_progress_ns.compare_exchange_weak(seen, t, std::memory_order_relaxed)) {
   }
@@ -280,19 +305,20 @@ int64_t timeout_ns() { return static_cast<int64_t>(config().timeout_s) * 1'000'0
 
 template <class Pred>
 void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const char* what) {
-  const int64_t since = now_ns();
+  const int64_t since = run_clock_ns();
   if (pred()) return;
   set_waiting(what);
   while (!pred()) {
-    // Sleeps until the grid would have stood still for the timeout; progress meanwhile moves the deadline.
+    // Sleeps until the grid would have stood still for the timeout; progress meanwhile moves the deadline,
+    // and a gap in which the process did not run moves the run clock by less than the sleep (run_clock_ns).
     const int64_t deadline = std::max(since, g_last_progress_ns.load(std::memory_order_relaxed)) + timeout_ns();
-    const int64_t left = deadline - now_ns();
+    const int64_t left = deadline - run_clock_ns();
     if (left <= 0) {
       report_waits(lk.mutex());
       fail("deadlock: the whole grid made no progress for %u s while this thread waited in %s", config().timeout_s,
            what);
     }
-    cv.wait_for(lk, std::chrono::nanoseconds(left));
+    cv.wait_for(lk, std::chrono::nanoseconds(std::max(left, kTickNs)));
   }
   set_waiting("");
 }
@@ -677,6 +703,7 @@ const Config& config() {
     c.concurrent_blocks = get("EMU_CONCURRENT_BLOCKS", c.concurrent_blocks);
     c.sms = get("EMU_SMS", c.sms);
     c.start_delay_us = get("EMU_START_DELAY_US", c.start_delay_us);
+    c.start_last_first = get("EMU_START_LAST_FIRST", 0) != 0;
     if (c.smem_offset % 16) fail("EMU_SMEM_OFFSET must be a multiple of 16 (dynamic smem is 16-byte aligned)");
     return c;
   }();
@@ -689,11 +716,11 @@ int tid() { return g_t.tid; }
 
 void trap(const char* why) { fail("trap: %s", why); }
 
-uint64_t global_timer_ns() { return static_cast<uint64_t>(now_ns()); }
+uint64_t global_timer_ns() { return static_cast<uint64_t>(run_clock_ns()); }
 
 uint64_t stalled_ns(uint64_t since_ns) {
   const int64_t from = std::max(static_cast<int64_t>(since_ns), g_last_progress_ns.load(std::memory_order_relaxed));
-  return static_cast<uint64_t>(std::max<int64_t>(0, now_ns() - from));
+  return static_cast<uint64_t>(std::max<int64_t>(0, run_clock_ns() - from));
 }
 
 // One generation of a block-level barrier (b.mu held through lk): the expected-th arrival opens it and
@@ -711,16 +738,64 @@ static void arrive_and_wait(Block& b, std::unique_lock<std::mutex>& lk, int& arr
   }
 }
 
+// EMU_START_LAST_FIRST: the blocks of a wave pass their first __syncthreads one at a time, in the reverse
+// of the order they reached it (the backward takes its ticket just before: the last ticket goes first),
+// and each only once the blocks let through before it have finished or stand still: the whole grid made
+// no progress for kGateStallNs. The most adversarial start order there is, and a deterministic one: a
+// block runs as far as its waits let it before anything that it should have waited for runs at all. The
+// dQ turns must still come out in order (a turn with no wait adds first and is caught every time, not
+// only when a random delay happens to reorder the right two blocks) and must not deadlock.
+constexpr int64_t kGateStallNs = 150'000'000;
+struct StartGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t size = 0, arrived = 0;  // the wave's blocks; how many reached their first __syncthreads
+  long next = -1;                // the arrival rank that may pass next
+};
+StartGate g_gate;
+
+void start_gate_last_first() {
+  std::unique_lock<std::mutex> lk(g_gate.mu);
+  const long me = static_cast<long>(g_gate.arrived++);
+  const int64_t t0 = run_clock_ns();
+  if (g_gate.arrived == g_gate.size) {
+    g_gate.next = me;  // the last to arrive goes first
+    g_gate.cv.notify_all();
+  }
+  set_waiting("EMU_START_LAST_FIRST's start gate");
+  while (g_gate.next != me) {
+    if (g_gate.next < 0 && run_clock_ns() - t0 > timeout_ns())
+      fail("EMU_START_LAST_FIRST: %zu of the wave's %zu blocks reached a __syncthreads in %u s (every block must)",
+           g_gate.arrived, g_gate.size, config().timeout_s);
+    g_gate.cv.wait_for(lk, std::chrono::milliseconds(10));
+  }
+  if (me != static_cast<long>(g_gate.size) - 1) {  // the blocks let through before have run as far as they can
+    const int64_t since = run_clock_ns();
+    while (static_cast<int64_t>(stalled_ns(static_cast<uint64_t>(since))) < kGateStallNs)
+      g_gate.cv.wait_for(lk, std::chrono::milliseconds(10));
+  }
+  set_waiting("");
+  progress();
+  g_gate.next = me - 1;
+  g_gate.cv.notify_all();
+}
+
 void syncthreads() {
   Block& b = blk();
   std::unique_lock<std::mutex> lk(b.mu);
-  // EMU_START_DELAY_US: the last thread to reach the block's first __syncthreads holds the block there
-  // for a random 0..delay us. What came before it (the backward's work ticket) is taken in start order,
-  // the work after it then runs in another order, as on an SM that is slow to start or shared: a turn
+  // The last thread to reach the block's first __syncthreads may hold the block there (every other thread
+  // of the block waits in this barrier meanwhile). What came before (the backward's work ticket) is taken
+  // in start order; the work after it then runs in another order. EMU_START_DELAY_US: a random 0..delay
+  // us, as on an SM that is slow to start or shared. EMU_START_LAST_FIRST: start_gate_last_first. A turn
   // protocol that relied on the order blocks happen to run in, not on its waits, gives wrong sums.
-  if (b.sync_gen == 0 && b.sync_arrived + 1 == b.live && config().start_delay_us > 0) {
+  const bool first_sync_complete = b.sync_gen == 0 && b.sync_arrived + 1 == b.live;
+  if (first_sync_complete && config().start_last_first) {
+    lk.unlock();
+    start_gate_last_first();
+    lk.lock();
+  } else if (first_sync_complete && config().start_delay_us > 0) {
     const unsigned us = b.rand_us(config().start_delay_us);
-    lk.unlock();  // every other thread of the block waits in this barrier meanwhile
+    lk.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(us));
     lk.lock();
   }
@@ -1191,13 +1266,13 @@ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
 int spin_load_acquire(const int* flag) {
   thread_local const int* last = nullptr;
   thread_local int last_value = 0;
-  thread_local int64_t since = 0;
+  thread_local int64_t since = 0, since_run = 0;  // real time (the back-off), run clock (the detector)
   const int v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
   if (flag != last || v != last_value) {
     if (now_ns() - since > 1'000'000) set_waiting("");
-    last = flag, last_value = v, since = now_ns();
+    last = flag, last_value = v, since = now_ns(), since_run = run_clock_ns();
   } else {
-    if (static_cast<int64_t>(stalled_ns(since)) > timeout_ns()) {
+    if (static_cast<int64_t>(stalled_ns(static_cast<uint64_t>(since_run))) > timeout_ns()) {
       report_waits(nullptr);
       fail("deadlock: a spin on the global flag %p has read %d while the whole grid made no progress for %u s",
            static_cast<const void*>(flag), v, config().timeout_s);
@@ -1250,6 +1325,10 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
                                             : std::max<size_t>(1, std::min(ids.size(), kMaxEmuThreads / block.x));
   for (size_t first = 0; first < ids.size(); first += wave) {
     const size_t last = std::min(ids.size(), first + wave);
+    {
+      std::lock_guard<std::mutex> gg(g_gate.mu);
+      g_gate.size = last - first, g_gate.arrived = 0, g_gate.next = -1;
+    }
     std::vector<std::unique_ptr<Block>> blocks;
     std::vector<std::thread> threads;
     for (size_t bi = first; bi < last; ++bi) {

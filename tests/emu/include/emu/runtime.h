@@ -31,6 +31,8 @@ struct Config {
   unsigned concurrent_blocks = 0;  // EMU_CONCURRENT_BLOCKS: blocks run at once (0: the whole grid, <= 24576 threads)
   unsigned sms = 3;                // EMU_SMS: the "device"'s multiprocessor count (persistent grid size)
   unsigned start_delay_us = 0;     // EMU_START_DELAY_US: a block's first __syncthreads holds it 0..delay us
+  bool start_last_first = false;   // EMU_START_LAST_FIRST=1: blocks pass their first __syncthreads last first,
+                                   // each once the grid stands still (emu_runtime.cpp, start_gate_last_first)
 };
 const Config& config();
 
