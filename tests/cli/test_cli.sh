@@ -152,16 +152,24 @@ mpiexec -n 2 "$bin/gpt2-train" --config configs/ci.ini --max-steps 100000 --log-
 pid=$!
 # Until the first step (a loaded CI machine, or the sanitizer tier, can take far longer than 20 s to start),
 # or until the job has ended: a signal before the first step would test something else.
-for _ in $(seq 600); do
-  grep -q "step .*1/100000" "$work/pre.log" 2>/dev/null && break
+started=0
+for _ in $(seq 1500); do
+  grep -q "step .*1/100000" "$work/pre.log" 2>/dev/null && { started=1; break; }
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.2
 done
-sleep 1
-kill -USR1 "$pid"
+if ((started)); then
+  sleep 1
+  kill -USR1 "$pid"
+else
+  kill -TERM "$pid" 2>/dev/null  # mpirun ends its ranks
+fi
 timeout 60 tail --pid="$pid" -f /dev/null; wait "$pid"; rc=$?
 ck=$(cat "$work/pre/ckpt/latest" 2>/dev/null)
-if [[ $rc -eq 75 && -n "$ck" ]] && grep -q "received signal 10" "$work/pre.log"; then
+if ((!started)); then
+  echo "FAIL preempt-checkpoint: the job did not reach step 1 within 300 s (exit $rc), so no signal was sent"
+  tail -5 "$work/pre.log"; fails=$((fails+1))
+elif [[ $rc -eq 75 && -n "$ck" ]] && grep -q "received signal 10" "$work/pre.log"; then
   echo "ok   preempt-checkpoint ($ck)"
   step=$((10#$(sed 's/step_0*\([0-9]*\)\.h5/\1/' <<<"$ck")))
   # The preempted job ran 2 ranks x 8 sequences: 1 rank resumes it with the same global batch (2 micro-steps).

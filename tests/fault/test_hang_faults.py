@@ -117,10 +117,13 @@ def sigstop_mid_training(work):
             p.wait()
         reader.join(timeout=10)
     res = faultlib.Result(train_cmd(out, 1000000), rc, seconds, "".join(lines))
+    # Rank 1 is stopped at a random point. Nearly always it had not yet reached (or not yet said it waits
+    # in) the collective rank 0 then times out in; if rank 0 was descheduled for over a second while rank
+    # 1 waited in it, rank 1 had said so before it stopped, and "every peer has arrived" is the right answer.
     faultlib.expect(res, nonzero=True, max_s=TIMEOUT_S + MARGIN_S,
                     message=r"step \d+: collective #\d+ (allreduce|allgather|reduce_scatter|broadcast) '[^']+' \(\d+ bytes, mpi\) "
                             r"did not complete within "
-                            r"--comm-timeout-s 10 s on rank 0; rank\(s\) 1 did not arrive")
+                            r"--comm-timeout-s 10 s on rank 0; (rank\(s\) 1 did not arrive|every peer has arrived)")
     faultlib.expect(res, message=r"flight_rank0\.json")
     check_flight(out)
 

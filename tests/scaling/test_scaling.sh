@@ -70,10 +70,16 @@ missing = [c for c in need if c not in rows[0]]
 assert not missing, f"report.csv lacks {missing}"
 got = sorted((r["mode"], int(r["ranks"])) for r in rows)
 assert got == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)], got
+# Efficiency follows docs/scaling.md's definitions exactly (weak: tokens/s per GPU against 1 GPU; strong:
+# tokens/s against n times 1 GPU's). Its size is the machine's: on a loaded 2-core CI VM a 1-rank point
+# can run 3 times slower than the 2-rank one, so no range is asserted.
+one = {r["mode"]: float(r["tokens_per_s"]) for r in rows if int(r["ranks"]) == 1}
 for r in rows:
     assert r["status"] == "ok", r
     e = float(r["efficiency"])
-    assert 0 < e <= 1.5, f"efficiency {e} out of (0, 1.5]: {r}"
+    n = int(r["ranks"])
+    want = float(r["tokens_per_s"]) / (n * one[r["mode"]])
+    assert e > 0 and abs(e - want) <= 1e-3 * want + 1e-4, f"efficiency {e}, by the definition {want}: {r}"
     assert float(r["tokens_per_s"]) > 0 and float(r["ms_per_step"]) > 0
     assert abs(float(r["tokens_per_s_per_gpu"]) * int(r["ranks"]) - float(r["tokens_per_s"])) < 1.0
     if int(r["ranks"]) == 1:

@@ -82,10 +82,11 @@ start_cluster() {
   done
   [[ $ok -eq 1 ]] || { log_tails; cat "$dir/log/munged.stdout"; die "munged did not come up"; }
 
-  # three free TCP ports: slurmctld, slurmd n1, slurmd n2
+  # three free TCP ports: slurmctld, slurmd n1, slurmd n2; below Linux's ephemeral range (32768-60999),
+  # where a port an outgoing connection holds looks free to port_free but cannot be bound
   local base tries=0
   while :; do
-    base=$(( 20000 + (RANDOM % 2000) * 10 ))
+    base=$(( 20000 + (RANDOM % 1200) * 10 ))
     port_free $base && port_free $((base + 1)) && port_free $((base + 2)) && break
     (( ++tries < 50 )) || die "no free ports"
   done
