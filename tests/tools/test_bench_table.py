@@ -2,11 +2,14 @@
 """tools/gpu/bench_table.py on synthetic benchmark JSON: targets judged, opt-ins set against their defaults.
 
 Phase A reads the first GPU session's only kernel figures through this script, so it must be right before
-that session: each verdict below fails when the script misjudges it.
-  test_bench_table.py REPO TMPDIR
+that session: each verdict below fails when the script misjudges it. With BENCH (the built bench_gpu_kernels,
+whose listing needs no GPU), the script's patterns are also checked against the real benchmark names: every
+kernel issue 10 sets a target for gets it, every hand GEMM has its cuBLASLt shape, every opt-in its default.
+  test_bench_table.py REPO TMPDIR [BENCH]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -97,6 +100,38 @@ expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt/") and "1.10x" in l for l 
 expect(any(l.startswith("WeightBiasGrad/bf16/hand_wgmma/") and "1.25x" in l for l in optin), "wgmma bias grad 100/80")
 expect(any(l.startswith("BM_AdamWModel<bf16>/multi:1") and "2.50x" in l for l in optin), "AdamW 300/120")
 expect(len(optin) == 10, f"10 opt-in rows, got {len(optin)}")
+
+if len(sys.argv) > 3:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_table", os.path.join(repo, "tools/gpu/bench_table.py"))
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    names = subprocess.run([sys.argv[3], "--benchmark_list_tests"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    expect(len(names) > 100, f"bench_gpu_kernels lists {len(names)} benchmarks")
+    expect(any(n.startswith("Ceiling/copy_d2d") for n in names) and
+           any(n.startswith("Ceiling/gemm_bf16_cublaslt") for n in names), "both ceilings are benchmarks")
+    # The issue's targets, named here by plain substrings, independently of the script's regexes.
+    for n in names:
+        kind, bound = bt.target_for(n)
+        if "layernorm" in n:
+            expect((kind, bound) == ("copy", 80.0), f"{n}: layernorm target 80% of copy, got {kind} {bound}")
+        elif any(k in n for k in ("SoftmaxXent", "GeluForward", "GeluBackward", "AdamW")) and "multi:0" not in n:
+            expect((kind, bound) == ("copy", 75.0), f"{n}: target 75% of copy, got {kind} {bound}")
+        elif n.startswith("BM_attention_forward_bf16/") and n.split("/")[2] == "0":
+            expect((kind, bound) == ("tflops", 230.0), f"{n}: target 230 TFLOP/s, got {kind} {bound}")
+        elif n.startswith("BM_attention_backward_bf16/") and n.split("/")[2] == "0":
+            expect((kind, bound) == ("tflops", 200.0), f"{n}: target 200 TFLOP/s, got {kind} {bound}")
+        if n.startswith("Gemm/bf16/hand"):
+            ref = "Gemm/bf16/cublaslt/" + n.split("/", 3)[3]
+            expect(ref in names, f"{n}: no cuBLASLt benchmark of the same shape ({ref})")
+    listed = {n: {"name": n, "real_time": 1.0} for n in names}
+    paired = {optin["name"] for optin, _, _ in bt.opt_in_pairs(listed)}
+    for n in names:
+        if any(re.search(p, n) for p, _, _ in bt.OPT_INS):
+            expect(n in paired, f"{n}: an opt-in whose default is not among the benchmarks")
+    expect(len(paired) >= 80, f"{len(paired)} opt-ins paired with their defaults")
+
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)
