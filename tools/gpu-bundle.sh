@@ -88,7 +88,10 @@ add_closure /usr/bin/orterun
 mkdir -p "$stage/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3" "$stage/ompi/share"
 for p in "$ompi_plugins"/*.so "$ompi_lib"/libmca_common_*.so*; do
   [[ -e $p ]] || continue
-  if ldd "$p" 2>/dev/null | grep -Eq "$skip_plugin_deps"; then continue; fi
+  # (ldd's output taken whole first: under pipefail, grep -q's early exit made ldd's SIGPIPE the
+  # pipeline's status, and the plugin was kept or skipped by chance: 55 or 73 libraries, 2 MiB apart)
+  deps=$(ldd "$p" 2>/dev/null || true)
+  if grep -Eq "$skip_plugin_deps" <<<"$deps"; then continue; fi
   if [[ $p == "$ompi_plugins"/* ]]; then
     cp -L "$p" "$stage/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/"
   else
@@ -124,13 +127,17 @@ exec "\$here/$2" "\$@"
 EOF
   chmod 755 "$stage/bin/$1"
 }
-for b in "${binaries[@]}"; do n=$(basename "$b"); wrapper "$n" "libexec/$n"; done
+# Open MPI's environment, for mpirun and for every binary: one started without mpirun (gpt2-train in most
+# GPU steps) is an MPI singleton, whose MPI_Init looks for Open MPI's plugins under OPAL_PREFIX and would
+# start an orted, which the bundle does not carry, unless told to stay isolated.
 ompi_env='export OPAL_PREFIX="$here/ompi" PMIX_INSTALL_PREFIX="$here/pmix"
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # orterun starts the ranks with this environment: they find the bundle (their own wrappers reset it).
 export PATH="$here/bin:$PATH"'
+for b in "${binaries[@]}"; do n=$(basename "$b"); wrapper "$n" "libexec/$n" "$ompi_env"; done
 wrapper mpirun ompi/bin/orterun "$ompi_env"
 ln -s mpirun "$stage/bin/mpiexec"
 

@@ -51,6 +51,8 @@ done
 
 OUT=${OUT:-/tmp/gpt2-phase-$phase}
 mkdir -p "$OUT"
+# compute-sanitizer, ncu and cuobjdump: the image's CUDA may not be on PATH (then 12 steps would SKIP)
+export PATH="$PATH:/usr/local/cuda/bin"
 work=$(mktemp -d /tmp/gpt2-phase.XXXXXX)
 logs=$work/logs
 mkdir -p "$logs"
@@ -223,12 +225,13 @@ figure_probe() { echo "${gpu_name:-no GPU}${driver:+, driver $driver}, $(grep -m
 
 # Every bundled ELF resolves every library: from the bundle, the device's cuBLASLt/NCCL, or the system.
 ldd_check() {
-  local f missing=0
+  local f deps missing=0
   for f in "$B"/libexec/* "$B"/lib/*.so* "$B"/ompi/bin/* "$B"/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so \
            "$B"/pmix/lib/pmix/*.so; do
     [[ -f $f ]] || continue
-    if LD_LIBRARY_PATH="$B/lib:$GPT2_DEVICE_LIBS" ldd "$f" 2>&1 | grep -q "not found"; then
-      echo "$f:"; LD_LIBRARY_PATH="$B/lib:$GPT2_DEVICE_LIBS" ldd "$f" | grep "not found"
+    deps=$(LD_LIBRARY_PATH="$B/lib:$GPT2_DEVICE_LIBS" ldd "$f" 2>&1)  # whole: no SIGPIPE status under pipefail
+    if grep -q "not found" <<<"$deps"; then
+      echo "$f:"; grep "not found" <<<"$deps"
       missing=$((missing + 1))
     fi
   done
@@ -242,17 +245,21 @@ figure_ldd_check() { grep -o 'unresolved libraries: [0-9]*' "$1"; }
 # CMD has no filter. A filter that selects nothing would make a step pass on a lent GPU having run nothing
 # (a lookahead that Google Benchmark 1.7 could not compile did, in `kernels`), so it fails everywhere.
 listed() {
-  local exe="" filter="" a
+  local exe="" filter="" a flags=()
   for a in "$@"; do
     case $a in
       "$bin"/*) [[ -z $exe ]] && exe=$a ;;
       --gtest_filter=* | --benchmark_filter=*) filter=$a ;;
+      --benchmark_out=* | --benchmark_out_format=*) ;;
+      # the other flags go to the listing too: one the bundle's Google Benchmark does not know (1.7 takes
+      # --benchmark_min_time=0.2, not 0.2s) ends it with an error, and selects nothing
+      --benchmark_*) flags+=("$a") ;;
     esac
   done
   [[ -n $exe && -n $filter ]] || return 0
   case $filter in
     --gtest_filter=*) "$exe" --gtest_list_tests "$filter" | grep -c '^  ' ;;
-    *) "$exe" --benchmark_list_tests=true "$filter" 2>/dev/null | grep -c . ;;
+    *) "$exe" --benchmark_list_tests=true "$filter" "${flags[@]}" 2>/dev/null | grep -c . ;;
   esac
 }
 # filter_selects NAME TARGET CMD...: true when CMD's filter selects something (or it has none); otherwise
@@ -263,6 +270,22 @@ filter_selects() {
   [[ -z $n || $n -gt 0 ]] && return 0
   row "$1" FAIL "its filter selects no test or benchmark" "$2"
   return 1
+}
+# ran_kernels RES CMD...: runs CMD (gpt2-train); it must succeed and its "kernels:" line must match
+# every regex in RES, one a line (the paths the step is about: train_124m).
+ran_kernels() {
+  local res=$1 out re line rc
+  shift
+  out=$(mktemp)
+  "$@" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  line=$(grep -m1 '^kernels: ' "$out")
+  rm -f "$out"
+  ((rc == 0)) || return "$rc"
+  mapfile -t res <<< "$res"
+  for re in "${res[@]}"; do
+    [[ $line =~ $re ]] || { echo "error: the run did not use the kernel it is about: '${line:-no kernels: line}' lacks /$re/"; return 1; }
+  done
 }
 # Runs a bundled test binary, mapping the project's "skipped: no GPU" (exit 77) through; a filter that
 # selects no test is an error (listed).
@@ -275,14 +298,26 @@ gtest() {
 
 # ---- the steps, one function each where a phase runs them ------------------------------------------
 # train_124m NAME TARGET MICRO_BATCH GEMM [VAR=VALUE ...] [-- MORE_ARGS]: 12 steps of the 124M model on
-# synthetic tokens (--benchmark); the figure is the last step's tokens/s and MFU.
+# synthetic tokens (--benchmark); the figure is the last step's tokens/s and MFU. The run's "kernels:"
+# line must show the GEMM backend asked for and, for each GPT2_ATTENTION_*/GPT2_GEMM_SM90 opt-in, that
+# the opt-in ran: one that does not apply falls back without an error, and the step would have measured
+# the default under the opt-in's name.
 train_124m() {
-  local name=$1 target=$2 mb=$3 gemm=$4 vars=() more=()
+  local name=$1 target=$2 mb=$3 gemm=$4 vars=() more=() v
   shift 4
   while [[ $# -gt 0 && $1 != -- ]]; do vars+=("$1"); shift; done
   [[ ${1:-} == -- ]] && { shift; more=("$@"); }
+  local expect=("gemm: ([^;]*, )?$([[ $gemm == hand ]] && echo hand || echo cublaslt)")
+  for v in "${vars[@]}"; do
+    case $v in
+      GPT2_ATTENTION_FWD=*) expect+=("attention forward: ${v#*=}(;|\$)") ;;
+      GPT2_ATTENTION_BWD=*) expect+=("attention backward: ${v#*=}(;|\$)") ;;
+      GPT2_GEMM_SM90=1) expect+=("gemm: ([^;]*, )?hand wgmma 128x128(,|;|\$)") ;;
+      GPT2_GEMM_SM90=*) expect+=("gemm: ([^;]*, )?hand wgmma ${v#*=}(,|;|\$)") ;;
+    esac
+  done
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
-  gpu_step "$name" 150 "$target" env "${vars[@]}" "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark \
+  gpu_step "$name" 150 "$target" ran_kernels "$(printf '%s\n' "${expect[@]}")" env "${vars[@]}" "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark \
     --gemm "$gemm" --max-steps 12 --log-every 1 --micro-batch "$mb" --seq-len 1024 \
     --global-batch-tokens $((mb * 1024)) --out "$work/$name" "${more[@]}"
 }
@@ -300,6 +335,9 @@ bench_json=$logs/bench_gpu_kernels.json
 phase_A() {
   step probe 60 "os, glibc, driver, libraries" probe
   step ldd_check 120 "0 unresolved" ldd_check
+  # Most GPU steps start gpt2-train without mpirun (an MPI singleton): it must start from the bundle alone.
+  step cpu_train_singleton 60 "starts without mpirun" "$bin/gpt2-train" --config "$repo/configs/ci.ini" --device cpu \
+    --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 3 --out "$work/cpu1"
   step gpu_smoke 60 "kernel == CPU" "$bin/test_gpu_smoke"
   local fam
   for fam in encoder layernorm gemm attention elementwise; do
@@ -322,22 +360,22 @@ phase_A() {
   train_124m train_124m_cublaslt_mb16 ">= 470K tok/s" 16 cublaslt
   train_124m train_124m_hand_mb16 "within 15% of cuBLASLt" 16 hand
   gpu_step ceilings 90 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
-    --benchmark_out="$logs/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2s
+    --benchmark_out="$logs/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2
   # Every kernel on its default path; the opt-in Hopper kernels below, in processes of their own. (A
   # leading '-' excludes what the rest matches: the bundle's Google Benchmark 1.7 has POSIX regexes, where
   # a (?!...) lookahead does not compile and selects nothing.)
   gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
     --benchmark_filter='-^(Ceiling/|(Gemm|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
-    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05s
+    --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05
   # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong), and the
   # 128x128 weight gradient with its bias gradient fused and not ...
   gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" \
     --benchmark_filter='^(Gemm|WeightBiasGrad)/bf16/hand_wgmma' \
-    --benchmark_out="$logs/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
+    --benchmark_out="$logs/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05
   # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2) on wgmma
   gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \
     --benchmark_filter='^BM_attention_(forward_bf16/[0-9]+/0/[12]|backward_bf16/[0-9]+/0/2)/' \
-    --benchmark_out="$logs/bench_attention_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05s
+    --benchmark_out="$logs/bench_attention_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05
   # % of ceiling and of target for every kernel, and each opt-in against what runs by default: the
   # device's python, not the bundle's libraries.
   if [[ -f $logs/ceilings.json && -f $bench_json ]]; then
@@ -361,7 +399,10 @@ phase_B() {
     '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
       --max-steps 20 --ckpt-every 10 --out '$work/ckpt' &&
     '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
-      --max-steps 30 --ckpt-every 10 --resume auto --out '$work/ckpt' 2>&1 | tee /dev/stderr | grep -q 'resumed from .* at step 20' &&
+      --max-steps 30 --ckpt-every 10 --resume auto --out '$work/ckpt' > '$work/resume.log' 2>&1; rc=\$?
+    cat '$work/resume.log'
+    ((rc == 0)) && grep -q 'resumed from .* at step 20' '$work/resume.log' &&
+      grep -q 'step_00000030' '$work/ckpt/ckpt/latest' &&
     '$bin/gpt2-sample' --device cuda --ckpt '$work/ckpt' --prompt 'In the beginning' --max-new-tokens 64 --seed 1"
   # The Hopper kernels' TMA, mbarriers and wgmma across a producer and two consumer warpgroups (the
   # backward's named barriers around its dS^T tile and its dQ turns too), which nothing but a GPU checks.
@@ -406,8 +447,8 @@ phase_C() {
   # the cross-rank collectives need one GPU per rank.
   gpu_step zero1_one_gpu 120 "losses == --zero 0" bash -c "
     for z in 0 1; do
-      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
-        --val-every 0 --zero \$z --out '$work/zero'\$z || exit 1
+      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
+        --max-steps 20 --val-every 0 --zero \$z --out '$work/zero'\$z || exit 1
     done
     python3 -c \"import json,sys; l=[[r['loss'] for r in map(json.loads, open(f'$work/zero{z}/metrics.jsonl')) if 'loss' in r] for z in (0,1)]; print('losses', l[0][-1], l[1][-1]); sys.exit(l[0] != l[1])\""
   # --recompute on the device: full reruns each block with the forward's own launches, so its losses
@@ -415,8 +456,8 @@ phase_C() {
   # differently from cuBLASLt's fused bf16 epilogue: within 1e-3.
   gpu_step recompute_one_gpu 150 "full == none, selective ~ none" bash -c "
     for r in none selective full; do
-      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --max-steps 20 \
-        --val-every 0 --recompute \$r --out '$work/recompute_'\$r || exit 1
+      '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
+        --max-steps 20 --val-every 0 --recompute \$r --out '$work/recompute_'\$r || exit 1
     done
     python3 -c \"import json,sys; l={r: [x['loss'] for x in map(json.loads, open(f'$work/recompute_{r}/metrics.jsonl')) if 'loss' in x] for r in ('none','selective','full')}; print('losses', l['none'][-1], l['selective'][-1], l['full'][-1]); sys.exit(l['full'] != l['none'] or max(abs(a-b)/abs(b) for a,b in zip(l['selective'], l['none'])) > 1e-3)\""
   step oracle_transformers 150 "logits within 1e-4" python3 "$repo/tools/gpu/oracle_transformers.py" "$bin" "$work/hf"
@@ -448,6 +489,7 @@ phase_D() {
   # The largest preset at the micro-batch configs/gpt2-1558m.ini says fits on 80 GB with no recompute:
   # two steps run, and the memory measured after the first is printed next to the estimate.
   gpu_step preset_1558m_fits 180 "2 steps at micro-batch 16" bash -c "
+    set -o pipefail
     '$bin/gpt2-train' --model gpt2-1558m --device cuda --benchmark --max-steps 2 --log-every 1 --micro-batch 16 \
       --seq-len 1024 --global-batch-tokens 16384 --out '$work/preset_1558m' 2>&1 | tee '$work/p1558.log' | tail -20 &&
     grep -q 'after the first step' '$work/p1558.log'"
@@ -465,7 +507,7 @@ sass_sm90a() {
   for spec in attention_fwd_wgmma_tma:test_gpu_attention:0:HGMMA attention_bwd_wgmma_tma:test_gpu_attention:2:HGMMA \
       gemm_bf16_wgmma_tma_persistent:test_gpu_gemm:0:HGMMA.64x256; do
     IFS=: read -r fn binary setmaxreg shape <<< "$spec"
-    cuobjdump -sass "$bin/$binary" | awk -v fn="$fn" -v need="$setmaxreg" -v shape="$shape" '
+    cuobjdump -sass "$B/libexec/$binary" | awk -v fn="$fn" -v need="$setmaxreg" -v shape="$shape" '
       /Function :/ { inside = index($0, fn) > 0; if (inside) n++ }
       inside && /HGMMA/ { h++ } inside && /UTMALDG/ { t++ } inside && /HMMA/ { m++ } inside && /USETMAXREG/ { r++ }
       inside && index($0, shape) { s++ } inside && / (STL|LDL)[. ]/ { l++ }
@@ -505,6 +547,6 @@ figure_recompute_cost() { grep -E '^(none|selective|full):' "$1" | tr -s ' ' | p
 figure_preset_1558m_fits() { grep -m1 -o 'after the first step: .*' "$1" | cut -c1-90; }
 
 export B bin repo work nccl_dir cublas_dir
-export -f probe ldd_check listed gtest sass_sm90a
+export -f probe ldd_check listed ran_kernels gtest sass_sm90a
 
 "phase_$phase"

@@ -33,6 +33,7 @@
 #include "kernels/attention/dq_turns.cuh"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/kernel_paths.hpp"
 #include "kernels/common/ptx.cuh"
 #if defined(GPT2_HAVE_SM90A)
 #include "kernels/attention/attention_sm90.cuh"
@@ -1427,8 +1428,9 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
     const AttentionForwardPath path = forward_path();
     if (!g_force_generic && path != AttentionForwardPath::kMmaSync && attention_detail::attention_fwd_wgmma_ready() &&
         attention_detail::attention_fwd_wgmma_takes(qkv, out, C, NH)) {
-      attention_detail::attention_fwd_wgmma(path == AttentionForwardPath::kWgmmaPingPong, out, lse, qkv, B, T_, C, NH,
-                                            stream);
+      const bool pingpong = path == AttentionForwardPath::kWgmmaPingPong;
+      record_kernel_path("attention forward", pingpong ? "wgmma-pingpong" : "wgmma");
+      attention_detail::attention_fwd_wgmma(pingpong, out, lse, qkv, B, T_, C, NH, stream);
       return;
     }
 #endif
@@ -1440,9 +1442,13 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
         launch_kernel(attention_fwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, out, lse, qkv, T_, C,
                       NH, scale_log2);
       });
-      if (done) return;
+      if (done) {
+        record_kernel_path("attention forward", "mma.sync");
+        return;
+      }
     }
   }
+  record_kernel_path("attention forward", "simt");
   const dim3 grid(static_cast<unsigned>((T_ + SimtTiles::kRows - 1) / SimtTiles::kRows), NH, B);
   launch_kernel(attention_fwd_simt<T>, grid, dim3(SimtTiles::kThreads), SimtTiles::fwd_smem_bytes(hs), stream, out, lse,
                 qkv, T_, C, NH, hs, scale_log2);
@@ -1473,6 +1479,7 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
         attention_detail::attention_bwd_wgmma_ready() &&
         attention_detail::attention_bwd_wgmma_takes(dqkv, dout, qkv, C, NH)) {
       // kAccumulateDq's scratch and protocol: the counters and ticket cleared, dq_acc needs no clearing
+      record_kernel_path("attention backward", "wgmma");
       CUDA_CHECK(cudaMemsetAsync(parts.dq_turns, 0, parts.turns_bytes, stream));
       attention_detail::attention_bwd_wgmma(dqkv, parts.dq_acc, parts.dq_turns, parts.ticket, dout, qkv, lse, D, B, T_,
                                             C, NH, stream);
@@ -1489,6 +1496,7 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
         using Cfg = TcBwdConfig<HS>;
         const int n_kv = Cfg::kv_blocks(T_);
         if (backward_path() == AttentionBackwardPath::kAccumulateDq) {
+          record_kernel_path("attention backward", "accumulate-dq");
           using Dkdv = TcDkdvConfig<HS>;
           static_assert(Dkdv::kBlockM >= 16, "turn counters are sized for query tiles of >= 16 rows");
           CUDA_CHECK(cudaMemsetAsync(parts.dq_turns, 0, parts.turns_bytes, stream));
@@ -1500,6 +1508,7 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
           launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),
                         dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
         } else {
+          record_kernel_path("attention backward", "recompute-dq");
           const dim3 grid(static_cast<unsigned>(n_kv + Cfg::q_blocks(T_)), NH, B);
           launch_kernel(attention_bwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse,
                         D, T_, C, NH, n_kv, scale_log2, scale);
@@ -1508,6 +1517,7 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
       if (done) return;
     }
   }
+  record_kernel_path("attention backward", "simt");
   const dim3 grid(static_cast<unsigned>((T_ + SimtTiles::kRows - 1) / SimtTiles::kRows), NH, B);
   launch_kernel(attention_bwd_dkdv_simt<T>, grid, dim3(SimtTiles::kThreads), SimtTiles::dkdv_smem_bytes(hs), stream,
                 dqkv, dout, qkv, lse, D, T_, C, NH, hs, scale_log2, scale);

@@ -30,6 +30,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/kernel_paths.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 #include "kernels/gemm/gemm_cuda.hpp"
@@ -40,6 +41,15 @@
 namespace gpt2::kernels {
 
 namespace {
+
+// What record_kernel_path gets for the hand GEMM's wgmma kernels (string literals).
+const char* hand_wgmma_path_name(GemmWgmmaKernel k) {
+  switch (k) {
+    case GemmWgmmaKernel::k128x256: return "hand wgmma 128x256";
+    case GemmWgmmaKernel::k128x128PingPong: return "hand wgmma 128x128-pingpong";
+    default: return "hand wgmma 128x128";
+  }
+}
 
 using cuda::ceil_div;
 using cuda::cp_async_16;
@@ -706,6 +716,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   bool wgmma = false;
   if constexpr (std::is_same_v<T, bf16>)
     wgmma = choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b) == GemmHandPath::kWgmma;
+  record_kernel_path("gemm", wgmma ? hand_wgmma_path_name(ctx.hand_wgmma_kernel()) : "hand mma.sync");
   const int splits = gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync);
   int k_per_split = 0, used = 1;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
@@ -844,6 +855,7 @@ void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   if (M == 0 || N == 0) return;
   GPT2_CHECK(c != nullptr && a != nullptr && b != nullptr, "gemm with a null matrix pointer");
   if (ctx.backend() == GemmBackend::kCublasLt) {
+    record_kernel_path("gemm", "cublaslt");
     detail::gemm_cublaslt<T>(ctx, c, a, b, bias, aux, M, N, K, trans_a, trans_b, accumulate, ep, stream);
   } else {
     gemm_hand<T>(ctx, c, a, b, bias, aux, M, N, K, trans_a, trans_b, accumulate, ep, stream);

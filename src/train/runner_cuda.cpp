@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/kernel_paths.hpp"
 #include "model/gpt2_cuda.hpp"
 #include "core/log.hpp"
 #include "train/memory.hpp"
@@ -227,6 +228,8 @@ class CudaRunner final : public ModelRunner {
     log_info("device memory after the first step: %s in use by this run on cuda:%d (estimate %s; the estimate "
              "leaves out workspaces and communication buffers)\n",
              format_bytes(used).c_str(), device_, format_bytes(memory_estimate_).c_str());
+    // What ran where an operation has several kernels: an opt-in that did not apply fell back silently.
+    log_info("kernels: %s\n", kernels::kernel_paths_used().c_str());
   }
 
   void release_gathered_moments() {

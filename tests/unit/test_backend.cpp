@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/backend.hpp"
+#include "kernels/common/kernel_paths.hpp"
 
 namespace gpt2 {
 namespace {
@@ -47,6 +48,22 @@ TEST(BackendChoices, RefusesOtherNames) {
   EXPECT_FALSE(parse_choice("tpu", &d));
   Comm c{};
   EXPECT_FALSE(parse_choice("gloo", &c));
+}
+
+// The "kernels:" line gpt2-train prints and tools/gpu-phase.sh reads: every path each operation took,
+// once, in the order first seen; names compared by content, not address.
+TEST(KernelPaths, EachPathOnceInFirstUseOrder) {
+  kernels::reset_kernel_paths();
+  EXPECT_EQ(kernels::kernel_paths_used(), "");
+  const std::string copy = "mma.sync";  // another address, the same name
+  kernels::record_kernel_path("attention forward", "mma.sync");
+  kernels::record_kernel_path("gemm", "hand wgmma 128x128");
+  kernels::record_kernel_path("attention forward", copy.c_str());
+  kernels::record_kernel_path("gemm", "hand mma.sync");
+  kernels::record_kernel_path("gemm", "hand wgmma 128x128");
+  EXPECT_EQ(kernels::kernel_paths_used(), "attention forward: mma.sync; gemm: hand wgmma 128x128, hand mma.sync");
+  kernels::reset_kernel_paths();
+  EXPECT_EQ(kernels::kernel_paths_used(), "");
 }
 
 }  // namespace
