@@ -17,6 +17,7 @@
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/kernel_paths.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
 namespace gpt2 {
@@ -354,6 +355,31 @@ std::vector<float> backward_on_path(const Shape& s, kernels::AttentionBackwardPa
                                          d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   return d.dqkv.download();
+}
+
+// The path each call ran is recorded (gpt2-train's "kernels:" line; tools/gpu-phase.sh's opt-in steps
+// check it): what was asked for where it applies, mma.sync where the wgmma kernel does not.
+TEST(AttentionWgmmaForward, RecordsThePathItRan) {
+  using P = kernels::AttentionForwardPath;
+  const bool wgmma = kernels::attention_fwd_wgmma_available();
+  const struct {
+    P path;
+    Shape shape;
+    const char* want;
+  } cases[] = {{P::kMmaSync, Shape{2, 128, 128, 2}, "attention forward: mma.sync"},
+               {P::kWgmma, Shape{2, 128, 128, 2}, wgmma ? "attention forward: wgmma" : "attention forward: mma.sync"},
+               {P::kWgmmaPingPong, Shape{2, 128, 128, 2},
+                wgmma ? "attention forward: wgmma-pingpong" : "attention forward: mma.sync"},
+               {P::kWgmma, Shape{2, 200, 320, 4}, "attention forward: mma.sync"}};  // head size 80
+  for (const auto& c : cases) {
+    kernels::reset_kernel_paths();
+    forward_on_path(c.shape, c.path, 73);
+    EXPECT_EQ(kernels::kernel_paths_used(), c.want) << name(c.shape);
+  }
+  kernels::reset_kernel_paths();
+  backward_on_path(Shape{2, 128, 128, 2}, kernels::AttentionBackwardPath::kAccumulateDq, 74);
+  EXPECT_NE(kernels::kernel_paths_used().find("attention backward: accumulate-dq"), std::string::npos)
+      << kernels::kernel_paths_used();
 }
 
 // The wgmma backward and the mma.sync one compute the same dq/dk/dv up to summation order (a few bf16
