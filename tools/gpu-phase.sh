@@ -257,9 +257,12 @@ listed() {
     esac
   done
   [[ -n $exe && -n $filter ]] || return 0
+  local listing
   case $filter in
-    --gtest_filter=*) "$exe" --gtest_list_tests "$filter" | grep -c '^  ' ;;
-    *) "$exe" --benchmark_list_tests=true "$filter" "${flags[@]}" 2>/dev/null | grep -c . ;;
+    --gtest_filter=*) listing=$("$exe" --gtest_list_tests "$filter" 2>&1) || { echo "-1"; return 0; }
+                      grep -c '^  ' <<<"$listing" ;;
+    *) listing=$("$exe" --benchmark_list_tests=true "$filter" "${flags[@]}" 2>/dev/null) || { echo "-1"; return 0; }
+       grep -c . <<<"$listing" ;;
   esac
 }
 # filter_selects NAME TARGET CMD...: true when CMD's filter selects something (or it has none); otherwise
@@ -268,7 +271,8 @@ filter_selects() {
   local n
   n=$(listed "${@:3}")
   [[ -z $n || $n -gt 0 ]] && return 0
-  row "$1" FAIL "its filter selects no test or benchmark" "$2"
+  if ((n < 0)); then row "$1" FAIL "listing failed (a flag, a library?)" "$2"
+  else row "$1" FAIL "its filter selects no test or benchmark" "$2"; fi
   return 1
 }
 # ran_kernels RES CMD...: runs CMD (gpt2-train); it must succeed and its "kernels:" line must match
@@ -292,6 +296,7 @@ ran_kernels() {
 gtest() {
   local n
   n=$(listed "$bin/$1" "${@:2}")
+  if [[ -n $n && $n -lt 0 ]]; then echo "error: $1 failed to list its tests (an unknown flag, a missing library?)"; return 1; fi
   if [[ -n $n && $n -eq 0 ]]; then echo "error: the filter selects no test: $1 ${*:2}"; return 1; fi
   "$bin/$1" --gtest_color=no "${@:2}"
 }
@@ -310,6 +315,7 @@ train_124m() {
   local expect=("gemm: ([^;]*, )?$([[ $gemm == hand ]] && echo hand || echo cublaslt)")
   for v in "${vars[@]}"; do
     case $v in
+      GPT2_ATTENTION_FWD=mma-sync) expect+=("attention forward: mma\\.sync(;|\$)") ;;  # recorded as mma.sync
       GPT2_ATTENTION_FWD=*) expect+=("attention forward: ${v#*=}(;|\$)") ;;
       GPT2_ATTENTION_BWD=*) expect+=("attention backward: ${v#*=}(;|\$)") ;;
       GPT2_GEMM_SM90=1) expect+=("gemm: ([^;]*, )?hand wgmma 128x128(,|;|\$)") ;;

@@ -716,7 +716,9 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   bool wgmma = false;
   if constexpr (std::is_same_v<T, bf16>)
     wgmma = choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b) == GemmHandPath::kWgmma;
-  record_kernel_path("gemm", wgmma ? hand_wgmma_path_name(ctx.hand_wgmma_kernel()) : "hand mma.sync");
+  record_kernel_path("gemm", wgmma                            ? hand_wgmma_path_name(ctx.hand_wgmma_kernel())
+                             : std::is_same_v<T, bf16> ? "hand mma.sync"
+                                                       : "hand simt");
   const int splits = gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync);
   int k_per_split = 0, used = 1;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
@@ -909,6 +911,7 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   if (ctx.backend() == GemmBackend::kCublasLt && IC > 0 && !ctx.test_hooks().unfused_bias_grad) {
     GPT2_CHECK(dw != nullptr && inp != nullptr, "weight_bias_grad with a null pointer");
     float* staged = static_cast<float*>(scratch);  // OC floats: the scratch holds at least that many
+    record_kernel_path("gemm", "cublaslt");
     if (detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream)) {
       bias_backward_add_chunks<T>
           <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged,

@@ -136,6 +136,7 @@ struct NamedBar {
 }  // namespace
 
 struct Block {
+  std::atomic<long> first_atomic_seq{-1};  // EMU_START_LAST_FIRST's order (atomic_add)
   dim3 idx;
   int nthreads = 0;
   std::vector<unsigned char> window_store;
@@ -739,44 +740,55 @@ static void arrive_and_wait(Block& b, std::unique_lock<std::mutex>& lk, int& arr
 }
 
 // EMU_START_LAST_FIRST: the blocks of a wave pass their first __syncthreads one at a time, in the reverse
-// of the order they reached it (the backward takes its ticket just before: the last ticket goes first),
-// and each only once the blocks let through before it have finished or stand still: the whole grid made
-// no progress for kGateStallNs. The most adversarial start order there is, and a deterministic one: a
-// block runs as far as its waits let it before anything that it should have waited for runs at all. The
-// dQ turns must still come out in order (a turn with no wait adds first and is caught every time, not
-// only when a random delay happens to reorder the right two blocks) and must not deadlock.
+// of the order they made their first atomicAdd (the backward's ticket: the last ticket goes first; a block
+// without one ranks by when it reached the barrier), and each only once the blocks let through before it
+// have finished or stand still: the whole grid made no progress for kGateStallNs. The most adversarial
+// start order there is, and a deterministic one: a block runs as far as its waits let it before anything
+// that it should have waited for runs at all. The dQ turns must still come out in order (a turn with no
+// wait adds first and is caught every time, not only when a random delay happens to reorder the right two
+// blocks) and must not deadlock. A block that ends without a __syncthreads leaves the wave's count.
 constexpr int64_t kGateStallNs = 150'000'000;
 struct StartGate {
   std::mutex mu;
   std::condition_variable cv;
-  size_t size = 0, arrived = 0;  // the wave's blocks; how many reached their first __syncthreads
-  long next = -1;                // the arrival rank that may pass next
+  size_t size = 0;            // the wave's blocks that will reach the gate
+  std::vector<long> keys;     // per arrival: the block's first-atomic sequence, else its arrival rank
+  std::vector<size_t> order;  // arrival ranks in release order, once every block arrived
+  size_t released = 0;
 };
 StartGate g_gate;
+std::mutex g_first_atomic_mu;
+long g_first_atomic_seq = 0;
 
-void start_gate_last_first() {
+void gate_order_if_complete() {  // g_gate.mu held
+  if (!g_gate.order.empty() || g_gate.keys.size() < g_gate.size || g_gate.keys.empty()) return;
+  g_gate.order.resize(g_gate.keys.size());
+  for (size_t i = 0; i < g_gate.order.size(); ++i) g_gate.order[i] = i;
+  std::sort(g_gate.order.begin(), g_gate.order.end(), [](size_t x, size_t y) { return g_gate.keys[x] > g_gate.keys[y]; });
+  g_gate.cv.notify_all();
+}
+
+void start_gate_last_first(long first_atomic_seq) {
   std::unique_lock<std::mutex> lk(g_gate.mu);
-  const long me = static_cast<long>(g_gate.arrived++);
-  const int64_t t0 = run_clock_ns();
-  if (g_gate.arrived == g_gate.size) {
-    g_gate.next = me;  // the last to arrive goes first
-    g_gate.cv.notify_all();
-  }
+  const size_t me = g_gate.keys.size();
+  g_gate.keys.push_back(first_atomic_seq >= 0 ? first_atomic_seq : static_cast<long>(me));
+  gate_order_if_complete();
   set_waiting("EMU_START_LAST_FIRST's start gate");
-  while (g_gate.next != me) {
-    if (g_gate.next < 0 && run_clock_ns() - t0 > timeout_ns())
-      fail("EMU_START_LAST_FIRST: %zu of the wave's %zu blocks reached a __syncthreads in %u s (every block must)",
-           g_gate.arrived, g_gate.size, config().timeout_s);
+  const int64_t t0 = run_clock_ns();
+  while (g_gate.order.empty() || g_gate.order[g_gate.released] != me) {
+    if (g_gate.order.empty() && static_cast<int64_t>(stalled_ns(static_cast<uint64_t>(t0))) > timeout_ns())
+      fail("EMU_START_LAST_FIRST: %zu of the wave's %zu blocks reached a __syncthreads, and the grid stood still "
+           "for %u s", g_gate.keys.size(), g_gate.size, config().timeout_s);
     g_gate.cv.wait_for(lk, std::chrono::milliseconds(10));
   }
-  if (me != static_cast<long>(g_gate.size) - 1) {  // the blocks let through before have run as far as they can
+  if (g_gate.released > 0) {  // the blocks let through before have run as far as they can
     const int64_t since = run_clock_ns();
     while (static_cast<int64_t>(stalled_ns(static_cast<uint64_t>(since))) < kGateStallNs)
       g_gate.cv.wait_for(lk, std::chrono::milliseconds(10));
   }
   set_waiting("");
   progress();
-  g_gate.next = me - 1;
+  ++g_gate.released;
   g_gate.cv.notify_all();
 }
 
@@ -791,7 +803,7 @@ void syncthreads() {
   const bool first_sync_complete = b.sync_gen == 0 && b.sync_arrived + 1 == b.live;
   if (first_sync_complete && config().start_last_first) {
     lk.unlock();
-    start_gate_last_first();
+    start_gate_last_first(b.first_atomic_seq.load());
     lk.lock();
   } else if (first_sync_complete && config().start_delay_us > 0) {
     const unsigned us = b.rand_us(config().start_delay_us);
@@ -822,6 +834,21 @@ void thread_exit_hook() {
   progress();
   --b.live;
   if (b.sync_arrived > 0) fail("thread exited while others wait at __syncthreads");
+  if (b.live == 0 && b.sync_gen == 0 && config().start_last_first) {  // it never reached the start gate
+    std::lock_guard<std::mutex> gg(g_gate.mu);
+    --g_gate.size;
+    gate_order_if_complete();
+  }
+}
+
+int atomic_add(int* p, int v) {
+  Block* b = g_t.blk;
+  if (b == nullptr || b->first_atomic_seq.load() >= 0) return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+  // A block's first atomic (the backward's ticket) and its place in EMU_START_LAST_FIRST's order, together.
+  std::lock_guard<std::mutex> g(g_first_atomic_mu);
+  const int old = __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+  b->first_atomic_seq.store(g_first_atomic_seq++);
+  return old;
 }
 
 uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width) {
@@ -1327,7 +1354,7 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
     const size_t last = std::min(ids.size(), first + wave);
     {
       std::lock_guard<std::mutex> gg(g_gate.mu);
-      g_gate.size = last - first, g_gate.arrived = 0, g_gate.next = -1;
+      g_gate.size = last - first, g_gate.keys.clear(), g_gate.order.clear(), g_gate.released = 0;
     }
     std::vector<std::unique_ptr<Block>> blocks;
     std::vector<std::thread> threads;

@@ -40,6 +40,7 @@ const Config& config();
 int tid();   // threadIdx.x (1-D blocks only)
 void syncthreads();
 void thread_exit_hook();
+int atomic_add(int* p, int v);  // atomicAdd on global memory; a block's first one ranks it (EMU_START_LAST_FIRST)
 [[noreturn]] void trap(const char* why);
 
 // Warp shuffle: value bits exchanged through a 32-lane rendezvous.
