@@ -73,9 +73,10 @@ assert got == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)], got
 # Efficiency follows docs/scaling.md's definitions exactly (weak: tokens/s per GPU against 1 GPU; strong:
 # tokens/s against n times 1 GPU's). Its size is the machine's: on a loaded 2-core CI VM a 1-rank point
 # can run 3 times slower than the 2-rank one, so no range is asserted.
-one = {r["mode"]: float(r["tokens_per_s"]) for r in rows if int(r["ranks"]) == 1}
 for r in rows:
     assert r["status"] == "ok", r
+one = {r["mode"]: float(r["tokens_per_s"]) for r in rows if int(r["ranks"]) == 1}
+for r in rows:
     e = float(r["efficiency"])
     n = int(r["ranks"])
     want = float(r["tokens_per_s"]) / (n * one[r["mode"]])
