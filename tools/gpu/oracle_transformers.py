@@ -52,7 +52,11 @@ run(f"{bin_dir}/hf_logits", "logits", f"{work}/run/ckpt/{ckpt}", f"{work}/tokens
     f"{work}/ours.f32", str(n_head))
 ours = np.fromfile(f"{work}/ours.f32", dtype=np.float32).reshape(B, T, V).astype(np.float64)
 
-model = GPT2LMHeadModel.from_pretrained(f"{work}/hf", torch_dtype=torch.float64).eval()
+# Loaded as stored, then widened to fp64, which is exact: from_pretrained's dtype argument was renamed
+# (torch_dtype, then dtype) across the transformers versions a device may hold, and one it ignored would
+# have compared in fp32 without a word.
+model = GPT2LMHeadModel.from_pretrained(f"{work}/hf").to(torch.float64).eval()
+assert next(model.parameters()).dtype == torch.float64
 with torch.no_grad():
     theirs = model(torch.from_numpy(tokens.astype(np.int64))).logits.numpy()[:, :, :V]
 diff = float(np.max(np.abs(ours - theirs)))
