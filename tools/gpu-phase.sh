@@ -164,10 +164,13 @@ step() {
     *) row "$name" FAIL "exit $rc: $(grep -m1 -iE 'error|fail' "$logs/$name.log" | cut -c1-30)" "$target" "$took" ;;
   esac
 }
-# gpu_step: a step that needs the GPU; without one it is a SKIP, not a FAIL.
+# gpu_step: a step that needs the GPU; without one it is a SKIP, not a FAIL. A caller that sets
+# gpu_skip (local) to a reason makes it a SKIP for that reason (a tool missing, or useless in this sandbox),
+# after its filter is checked.
 gpu_step() {
   selected "$1" || return 0
   filter_selects "$1" "$3" "${@:4}" || return 0
+  if [[ -n ${gpu_skip:-} ]]; then row "$1" SKIP "$gpu_skip" "$3"; return 0; fi
   if [[ -z ${gpu_name:-} ]]; then row "$1" SKIP "no GPU on this machine" "$3"; return 0; fi
   step "$@"
 }
@@ -335,12 +338,23 @@ train_124m() {
 }
 # sanitize NAME TOOL TARGET BINARY FILTER: compute-sanitizer on a small gtest filter
 sanitize() {
-  selected "$1" || return 0
-  filter_selects "$1" "$3" "$bin/$4" --gtest_filter="$5" || return 0
-  if ! command -v compute-sanitizer >/dev/null; then row "$1" SKIP "compute-sanitizer not installed" "$3"; return 0; fi
-  if [[ $sandbox == gvisor ]]; then row "$1" SKIP "compute-sanitizer does not run on gVisor" "$3"; return 0; fi
+  local gpu_skip=""
+  command -v compute-sanitizer >/dev/null || gpu_skip="compute-sanitizer not installed"
+  [[ $sandbox == gvisor ]] && gpu_skip="compute-sanitizer does not run on gVisor"
   gpu_step "$1" 240 "$3" compute-sanitizer --target-processes all --error-exitcode 9 --print-limit 20 --tool "$2" \
     "$bin/$4" --gtest_filter="$5"
+}
+
+# ncu_hot_kernels: ncu's speed-of-light and memory sections of the hottest kernels of a 124M step
+ncu_hot_kernels() {
+  local gpu_skip=""
+  command -v ncu >/dev/null || gpu_skip="ncu not installed"
+  [[ $sandbox == gvisor ]] && gpu_skip="ncu has no counters on gVisor"
+  gpu_step ncu_hot_kernels 180 "profiles" ncu --clock-control none --target-processes all \
+    -k 'regex:gemm|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --csv --page details \
+    "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --max-steps 3 --micro-batch 8 --seq-len 1024 \
+    --global-batch-tokens 8192 --out "$work/ncu"
 }
 
 # ---- phase A: is it right, and how fast by default -------------------------------------------------
@@ -477,17 +491,7 @@ phase_C() {
   # The bundle's Open MPI, HDF5 and OpenBLAS with CPU ranks (phase B's 2-rank steps ran them on the GPU).
   step cpu_train_2ranks 90 "loss falls" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" --device cpu \
     --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 20 --log-every 5 --out "$work/cpu2"
-  if [[ $sandbox == gvisor ]]; then
-    row ncu_hot_kernels SKIP "ncu has no counters on gVisor" "profiles"
-  elif command -v ncu >/dev/null; then
-    gpu_step ncu_hot_kernels 180 "profiles" ncu --clock-control none --target-processes all \
-      -k 'regex:gemm|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --csv --page details \
-      "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --max-steps 3 --micro-batch 8 --seq-len 1024 \
-      --global-batch-tokens 8192 --out "$work/ncu"
-  else
-    row ncu_hot_kernels SKIP "ncu not installed" "profiles"
-  fi
+  ncu_hot_kernels
 }
 
 # ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
