@@ -35,7 +35,7 @@ build_kernel() {
   local changed
   changed=$(diff "$src" "$gen" | grep -c '^>')
   [[ $changed == 1 ]] || { echo "emu: expected the launch line alone rewritten in $src, got $changed lines" >&2; return 1; }
-  for o in emu_runtime cudart_stubs "${kernel}_driver"; do
+  for o in emu_runtime cudart_stubs fatal_stub "${kernel}_driver"; do
     if [[ ! -f $out/$o.o || $here/src/$o.cpp -nt $out/$o.o ||
           -n $(find "$here/include/emu" -newer "$out/$o.o" -print -quit) ]]; then
       "${cxx[@]}" "${inc[@]}" -c "$here/src/$o.cpp" -o "$out/$o.o" || return 1
@@ -47,10 +47,83 @@ build_kernel() {
   fi
   "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL -DKERNEL_NS="$ns" -DKERNEL_SRC="\"$gen\"" \
     -c "$here/src/kernel_tu.cpp" -o "$bin.o" &&
-    "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,"${kernel}_driver",sm90a_host}.o "$bin.o"
+    "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,fatal_stub,"${kernel}_driver",sm90a_host}.o "$bin.o"
 }
+# The GPU test suites (tests/gpu/test_<family>.cpp, as the lent GPU builds them but for GPT2_EMU, which drops
+# the cuBLASLt backend) linked against the CUDA kernels of the default path (kernels/*/*.cu but the sm_90a
+# ones: mma.sync GEMM and attention, layernorm, softmax-xent, GELU, AdamW, encoder, reductions), each
+# rewritten by cuda_to_host.py and compiled by g++ against the emulator, with src/core and the CPU references.
+gpu_kernel_srcs=(kernels/common/cuda_device.cu kernels/encoder/encoder.cu kernels/layernorm/layernorm.cu
+  kernels/gemm/gemm.cu kernels/attention/attention.cu kernels/attention/attention_decode.cu kernels/gelu/gelu.cu
+  kernels/softmax_xent/softmax_xent.cu kernels/adamw/adamw.cu kernels/reduce/reduce.cu)
+gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/file_io.cpp src/core/backend.cpp
+  src/core/param_segment.cpp kernels/common/device.cpp kernels/common/kernel_paths.cpp kernels/encoder/encoder_cpu.cpp
+  kernels/layernorm/layernorm_cpu.cpp kernels/gemm/gemm_cpu.cpp kernels/attention/attention_cpu.cpp
+  kernels/gelu/gelu_cpu.cpp kernels/softmax_xent/softmax_xent_cpu.cpp kernels/adamw/adamw_cpu.cpp
+  kernels/reduce/reduce_cpu.cpp)
+gpu_test_families=(gemm attention layernorm elementwise encoder)
+# The cases CI runs (--gpu-tests), about 4 min on 2 cores; every case of the five suites passes (~25 min:
+# run BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1). Left out here: the
+# GPT-2-sized shapes and the cases that repeat a kernel on more data.
+declare -A gpu_test_filter=(
+  [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*'
+  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
+  [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
+)
+# The quick cases each mutant of the default path's kernels runs (--mutants gemm_mma attention_mma)
+declare -A gpu_mutant_filter=(
+  [gemm_mma]='GemmTest/bf16.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths'
+  [attention_mma]='AttentionTest/1.SmallShapesMatchCpu:AttentionAccumulateDq.MatchesCpu')
+gpu_lib_objs=()
+# build_gpu_mutant KERNEL MUTANT_SRC BINARY (KERNEL: gemm_mma or attention_mma): the family's GPU test suite
+# linked against the mutant in place of its kernel file (after build_gpu_tests).
+build_gpu_mutant() {
+  local kernel=$1 src=$2 bin=$3 family=${1%_mma} o lib=()
+  python3 "$here/cuda_to_host.py" "$src" "$bin.emu.cpp" 2> /dev/null || return 1
+  "${cxx[@]}" "${inc[@]}" -DGPT2_HAVE_CUDA=1 -DGPT2_EMU=1 -include emu/prelude.h -c "$bin.emu.cpp" -o "$bin.o" || return 1
+  for o in "${gpu_lib_objs[@]}"; do [[ $o == "$out/gpu/$family.o" ]] || lib+=("$o"); done
+  "${cxx[@]}" -fopenmp -o "$bin" "$out/gpu/test_$family.o" "$bin.o" "${lib[@]}" -lgtest -lopenblas
+}
+build_gpu_tests() {
+  local g=$out/gpu f name objs=() pids=() cblas
+  mkdir -p "$g"
+  cblas=$(ls -d /usr/include/*/openblas-openmp /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1)
+  local flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_EMU=1 -fopenmp ${cblas:+-I"$cblas"})
+  # compile SRC OBJ [FLAGS...]: in the background, two at a time; skipped when OBJ is newer than SRC and the emulator headers
+  compile() {
+    local src=$1 obj=$2
+    shift 2
+    objs+=("$obj")
+    [[ -f $obj && $obj -nt $src && -z $(find "$here/include" -newer "$obj" -print -quit) ]] && return 0
+    while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n; done
+    "${cxx[@]}" "${inc[@]}" "${flags[@]}" "$@" -c "$src" -o "$obj" || { echo "emu: compiling $src failed" >&2; return 1; } &
+    pids+=($!)
+  }
+  for f in "${gpu_kernel_srcs[@]}"; do
+    name=$(basename "$f" .cu)
+    if [[ ! -f $g/$name.emu.cpp || $repo/$f -nt $g/$name.emu.cpp || $here/cuda_to_host.py -nt $g/$name.emu.cpp ]]; then
+      python3 "$here/cuda_to_host.py" "$repo/$f" "$g/$name.emu.cpp" || return 1
+    fi
+    compile "$g/$name.emu.cpp" "$g/$name.o" -include emu/prelude.h
+  done
+  for f in "${gpu_host_srcs[@]}"; do compile "$repo/$f" "$g/$(echo "$f" | tr / _).o"; done
+  for f in emu_runtime cudart_stubs cublaslt_absent; do compile "$here/src/$f.cpp" "$g/$f.o"; done
+  compile "$repo/tests/gpu/gpu_test_main.cpp" "$g/gpu_test_main.o"
+  gpu_lib_objs=("${objs[@]}")
+  local lib=("${objs[@]}")
+  for f in "${gpu_test_families[@]}"; do compile "$repo/tests/gpu/test_$f.cpp" "$g/test_$f.o"; done
+  local p ok=1
+  for p in "${pids[@]}"; do wait "$p" || ok=0; done
+  ((ok)) || return 1
+  for f in "${gpu_test_families[@]}"; do
+    "${cxx[@]}" -fopenmp -o "$g/test_gpu_$f" "$g/test_$f.o" "${lib[@]}" -lgtest -lopenblas || return 1
+  done
+}
+
 src_of() {
   case $1 in
+    gemm_mma) echo "$repo/kernels/gemm/gemm.cu" ;;
+    attention_mma) echo "$repo/kernels/attention/attention.cu" ;;
     attention) echo "$repo/kernels/attention/attention_sm90.cu" ;;
     attention_bwd) echo "$repo/kernels/attention/attention_bwd_sm90.cu" ;;
     *) echo "$repo/kernels/gemm/gemm_sm90.cu" ;;
@@ -79,14 +152,45 @@ check() {  # check NAME CMD...: runs CMD, prints its verdict line
   fi
 }
 
+if [[ $mode == --gpu-tests || $mode == --gpu-tests-build ]]; then
+  build_gpu_tests || exit 1
+  [[ $mode == --gpu-tests-build ]] && exit 0
+  for f in "${gpu_test_families[@]}"; do
+    check "gpu_tests $f" env EMU_FIBERS=1 "$out/gpu/test_gpu_$f" "--gtest_filter=${gpu_test_filter[$f]:-*}"
+  done
+  echo "emu: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
+  exit $status
+fi
+
 if [[ $mode == --mutants ]]; then
   caught=0 total=0
-  for kernel in ${3:-attention attention_bwd gemm}; do
+  kernels=${3:-attention attention_bwd gemm gemm_mma attention_mma}
+  if [[ $kernels == *_mma* ]]; then build_gpu_tests || exit 1; fi
+  for kernel in $kernels; do
     python3 "$here/mutations/mutate.py" $kernel "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
       exit 1
     while read -r m; do
       total=$((total + 1))
       bin=$out/mutant_${kernel}_$m
+      if [[ $kernel == *_mma ]]; then
+        # The default path's kernels: the GPU test suite's quick cases, stopping at the first failure
+        if ! build_gpu_mutant $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
+          echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
+          continue
+        fi
+        EMU_FIBERS=1 EMU_TIMEOUT_S=15 timeout 300 "$bin" --gtest_fail_fast "--gtest_filter=${gpu_mutant_filter[$kernel]}" \
+          > "$bin.log" 2>&1
+        rc=$?
+        if ((rc == 0)); then
+          echo "MUTANT $kernel/$m: NOT CAUGHT"
+        elif ((rc == 124)); then
+          echo "MUTANT $kernel/$m: NOT CAUGHT (hung until emu.sh's timeout, as the kernel would on a GPU)"
+        else
+          caught=$((caught + 1))
+          echo "MUTANT $kernel/$m: caught: $(grep -m1 -E '\[emu\] ERROR|Failure|FAILED' -A2 "$bin.log" | tr '\n' ' ' | cut -c1-150)"
+        fi
+        continue
+      fi
       if ! build_kernel $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
         echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
         continue

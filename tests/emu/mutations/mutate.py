@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Writes mutants of an sm_90a kernel: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention, attention_bwd or gemm)
+"""Writes mutants of a kernel file: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention, attention_bwd or
+gemm, the sm_90a kernels; gemm_mma or attention_mma, the default path's kernels/gemm/gemm.cu and
+kernels/attention/attention.cu, which emu.sh --mutants runs through the GPU test suites)
 writes OUT_DIR/NAME.cu for each of that kernel's mutations (all by default) and prints the names; SRC is
 only read. Each mutation is an exact text replacement that must match exactly once, so a change to the
 kernel that moves a pattern fails loudly here instead of silently testing nothing (tests/emu/emu.sh
@@ -206,21 +208,83 @@ ATTENTION_BWD = {
                            "cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes + 16);")],
 }
 
-MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM}
+# ---- gemm.cu: the default hand GEMM (mma.sync, cp.async pipeline), through tests/gpu/test_gemm.cpp -------
+GEMM_MMA = {
+    # waits for one cp.async group too few: the tile about to be read has not landed
+    "cp_wait_one_short": [("    cp_async_wait<kStages - 2>();\n    __syncthreads();  // tile kt visible",
+                           "    cp_async_wait<kStages - 1>();\n    __syncthreads();  // tile kt visible")],
+    # no barrier between the landing of tile kt and its use (and the refill of the stage read last)
+    "no_barrier_in_mainloop": [("    __syncthreads();  // tile kt visible to all; everyone is done with the buffer refilled next\n", "")],
+    # B from an [n][k] tile: the four 8x8 matrices taken in the wrong order
+    "b_nk_matrix_order": [("const int row = nbase + mat_row + (mat >> 1) * 8, chunk = kk / 8 + (mat & 1);",
+                           "const int row = nbase + mat_row + (mat & 1) * 8, chunk = kk / 8 + (mat >> 1);")],
+    # A from a [k][m] tile (transposed A): the four matrices in the wrong order
+    "a_km_matrix_order": [("const int row = kk + mat_row + (mat >> 1) * 8, chunk = (mbase + (mat & 1) * 8) / 8;",
+                           "const int row = kk + mat_row + (mat & 1) * 8, chunk = (mbase + (mat >> 1) * 8) / 8;")],
+    # the B fragments of two adjacent n-tiles crossed
+    "b_fragment_swap": [("bfr[2 * np][0] = r[0], bfr[2 * np][1] = r[1], bfr[2 * np + 1][0] = r[2]",
+                         "bfr[2 * np][0] = r[0], bfr[2 * np][1] = r[2], bfr[2 * np + 1][0] = r[1]")],
+    # accumulator rows g+8 staged at g+4
+    "epilogue_row_half": [("*reinterpret_cast<float2*>(sc + (r + 8) * Cfg::kCStride + c)",
+                           "*reinterpret_cast<float2*>(sc + (r + 4) * Cfg::kCStride + c)")],
+    # the staging tile read before every warp wrote its accumulators
+    "no_barrier_before_epilogue": [("  __syncthreads();\n\n  // A warp finishes one 128-column row segment",
+                                    "\n  // A warp finishes one 128-column row segment")],
+    # the last cp.async groups not waited for before the pipeline buffers become the staging tile
+    "no_final_wait": [("  cp_async_wait<0>();\n  __syncthreads();  // the pipeline buffers become the epilogue's staging tile",
+                       "  __syncthreads();  // the pipeline buffers become the epilogue's staging tile")],
+    # a split's K range one short (mma.sync and the fp32 SIMT kernel): the last k of each split is never multiplied
+    "splitk_range_short": [("  const int k_end = min(p.K, k_begin + p.k_per_split);\n  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;\n  // Fused bias gradient",
+                            "  const int k_end = min(p.K, k_begin + p.k_per_split - 1);\n  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;\n  // Fused bias gradient", 2)],
+}
+
+# ---- attention.cu: the default attention (mma.sync forward, recompute-dq and accumulate-dq backward) ----
+ATTENTION_MMA = {
+    # forward: the causal mask lets one future key in
+    "fwd_mask_off_by_one": [("if (col > row || col >= T_) s[mt][nb][e] = -INFINITY;",
+                             "if (col > row + 1 || col >= T_) s[mt][nb][e] = -INFINITY;")],
+    # forward (and recompute-dq's dQ kernel, which loads K, V the same way): the current K, V stage read
+    # before its cp.async group landed
+    "fwd_wait_short": [("      cp_async_commit();\n      cp_async_wait<1>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cK",
+                        "      cp_async_commit();\n      cp_async_wait<2>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cK", 2)],
+    # forward: the next iteration refills the stage other warps still read
+    "fwd_no_barrier_after_tile": [("    __syncthreads();  // all warps are done with `stage` before the next iteration refills it\n", "")],
+    # P as the A operand: its first two registers crossed (rows g and g+8)
+    "acc_to_a_swap": [("  a[0] = pack_bf16x2(lo[0], lo[1]);\n  a[1] = pack_bf16x2(lo[2], lo[3]);",
+                       "  a[0] = pack_bf16x2(lo[2], lo[3]);\n  a[1] = pack_bf16x2(lo[0], lo[1]);")],
+    # B from a [k][n] tile (V, K in dQ) loaded without the transpose
+    "b_kn_not_transposed": [("ldmatrix_x4_trans(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);",
+                             "ldmatrix_x4(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);")],
+    # backward: the causal mask lets one future key in
+    "bwd_mask_off_by_one": [("if (need_mask && (col > row || col >= T_)) p = 0.0f;",
+                             "if (need_mask && (col > row + 1 || col >= T_)) p = 0.0f;")],
+    # backward (dK, dV): the current Q, dO stage read before its cp.async group landed
+    "bwd_wait_short": [("      cp_async_commit();\n      cp_async_wait<1>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cQ",
+                        "      cp_async_commit();\n      cp_async_wait<2>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cQ")],
+    # accumulate-dq: a key tile adds its dQ share without waiting for its turn
+    "dq_turn_not_waited": [("    while (cuda::ld_acquire_gpu(turn) < my_turn) {\n    }",
+                            "    while (false && cuda::ld_acquire_gpu(turn) < my_turn) {\n    }")],
+    # accumulate-dq: dS^T read by the dQ product before every warp wrote its rows
+    "dq_no_barrier_before_ds": [("  __syncthreads();                                        // every warp's dS^T rows are in sdS\n", "")],
+}
+
+
+MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM, "gemm_mma": GEMM_MMA,
+             "attention_mma": ATTENTION_MMA}
 
 
 def main():
     if len(sys.argv) < 4 or sys.argv[1] not in MUTATIONS:
-        sys.exit("usage: mutate.py attention|attention_bwd|gemm SRC OUT_DIR [NAME ...]")
+        sys.exit("usage: mutate.py attention|attention_bwd|gemm|gemm_mma|attention_mma SRC OUT_DIR [NAME ...]")
     table = MUTATIONS[sys.argv[1]]
     base = open(sys.argv[2]).read()
     out = sys.argv[3]
     os.makedirs(out, exist_ok=True)
     for name in sys.argv[4:] or list(table):
         text = base
-        for old, new in table[name]:
+        for old, new, *times in table[name]:
             n = text.count(old)
-            if n != 1:
+            if n != (times[0] if times else 1):  # a third element: the pattern's expected count, all replaced
                 sys.exit(f"mutation {name}: pattern found {n} times:\n{old}")
             text = text.replace(old, new)
         open(os.path.join(out, name + ".cu"), "w").write(text)

@@ -22,6 +22,7 @@
 #include <thread>
 #include <unistd.h>
 #include <unordered_map>
+#include <sys/mman.h>
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
@@ -41,11 +42,140 @@ constexpr uint32_t kWindowBytes = 256 * 1024;  // a 14-bit (addr >> 4) descripto
 
 std::mutex g_print_mu;
 
+// cp.async copies a thread has issued and not yet landed (cp_async below).
+struct CpAsyncCopy {
+  unsigned char* dst;
+  std::vector<unsigned char> data;
+};
+struct CpAsyncState {
+  std::vector<CpAsyncCopy> open;                   // issued since the last commit
+  std::deque<std::vector<CpAsyncCopy>> committed;  // oldest first
+};
+// What spin_load_acquire remembers of a thread's current spin.
+struct SpinState {
+  const int* last = nullptr;
+  int last_value = 0;
+  int64_t since = 0, since_run = 0;  // real time (the back-off), run clock (the detector)
+};
+// The emulated GPU thread running on this OS thread: with EMU_FIBERS, the scheduler swaps the running
+// fiber's context in and out (run_block_fibers).
 struct TCtx {
   Block* blk = nullptr;
   int tid = -1;
+  CpAsyncState cp;
+  SpinState spin;
 };
 thread_local TCtx g_t;
+
+// ---- fibers (EMU_FIBERS=1) ----
+// Every GPU thread of a block is a fiber on the block's one OS thread, switched in user space at the
+// emulated synchronisation points (a wait yields to the block's scheduler, which polls it again later).
+// An OS thread per GPU thread costs ~50 us to start and ~30 us a switch on the CI VMs: the default kernels'
+// test suites (thousands of blocks, a warp rendezvous per shuffle or mma.sync) would take hours. A fiber
+// switch is a few instructions. What changes: threads interleave only at those points (a wait, a
+// collective, a barrier), in an order the scheduler draws at random (EMU_SEED) every round.
+struct Fiber {
+  void* sp = nullptr;  // saved stack pointer while switched out
+  unsigned char* stack = nullptr;
+  TCtx ctx;    // swapped with g_t while the fiber runs
+  uint3 tidx;  // its threadIdx
+  bool done = false;
+};
+thread_local Fiber* g_fiber = nullptr;   // the running fiber; null outside (the scheduler, OS-thread mode)
+thread_local void* g_sched_sp = nullptr;  // the scheduler's stack pointer while a fiber runs
+thread_local const std::function<void()>* g_fiber_body = nullptr;
+constexpr size_t kFiberStack = 512 * 1024;  // touched pages only; the kernels' register arrays fit
+
+}  // namespace
+}  // namespace emu
+
+// void emu_fiber_switch(void** save_sp, void* to_sp): saves the callee-saved registers, the x87 control
+// word and MXCSR (SysV x86-64 ABI) on the current stack, stores the stack pointer in *save_sp, and resumes
+// the context whose stack pointer is to_sp.
+extern "C" void emu_fiber_switch(void** save_sp, void* to_sp);
+asm(R"(
+.text
+.globl emu_fiber_switch
+.type emu_fiber_switch,@function
+emu_fiber_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr 8(%rsp)
+    fnstcw (%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    fldcw (%rsp)
+    ldmxcsr 8(%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size emu_fiber_switch,.-emu_fiber_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+
+namespace emu {
+namespace {
+
+bool in_fiber() { return g_fiber != nullptr; }
+void fiber_yield() {
+  Fiber* f = g_fiber;
+  emu_fiber_switch(&f->sp, g_sched_sp);
+}
+[[noreturn]] void fiber_main() {
+  (*g_fiber_body)();
+  g_fiber->done = true;
+  fiber_yield();
+  __builtin_trap();  // a finished fiber is never resumed
+}
+
+// Stacks are reused across blocks and launches: mapping fresh ones page-faults every launch.
+std::mutex g_stack_mu;
+std::vector<unsigned char*> g_free_stacks;
+unsigned char* take_stack() {
+  {
+    std::lock_guard<std::mutex> g(g_stack_mu);
+    if (!g_free_stacks.empty()) {
+      unsigned char* s = g_free_stacks.back();
+      g_free_stacks.pop_back();
+      return s;
+    }
+  }
+  void* p = mmap(nullptr, kFiberStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fail("fiber stack: mmap of %zu bytes failed", kFiberStack);
+  mprotect(p, 4096, PROT_NONE);  // a guard page: an overflow faults instead of corrupting a neighbour
+  return static_cast<unsigned char*>(p);
+}
+void give_stack(unsigned char* s) {
+  std::lock_guard<std::mutex> g(g_stack_mu);
+  g_free_stacks.push_back(s);
+}
+// The first switch into a fiber "returns" into fiber_main with the stack aligned as after a call.
+void* initial_sp(unsigned char* stack) {
+  auto top = reinterpret_cast<uintptr_t>(stack + kFiberStack) & ~uintptr_t{15};
+  auto* w = reinterpret_cast<uint64_t*>(top);
+  *--w = 0;                                              // fiber_main's (absent) return address
+  *--w = reinterpret_cast<uint64_t>(&fiber_main);        // popped by emu_fiber_switch's ret
+  for (int i = 0; i < 6; ++i) *--w = 0;                  // rbp rbx r12 r13 r14 r15
+  *--w = 0x1F80;                                         // MXCSR at 8(%rsp)
+  *--w = 0x037F;                                         // x87 control word at (%rsp)
+  return w;
+}
+
+// Counts every event that moves the grid on (progress()); the fiber scheduler sleeps a little when a
+// whole round of its fibers passed without one (they all wait for a copy, another block or time).
+std::atomic<uint64_t> g_progress_events{0};
+
 
 // ---- collectives ----
 enum class Op : int { None, Shfl, SyncWarp, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait, SetMaxNReg };
@@ -142,6 +272,10 @@ struct Block {
   std::vector<unsigned char> window_store;
   unsigned char* window = nullptr;
   uint32_t dyn_off = 0, dyn_bytes = 0;
+  // Static __shared__ storage (EMU_STATIC_SHARED): placed from the top of the window down, one place per
+  // declaration (keyed by its source line) and block; [static_lo, kWindowBytes) once any is placed.
+  uint32_t static_lo = 0;
+  std::map<int, uint32_t> static_at;
 
   std::mutex mu;  // mbarriers, syncthreads, chunk state, named barriers
   std::condition_variable cv;
@@ -297,12 +431,25 @@ int64_t run_clock_ns() {
 
 std::atomic<int64_t> g_last_progress_ns{0};  // on run_clock_ns()
 void progress() {  // moves the clock forward only: a thread preempted after reading the time must not set it back
+  g_progress_events.fetch_add(1, std::memory_order_relaxed);
   const int64_t t = run_clock_ns();
   int64_t seen = g_last_progress_ns.load(std::memory_order_relaxed);
   while (seen < t && !g_last_progress_ns.compare_exchange_weak(seen, t, std::memory_order_relaxed)) {
   }
 }
 int64_t timeout_ns() { return static_cast<int64_t>(config().timeout_s) * 1'000'000'000; }
+
+// A waiter gives up its lock until something may have changed: an OS thread sleeps on the condition
+// variable (a notify or `most` wakes it), a fiber yields to its block's scheduler.
+void pause_waiter(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, std::chrono::nanoseconds most) {
+  if (in_fiber()) {
+    lk.unlock();
+    fiber_yield();
+    lk.lock();
+  } else {
+    cv.wait_for(lk, most);
+  }
+}
 
 template <class Pred>
 void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const char* what) {
@@ -319,7 +466,7 @@ void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, P
       fail("deadlock: the whole grid made no progress for %u s while this thread waited in %s", config().timeout_s,
            what);
     }
-    cv.wait_for(lk, std::chrono::nanoseconds(std::max(left, kTickNs)));
+    pause_waiter(lk, cv, std::chrono::nanoseconds(std::max(left, kTickNs)));
   }
   set_waiting("");
 }
@@ -361,6 +508,7 @@ void collective(Group& g, Op op, Fill&& fill, Leader&& leader, Take&& take) {
 inline uint32_t swizzle128(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
 
 void check_dyn_range(Block& b, uint32_t off, uint32_t bytes, const char* what) {
+  if (b.static_lo > 0 && off >= b.static_lo && static_cast<uint64_t>(off) + bytes <= kWindowBytes) return;
   if (off < b.dyn_off || static_cast<uint64_t>(off) + bytes > static_cast<uint64_t>(b.dyn_off) + b.dyn_bytes)
     fail("%s: shared address 0x%x (+%u bytes) outside the launched dynamic shared memory [0x%x, 0x%x)", what, off,
          bytes, b.dyn_off, b.dyn_off + b.dyn_bytes);
@@ -705,6 +853,7 @@ const Config& config() {
     c.sms = get("EMU_SMS", c.sms);
     c.start_delay_us = get("EMU_START_DELAY_US", c.start_delay_us);
     c.start_last_first = get("EMU_START_LAST_FIRST", 0) != 0;
+    c.fibers = get("EMU_FIBERS", 0) != 0;
     if (c.smem_offset % 16) fail("EMU_SMEM_OFFSET must be a multiple of 16 (dynamic smem is 16-byte aligned)");
     return c;
   }();
@@ -779,12 +928,12 @@ void start_gate_last_first(long first_atomic_seq) {
     if (g_gate.order.empty() && static_cast<int64_t>(stalled_ns(static_cast<uint64_t>(t0))) > timeout_ns())
       fail("EMU_START_LAST_FIRST: %zu of the wave's %zu blocks reached a __syncthreads, and the grid stood still "
            "for %u s", g_gate.keys.size(), g_gate.size, config().timeout_s);
-    g_gate.cv.wait_for(lk, std::chrono::milliseconds(10));
+    pause_waiter(lk, g_gate.cv, std::chrono::milliseconds(10));
   }
   if (g_gate.released > 0) {  // the blocks let through before have run as far as they can
     const int64_t since = run_clock_ns();
     while (static_cast<int64_t>(stalled_ns(static_cast<uint64_t>(since))) < kGateStallNs)
-      g_gate.cv.wait_for(lk, std::chrono::milliseconds(10));
+      pause_waiter(lk, g_gate.cv, std::chrono::milliseconds(10));
   }
   set_waiting("");
   progress();
@@ -808,7 +957,11 @@ void syncthreads() {
   } else if (first_sync_complete && config().start_delay_us > 0) {
     const unsigned us = b.rand_us(config().start_delay_us);
     lk.unlock();
-    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    if (in_fiber()) {  // the block's other fibers wait at this barrier meanwhile: yield until the time passed
+      for (const auto until = Clock::now() + std::chrono::microseconds(us); Clock::now() < until;) fiber_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
     lk.lock();
   }
   arrive_and_wait(b, lk, b.sync_arrived, b.sync_gen, b.live, "__syncthreads");
@@ -816,15 +969,18 @@ void syncthreads() {
 
 void thread_exit_hook() {
   Block& b = blk();
-  Group* gs[2] = {b.warps[g_t.tid / 32].get(), b.wgs[g_t.tid / 128].get()};
+  cp_async_land_all();  // a thread's copies still land after it exits
+  const bool in_wg = static_cast<size_t>(g_t.tid / 128) < b.wgs.size();
+  Group* gs[2] = {b.warps[g_t.tid / 32].get(), in_wg ? b.wgs[g_t.tid / 128].get() : nullptr};
   for (Group* g : gs) {
+    if (!g) continue;
     std::lock_guard<std::mutex> lk(g->mu);
     ++g->exited;
     if (g->arrived > 0)
       fail("thread exited while %d thread(s) of its %s wait in %s", g->arrived, g->size == 32 ? "warp" : "warpgroup",
            op_name(g->dep[0].op));
   }
-  {
+  if (in_wg) {
     Group& g = *gs[1];
     std::lock_guard<std::mutex> lk(g.mu);
     if (!g.open.empty() || !g.committed.empty()) fail("thread exited with wgmma operations not retired by a wait");
@@ -881,6 +1037,26 @@ void syncwarp(unsigned mask) {
 }
 
 unsigned char* dynamic_smem() { return blk().window + blk().dyn_off; }
+
+unsigned char* static_smem(size_t bytes, size_t align, int key) {
+  Block& b = blk();
+  std::lock_guard<std::mutex> lk(b.mu);
+  auto it = b.static_at.find(key);
+  if (it != b.static_at.end()) return b.window + it->second;
+  const uint32_t top = b.static_lo > 0 ? b.static_lo : kWindowBytes;
+  if (bytes > top) fail("static __shared__ declaration at line %d: %zu bytes do not fit", key, bytes);
+  const uint32_t off = static_cast<uint32_t>((top - bytes) / std::max<size_t>(align, 16) * std::max<size_t>(align, 16));
+  // CUDA's limit on static shared memory is 48 KB a block; static and dynamic storage must not overlap
+  if (kWindowBytes - off > 48 * 1024)
+    fail("static __shared__ storage above 48 KB a block (%u bytes with the declaration at line %d)", kWindowBytes - off,
+         key);
+  if (off < b.dyn_off + b.dyn_bytes)
+    fail("static __shared__ storage (line %d) and %u bytes of dynamic shared memory exceed the window", key,
+         b.dyn_bytes);
+  b.static_lo = off;
+  b.static_at[key] = off;
+  return b.window + off;
+}
 
 uint32_t smem_offset(const void* p) {
   Block& b = blk();
@@ -941,7 +1117,7 @@ bool mbar_try_wait_parity(uint32_t addr, uint32_t parity) {
   // try_wait suspends for a while; a completing phase wakes it at once (complete_phase_if_done), so the
   // bound only sets how often a waiter rechecks its time limit. 1 ms made hundreds of waiting threads
   // (every block of a grid resident) wake 1000 times a second each, and the 2 cores spent their time on it.
-  if (!done()) b.cv.wait_for(lk, std::chrono::milliseconds(20));
+  if (!done()) pause_waiter(lk, b.cv, std::chrono::milliseconds(20));
   if (done()) {
     set_waiting("");
     return true;
@@ -1211,13 +1387,42 @@ void setmaxnreg(int regs, bool inc) {
 }
 
 // ---- sm_80 helpers ----
+// cp.async (PTX ISA "cp.async", "cp.async.commit_group", "cp.async.wait_group"): a copy is taken from global
+// memory when issued and lands only when a wait_group of its thread requires it (or the thread exits);
+// until then its destination reads as NaN (0xFF bytes), so a read that a missing wait or barrier leaves
+// early sees garbage, as it may on the GPU, and a refill of a stage another warp still reads overwrites it.
+namespace {
+void land(std::vector<CpAsyncCopy>& group) {
+  for (auto& c : group) std::memcpy(c.dst, c.data.data(), c.data.size());
+  group.clear();
+}
+}  // namespace
+
 void cp_async(void* dst, const void* src, int bytes, bool full) {
   const uint32_t off = smem_offset(dst);
+  if (off % bytes) fail("cp.async of %d bytes to shared address 0x%x, not %d-byte aligned", bytes, off, bytes);
+  if (full && reinterpret_cast<uintptr_t>(src) % bytes)
+    fail("cp.async of %d bytes from global address %p, not %d-byte aligned", bytes, src, bytes);
   unsigned char* p = smem_at(off, bytes, "cp.async");
-  if (full)
-    std::memcpy(p, src, bytes);
-  else
-    std::memset(p, 0, bytes);
+  CpAsyncCopy c{p, std::vector<unsigned char>(bytes, 0)};
+  if (full) std::memcpy(c.data.data(), src, bytes);
+  std::memset(p, 0xFF, bytes);
+  g_t.cp.open.push_back(std::move(c));
+}
+void cp_async_commit() {
+  g_t.cp.committed.push_back(std::move(g_t.cp.open));
+  g_t.cp.open.clear();
+}
+void cp_async_wait(int pending) {
+  // Copies not yet committed are not waited for by wait_group (PTX ISA); they stay in flight.
+  while (static_cast<int>(g_t.cp.committed.size()) > pending) {
+    land(g_t.cp.committed.front());
+    g_t.cp.committed.pop_front();
+  }
+}
+void cp_async_land_all() {
+  cp_async_wait(0);
+  land(g_t.cp.open);
 }
 
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
@@ -1291,9 +1496,10 @@ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
 
 // ---- global-memory flags ----
 int spin_load_acquire(const int* flag) {
-  thread_local const int* last = nullptr;
-  thread_local int last_value = 0;
-  thread_local int64_t since = 0, since_run = 0;  // real time (the back-off), run clock (the detector)
+  SpinState& st = g_t.spin;
+  const int*& last = st.last;
+  int& last_value = st.last_value;
+  int64_t &since = st.since, &since_run = st.since_run;
   const int v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
   if (flag != last || v != last_value) {
     if (now_ns() - since > 1'000'000) set_waiting("");
@@ -1310,10 +1516,15 @@ int spin_load_acquire(const int* flag) {
       char what[96];
       snprintf(what, sizeof what, "a spin on the global flag %p, reading %d", static_cast<const void*>(flag), v);
       set_waiting(what);
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    else
+      if (in_fiber())
+        fiber_yield();  // the scheduler backs off when no fiber makes progress
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else if (in_fiber()) {
+      fiber_yield();
+    } else {
       std::this_thread::yield();
+    }
   }
   return v;
 }
@@ -1323,6 +1534,14 @@ void register_global(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> g(g_globals_mu);
   g_globals.emplace_back(reinterpret_cast<uintptr_t>(p), bytes);
 }
+void unregister_global(const void* p) {
+  std::lock_guard<std::mutex> g(g_globals_mu);
+  for (size_t i = 0; i < g_globals.size(); ++i)
+    if (g_globals[i].first == reinterpret_cast<uintptr_t>(p)) {
+      g_globals.erase(g_globals.begin() + static_cast<long>(i));
+      return;
+    }
+}
 void clear_globals() {
   std::lock_guard<std::mutex> g(g_globals_mu);
   g_globals.clear();
@@ -1330,10 +1549,69 @@ void clear_globals() {
 
 void set_max_dynamic_smem(const void* func, int bytes) { g_max_dyn_smem[func] = bytes; }
 
+// EMU_FIBERS: the block's threads as fibers on this OS thread. Each round runs every live fiber once, until
+// it waits (yields) or ends, in an order drawn at random; a round in which nothing moved the grid on
+// sleeps a little, up to 1 ms, so that a block waiting for a copy or another block leaves the cores to them.
+void run_block_fibers(Block* b, dim3 block, dim3 grid, const std::function<void()>& body) {
+  blockIdx = uint3{b->idx.x, b->idx.y, b->idx.z};
+  blockDim = block;
+  gridDim = grid;
+  std::vector<Fiber> fibers(static_cast<size_t>(b->nthreads));
+  std::vector<int> order(fibers.size());
+  for (size_t t = 0; t < fibers.size(); ++t) {
+    Fiber& f = fibers[t];
+    f.ctx.blk = b;
+    f.ctx.tid = static_cast<int>(t);
+    f.tidx = uint3{static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
+                   static_cast<unsigned>(t) / (block.x * block.y)};
+    f.stack = take_stack();
+    f.sp = initial_sp(f.stack);
+    order[t] = static_cast<int>(t);
+  }
+  const std::function<void()> fiber_body = [&] {
+    body();
+    thread_exit_hook();
+  };
+  g_fiber_body = &fiber_body;
+  std::mt19937 rng(config().seed * 2654435761u + b->idx.x * 7919u + b->idx.y * 131u + b->idx.z);
+  size_t live = fibers.size();
+  unsigned idle_us = 0;
+  while (live > 0) {
+    const uint64_t events = g_progress_events.load(std::memory_order_relaxed);
+    std::shuffle(order.begin(), order.end(), rng);
+    size_t ended = 0;
+    for (int t : order) {
+      Fiber& f = fibers[static_cast<size_t>(t)];
+      if (f.done) continue;
+      std::swap(g_t, f.ctx);
+      threadIdx = f.tidx;
+      g_fiber = &f;
+      emu_fiber_switch(&g_sched_sp, f.sp);
+      g_fiber = nullptr;
+      std::swap(g_t, f.ctx);
+      if (f.done) {
+        give_stack(f.stack);
+        ++ended;
+      }
+    }
+    live -= ended;
+    if (ended == 0 && events == g_progress_events.load(std::memory_order_relaxed)) {
+      idle_us = std::min(1000u, idle_us ? 2 * idle_us : 10u);
+      std::this_thread::sleep_for(std::chrono::microseconds(idle_us));
+    } else {
+      idle_us = 0;
+    }
+  }
+  g_fiber_body = nullptr;
+}
+
 void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
   const Config& cfg = config();
-  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024) fail("launch: block (%u,%u,%u) not modelled", block.x, block.y, block.z);
-  if (block.x % 128) fail("launch: %u threads is not a whole number of warpgroups", block.x);
+  const unsigned nthreads = block.x * block.y * block.z;
+  if (nthreads == 0 || nthreads > 1024) fail("launch: block (%u,%u,%u): %u threads", block.x, block.y, block.z, nthreads);
+  if (nthreads % 32) fail("launch: %u threads is not a whole number of warps (not modelled)", nthreads);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+    fail("launch: grid (%u,%u,%u) is invalid", grid.x, grid.y, grid.z);
   const int max_dyn = g_max_dyn_smem.count(func) ? g_max_dyn_smem[func] : 48 * 1024;
   if (smem > static_cast<size_t>(max_dyn))
     fail("launch: %zu bytes of dynamic shared memory above the function's limit %d (cudaFuncSetAttribute)", smem, max_dyn);
@@ -1349,7 +1627,8 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
   // OS thread, and GPT-2's attention grid (192 blocks x 384) would exceed the process's thread mappings.
   constexpr size_t kMaxEmuThreads = 24576;
   const size_t wave = cfg.concurrent_blocks ? cfg.concurrent_blocks
-                                            : std::max<size_t>(1, std::min(ids.size(), kMaxEmuThreads / block.x));
+                                            : std::max<size_t>(1, std::min(ids.size(), kMaxEmuThreads / nthreads));
+  // (With fibers a block is one OS thread, but its fibers' stacks and contexts are the same in number.)
   for (size_t first = 0; first < ids.size(); first += wave) {
     const size_t last = std::min(ids.size(), first + wave);
     {
@@ -1363,8 +1642,8 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       blocks.emplace_back(new Block);
       Block& b = *blocks.back();
       b.idx = ids[bi];
-      b.nthreads = block.x;
-      b.live = block.x;
+      b.nthreads = static_cast<int>(nthreads);
+      b.live = static_cast<int>(nthreads);
       b.window_store.assign(kWindowBytes + 1024, 0xFF);  // uninitialised smem reads as bf16 NaN
       b.window = b.window_store.data() + (1024 - reinterpret_cast<uintptr_t>(b.window_store.data()) % 1024) % 1024;
       b.dyn_off = cfg.smem_offset;
@@ -1373,8 +1652,8 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       b.chunk_pending.assign(kWindowBytes / kChunk, 0);
       b.chunk_readers.assign(kWindowBytes / kChunk, 0);
       b.rng.seed(cfg.seed * 7919u + bx * 131u + by * 17u + bz);
-      const int nw = block.x / 32, nwg = block.x / 128;
-      b.wg_regs.assign(nwg, std::min(256, static_cast<int>(65536 / block.x) / 8 * 8));
+      const int nw = static_cast<int>(nthreads) / 32, nwg = static_cast<int>(nthreads) / 128;  // whole warpgroups
+      b.wg_regs.assign(nwg, std::min(256, static_cast<int>(65536 / nthreads) / 8 * 8));
       for (int w = 0; w < nw; ++w) {
         b.warps.emplace_back(new Group);
         Group& g = *b.warps.back();
@@ -1388,7 +1667,7 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
         g.dep.resize(128), g.result.resize(128), g.fenced.assign(128, false), g.last_written.resize(128);
         g.chain_val.resize(128);
       }
-      b.waiting.assign(block.x, "");
+      b.waiting.assign(nthreads, "");
       b.dma = std::thread(dma_loop, &b);
     }
     {
@@ -1397,11 +1676,15 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
     }
     for (auto& bp : blocks) {
       Block* bb = bp.get();
-      for (unsigned t = 0; t < block.x; ++t)
+      if (cfg.fibers) {
+        threads.emplace_back([&, bb] { run_block_fibers(bb, block, grid, body); });
+        continue;
+      }
+      for (unsigned t = 0; t < nthreads; ++t)
         threads.emplace_back([&, bb, t] {
           g_t.blk = bb;
-          g_t.tid = static_cast<int>(t);
-          threadIdx = uint3{t, 0, 0};
+          g_t.tid = static_cast<int>(t);  // the linear thread index: warps are consecutive x, then y, then z
+          threadIdx = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
           blockIdx = uint3{bb->idx.x, bb->idx.y, bb->idx.z};
           blockDim = block;
           gridDim = grid;

@@ -28,6 +28,13 @@
 #define __grid_constant__
 #define __launch_bounds__(...)
 
+// A static `__shared__ T name dims;` (rewritten so by tests/emu/cuda_to_host.py): a reference to the
+// block's storage for that declaration, in its shared window.
+#define EMU_STATIC_SHARED(T, name, dims, align)                                                        \
+  using name##_emu_shared_t = T dims;                                                                  \
+  name##_emu_shared_t& name =                                                                          \
+      *reinterpret_cast<name##_emu_shared_t*>(::emu::static_smem(sizeof(name##_emu_shared_t), align, __LINE__))
+
 // The builtin index variables: per emulated thread.
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
@@ -58,6 +65,11 @@ inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+// Round-to-nearest arithmetic that nvcc must not contract into an fma: host float arithmetic already is
+// (g++ does not contract across these calls on x86-64 without -ffp-contract=fast and FMA code).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __expf(float x) { return std::exp(x); }
 template <class T>
 inline T __ldcs(const T* p) { return *p; }

@@ -33,6 +33,7 @@ struct Config {
   unsigned start_delay_us = 0;     // EMU_START_DELAY_US: a block's first __syncthreads holds it 0..delay us
   bool start_last_first = false;   // EMU_START_LAST_FIRST=1: blocks pass their first __syncthreads last first,
                                    // each once the grid stands still (emu_runtime.cpp, start_gate_last_first)
+  bool fibers = false;             // EMU_FIBERS=1: a block's threads are fibers on one OS thread (run_block_fibers)
 };
 const Config& config();
 
@@ -49,6 +50,9 @@ void syncwarp(unsigned mask);  // __syncwarp: every lane of the warp, full mask 
 
 // ---- shared memory -------------------------------------------------------------------------------
 unsigned char* dynamic_smem();          // the generic pointer of `extern __shared__` storage
+// A static `__shared__` declaration's storage in the calling thread's block (EMU_STATIC_SHARED): the same
+// for every thread of the block that asks with the same key (the declaration's line).
+unsigned char* static_smem(size_t bytes, size_t align, int key);
 uint32_t smem_offset(const void* p);    // generic -> shared-window address (checks the range)
 unsigned char* smem_at(uint32_t off, uint32_t bytes, const char* what);  // window address -> pointer
 
@@ -103,8 +107,11 @@ void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int trans_b, 
 // until the pool holds it; an inc that never gets it is a deadlock.
 void setmaxnreg(int regs, bool inc);
 
-// ---- sm_80 helpers (not used by the attention kernel; emulated for completeness) ------------------
-void cp_async(void* dst, const void* src, int bytes, bool full);
+// ---- sm_80: cp.async, ldmatrix, mma.sync (the mma.sync GEMM and attention kernels) -------------------
+void cp_async(void* dst, const void* src, int bytes, bool full);  // lands at the wait_group that needs it
+void cp_async_commit();
+void cp_async_wait(int pending);
+void cp_async_land_all();  // at thread exit
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans);
 void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
 
@@ -141,5 +148,6 @@ struct Launch {
 namespace emu {
 // "Device" allocations: TMA reads outside every registered range are errors.
 void register_global(const void* p, size_t bytes);
+void unregister_global(const void* p);
 void clear_globals();
 }  // namespace emu

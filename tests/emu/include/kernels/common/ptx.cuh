@@ -17,9 +17,9 @@ inline uint32_t smem_u32(const void* p) { return emu::smem_offset(p); }
 // ---- sm_80+ ----
 inline void cp_async_16(void* dst, const void* src, bool full) { emu::cp_async(dst, src, 16, full); }
 inline void cp_async_4(void* dst, const void* src, bool full) { emu::cp_async(dst, src, 4, full); }
-inline void cp_async_commit() {}
+inline void cp_async_commit() { emu::cp_async_commit(); }
 template <int kPending>
-inline void cp_async_wait() {}  // copies are performed synchronously
+inline void cp_async_wait() { emu::cp_async_wait(kPending); }
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) { emu::ldmatrix_x4(r, p, false); }
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { emu::ldmatrix_x4(r, p, true); }
 inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
