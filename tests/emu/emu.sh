@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The sm_90a kernels (kernels/attention/attention_sm90.cu, attention_bwd_sm90.cu and kernels/gemm/gemm_sm90.cu:
-# TMA, mbarriers, wgmma) run on the CPU, without a GPU: each kernel's real source compiled by g++ as host C++, every GPU
-# thread of a block a std::thread, and the Hopper features they use emulated from NVIDIA's
+# The CUDA kernels run on the CPU, without a GPU: each kernel's real source compiled by g++ as host C++, every
+# GPU thread of a block a std::thread (or a fiber), and the GPU features they use emulated from NVIDIA's
 # documentation (README.md here).
 #
-#   tests/emu/emu.sh BUILD_DIR            build, then the checks CI runs (~2-3 min): the repository's
-#                                         descriptor and fragment helpers against the emulator's; the
-#                                         attention forward on partial tiles and on AttentionWgmmaForward's
+#   tests/emu/emu.sh BUILD_DIR            build, then the sm_90a kernels' checks CI runs (~2-3 min): the
+#                                         repository's descriptor and fragment helpers against the emulator's;
+#                                         the attention forward on partial tiles and on AttentionWgmmaForward's
 #                                         shapes; the GEMM (128x128, 128x256 and ping-pong) on every
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23; KERNELS: a quoted
-#                                         subset of "attention attention_bwd gemm"), each must be caught, not hang
+#   tests/emu/emu.sh BUILD_DIR --gpu-tests  the repository's GPU test suites (tests/gpu: GEMM's hand backend,
+#                                         attention, layernorm, elementwise, encoder) against every kernel file
+#                                         of kernels/, CI's cases (~4 min); --gpu-tests-build builds them only
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23 + 9 + 9; KERNELS: a quoted
+#                                         subset of "attention attention_bwd gemm gemm_mma attention_mma"), each
+#                                         must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,7 +58,9 @@ build_kernel() {
 # rewritten by cuda_to_host.py and compiled by g++ against the emulator, with src/core and the CPU references.
 gpu_kernel_srcs=(kernels/common/cuda_device.cu kernels/encoder/encoder.cu kernels/layernorm/layernorm.cu
   kernels/gemm/gemm.cu kernels/attention/attention.cu kernels/attention/attention_decode.cu kernels/gelu/gelu.cu
-  kernels/softmax_xent/softmax_xent.cu kernels/adamw/adamw.cu kernels/reduce/reduce.cu)
+  kernels/softmax_xent/softmax_xent.cu kernels/adamw/adamw.cu kernels/reduce/reduce.cu
+  kernels/common/sm90a_host.cu kernels/gemm/gemm_sm90.cu kernels/attention/attention_sm90.cu
+  kernels/attention/attention_bwd_sm90.cu)
 gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/file_io.cpp src/core/backend.cpp
   src/core/param_segment.cpp kernels/common/device.cpp kernels/common/kernel_paths.cpp kernels/encoder/encoder_cpu.cpp
   kernels/layernorm/layernorm_cpu.cpp kernels/gemm/gemm_cpu.cpp kernels/attention/attention_cpu.cpp
@@ -66,8 +71,8 @@ gpu_test_families=(gemm attention layernorm elementwise encoder)
 # run BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1). Left out here: the
 # GPT-2-sized shapes and the cases that repeat a kernel on more data.
 declare -A gpu_test_filter=(
-  [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*'
-  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
+  [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*:GemmWgmma.AllTransposesAndEpiloguesAgainstDoubleLoop:GemmWgmma.PathSelectionAndFallback:GemmWgmma.EnvironmentPicksTheTile:GemmWgmma.ForcedSplitK'
+  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
   [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
 )
 # The quick cases each mutant of the default path's kernels runs (--mutants gemm_mma attention_mma)
@@ -80,7 +85,8 @@ gpu_lib_objs=()
 build_gpu_mutant() {
   local kernel=$1 src=$2 bin=$3 family=${1%_mma} o lib=()
   python3 "$here/cuda_to_host.py" "$src" "$bin.emu.cpp" 2> /dev/null || return 1
-  "${cxx[@]}" "${inc[@]}" -DGPT2_HAVE_CUDA=1 -DGPT2_EMU=1 -include emu/prelude.h -c "$bin.emu.cpp" -o "$bin.o" || return 1
+  "${cxx[@]}" "${inc[@]}" -DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -DGPT2_EMU=1 -include emu/prelude.h -c "$bin.emu.cpp" \
+    -o "$bin.o" || return 1
   for o in "${gpu_lib_objs[@]}"; do [[ $o == "$out/gpu/$family.o" ]] || lib+=("$o"); done
   "${cxx[@]}" -fopenmp -o "$bin" "$out/gpu/test_$family.o" "$bin.o" "${lib[@]}" -lgtest -lopenblas
 }
@@ -88,7 +94,7 @@ build_gpu_tests() {
   local g=$out/gpu f name objs=() pids=() cblas
   mkdir -p "$g"
   cblas=$(ls -d /usr/include/*/openblas-openmp /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1)
-  local flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_EMU=1 -fopenmp ${cblas:+-I"$cblas"})
+  local flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -D__CUDA_ARCH_FEAT_SM90_ALL -DGPT2_EMU=1 -fopenmp ${cblas:+-I"$cblas"})
   # compile SRC OBJ [FLAGS...]: in the background, two at a time; skipped when OBJ is newer than SRC and the emulator headers
   compile() {
     local src=$1 obj=$2
@@ -156,7 +162,9 @@ if [[ $mode == --gpu-tests || $mode == --gpu-tests-build ]]; then
   build_gpu_tests || exit 1
   [[ $mode == --gpu-tests-build ]] && exit 0
   for f in "${gpu_test_families[@]}"; do
-    check "gpu_tests $f" env EMU_FIBERS=1 "$out/gpu/test_gpu_$f" "--gtest_filter=${gpu_test_filter[$f]:-*}"
+    # no added TMA and wgmma latencies: with fibers a wgmma wait's delay stalls the whole block (README)
+    check "gpu_tests $f" env EMU_FIBERS=1 EMU_WAIT_DELAY_US=0 EMU_TMA_DELAY_US=20 "$out/gpu/test_gpu_$f" \
+      "--gtest_filter=${gpu_test_filter[$f]:-*}"
   done
   echo "emu: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
   exit $status

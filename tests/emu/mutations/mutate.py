@@ -230,9 +230,11 @@ GEMM_MMA = {
     # the staging tile read before every warp wrote its accumulators
     "no_barrier_before_epilogue": [("  __syncthreads();\n\n  // A warp finishes one 128-column row segment",
                                     "\n  // A warp finishes one 128-column row segment")],
-    # the last cp.async groups not waited for before the pipeline buffers become the staging tile
-    "no_final_wait": [("  cp_async_wait<0>();\n  __syncthreads();  // the pipeline buffers become the epilogue's staging tile",
-                       "  __syncthreads();  // the pipeline buffers become the epilogue's staging tile")],
+    # the next tile loaded into the stage being read (the ring's index one off)
+    "refill_current_stage": [("if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);",
+                              "if (kt + kStages - 1 < k_tiles) load_stage(kt % kStages, kt + kStages - 1);")],
+    # (Not a mutant: dropping the cp_async_wait<0>() before the epilogue. The groups still open there are
+    # the empty ones committed after the last load, so it changes nothing; the emulator agrees.)
     # a split's K range one short (mma.sync and the fp32 SIMT kernel): the last k of each split is never multiplied
     "splitk_range_short": [("  const int k_end = min(p.K, k_begin + p.k_per_split);\n  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;\n  // Fused bias gradient",
                             "  const int k_end = min(p.K, k_begin + p.k_per_split - 1);\n  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;\n  // Fused bias gradient", 2)],

@@ -285,6 +285,8 @@ struct Block {
   uint64_t sync_gen = 0;
   std::map<int, NamedBar> named;
   std::vector<int> wg_regs;  // setmaxnreg: each warpgroup's per-thread register count
+  std::vector<int> wg_inc_regs;                       // its pending inc's count
+  std::vector<uint64_t> wg_inc_filed, wg_inc_granted;  // its incs filed / granted so far
   long reg_pool = 0;         // registers given back by dec, not yet taken by inc
   std::vector<uint64_t> chunk_version;
   std::vector<int> chunk_pending, chunk_readers;
@@ -1360,6 +1362,9 @@ void setmaxnreg(int regs, bool inc) {
   Block& b = blk();
   const int wg = g_t.tid / 128;
   Group& g = *b.wgs[wg];
+  // The collective checks the instruction and files an inc's request; the threads then wait for the pool
+  // outside it (a wait inside the leader would hold the warpgroup's lock, and with fibers no other fiber
+  // of the block could take it). Whichever thread first sees the pool hold enough grants the request.
   collective(
       g, Op::SetMaxNReg, [&](Deposit& d) { d.pending = regs, d.kind = inc ? 1 : 0; },
       [&] {
@@ -1367,23 +1372,38 @@ void setmaxnreg(int regs, bool inc) {
           if (g.dep[t].pending != regs || g.dep[t].kind != (inc ? 1 : 0))
             fail("setmaxnreg: the warpgroup's threads ran different instructions (.sync.aligned)");
         if (regs < 24 || regs > 256 || regs % 8) fail("setmaxnreg %d: not a multiple of 8 in [24, 256]", regs);
-        std::unique_lock<std::mutex> lk(b.mu);
+        std::lock_guard<std::mutex> lk(b.mu);
         int& cur = b.wg_regs[wg];
         if (inc) {
           if (regs < cur) fail("setmaxnreg.inc to %d below warpgroup %d's %d registers", regs, wg, cur);
-          const long need = 128L * (regs - cur);
-          timed_wait(lk, b.cv, [&] { return b.reg_pool >= need; },
-                     "setmaxnreg.inc (the block's register pool never held enough: do the warpgroups' counts "
-                     "sum above the count at entry times the threads?)");
-          b.reg_pool -= need;
+          b.wg_inc_regs[wg] = regs;
+          ++b.wg_inc_filed[wg];
         } else {
           if (regs > cur) fail("setmaxnreg.dec to %d above warpgroup %d's %d registers", regs, wg, cur);
           b.reg_pool += 128L * (cur - regs);
+          cur = regs;
           b.cv.notify_all();
         }
-        cur = regs;
       },
       [](int) {});
+  if (!inc) return;
+  std::unique_lock<std::mutex> lk(b.mu);
+  // No new request of this warpgroup can be filed before this thread joins its next collective.
+  const uint64_t mine = b.wg_inc_filed[wg];
+  timed_wait(
+      lk, b.cv,
+      [&] {
+        if (b.wg_inc_granted[wg] >= mine) return true;
+        const long need = 128L * (b.wg_inc_regs[wg] - b.wg_regs[wg]);
+        if (b.reg_pool < need) return false;
+        b.reg_pool -= need;
+        b.wg_regs[wg] = b.wg_inc_regs[wg];
+        b.wg_inc_granted[wg] = mine;
+        b.cv.notify_all();
+        return true;
+      },
+      "setmaxnreg.inc (the block's register pool never held enough: do the warpgroups' counts sum above the count "
+      "at entry times the threads?)");
 }
 
 // ---- sm_80 helpers ----
@@ -1551,7 +1571,7 @@ void set_max_dynamic_smem(const void* func, int bytes) { g_max_dyn_smem[func] = 
 
 // EMU_FIBERS: the block's threads as fibers on this OS thread. Each round runs every live fiber once, until
 // it waits (yields) or ends, in an order drawn at random; a round in which nothing moved the grid on
-// sleeps a little, up to 1 ms, so that a block waiting for a copy or another block leaves the cores to them.
+// pauses a little, up to 1 ms, so that a block waiting for a copy or another block leaves the cores to them.
 void run_block_fibers(Block* b, dim3 block, dim3 grid, const std::function<void()>& body) {
   blockIdx = uint3{b->idx.x, b->idx.y, b->idx.z};
   blockDim = block;
@@ -1596,8 +1616,11 @@ void run_block_fibers(Block* b, dim3 block, dim3 grid, const std::function<void(
     }
     live -= ended;
     if (ended == 0 && events == g_progress_events.load(std::memory_order_relaxed)) {
+      // A completing mbarrier phase (a TMA copy landing) notifies the block's condition variable: it ends
+      // the pause at once. Another block's flag or arrival is seen after the pause.
       idle_us = std::min(1000u, idle_us ? 2 * idle_us : 10u);
-      std::this_thread::sleep_for(std::chrono::microseconds(idle_us));
+      std::unique_lock<std::mutex> lk(b->mu);
+      b->cv.wait_for(lk, std::chrono::microseconds(idle_us));
     } else {
       idle_us = 0;
     }
@@ -1654,6 +1677,9 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       b.rng.seed(cfg.seed * 7919u + bx * 131u + by * 17u + bz);
       const int nw = static_cast<int>(nthreads) / 32, nwg = static_cast<int>(nthreads) / 128;  // whole warpgroups
       b.wg_regs.assign(nwg, std::min(256, static_cast<int>(65536 / nthreads) / 8 * 8));
+      b.wg_inc_regs.assign(nwg, 0);
+      b.wg_inc_filed.assign(nwg, 0);
+      b.wg_inc_granted.assign(nwg, 0);
       for (int w = 0; w < nw; ++w) {
         b.warps.emplace_back(new Group);
         Group& g = *b.warps.back();
