@@ -85,24 +85,28 @@ gpu_lib_objs=()
 build_gpu_mutant() {
   local kernel=$1 src=$2 bin=$3 family=${1%_mma} o lib=()
   python3 "$here/cuda_to_host.py" "$src" "$bin.emu.cpp" 2> /dev/null || return 1
-  "${cxx[@]}" "${inc[@]}" -DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -DGPT2_EMU=1 -include emu/prelude.h -c "$bin.emu.cpp" \
-    -o "$bin.o" || return 1
+  "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${kernel_flags[@]}" -c "$bin.emu.cpp" -o "$bin.o" || return 1
   for o in "${gpu_lib_objs[@]}"; do [[ $o == "$out/gpu/$family.o" ]] || lib+=("$o"); done
   "${cxx[@]}" -fopenmp -o "$bin" "$out/gpu/test_$family.o" "$bin.o" "${lib[@]}" -lgtest -lopenblas
 }
+# The g++ flags of the GPU test build's objects (the rewritten kernel files also get -include emu/prelude.h).
+gpu_flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -D__CUDA_ARCH_FEAT_SM90_ALL -DGPT2_EMU=1 -fopenmp)
+cblas_inc=$(ls -d /usr/include/*/openblas-openmp /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1)
+[[ -n $cblas_inc ]] && gpu_flags+=(-I"$cblas_inc")
+kernel_flags=(-include emu/prelude.h -DEMU_REWRITTEN_SOURCES)
 build_gpu_tests() {
-  local g=$out/gpu f name objs=() pids=() cblas
+  local g=$out/gpu f name objs=() pids=()
   mkdir -p "$g"
-  cblas=$(ls -d /usr/include/*/openblas-openmp /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1)
-  local flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -D__CUDA_ARCH_FEAT_SM90_ALL -DGPT2_EMU=1 -fopenmp ${cblas:+-I"$cblas"})
-  # compile SRC OBJ [FLAGS...]: in the background, two at a time; skipped when OBJ is newer than SRC and the emulator headers
+  # compile SRC OBJ [FLAGS...]: in the background, as many at a time as there are cores; skipped when OBJ is
+  # newer than SRC and than every header it could include (the repository's and the emulator's)
   compile() {
     local src=$1 obj=$2
     shift 2
     objs+=("$obj")
-    [[ -f $obj && $obj -nt $src && -z $(find "$here/include" -newer "$obj" -print -quit) ]] && return 0
+    [[ -f $obj && $obj -nt $src && -z $(find "$here/include" "$repo/kernels" "$repo/src" "$repo/tests/gpu" \
+           -name '*.h*' -newer "$obj" -print -quit) ]] && return 0
     while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n; done
-    "${cxx[@]}" "${inc[@]}" "${flags[@]}" "$@" -c "$src" -o "$obj" || { echo "emu: compiling $src failed" >&2; return 1; } &
+    "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "$@" -c "$src" -o "$obj" || { echo "emu: compiling $src failed" >&2; return 1; } &
     pids+=($!)
   }
   for f in "${gpu_kernel_srcs[@]}"; do
@@ -110,7 +114,7 @@ build_gpu_tests() {
     if [[ ! -f $g/$name.emu.cpp || $repo/$f -nt $g/$name.emu.cpp || $here/cuda_to_host.py -nt $g/$name.emu.cpp ]]; then
       python3 "$here/cuda_to_host.py" "$repo/$f" "$g/$name.emu.cpp" || return 1
     fi
-    compile "$g/$name.emu.cpp" "$g/$name.o" -include emu/prelude.h
+    compile "$g/$name.emu.cpp" "$g/$name.o" "${kernel_flags[@]}"
   done
   for f in "${gpu_host_srcs[@]}"; do compile "$repo/$f" "$g/$(echo "$f" | tr / _).o"; done
   for f in emu_runtime cudart_stubs cublaslt_absent; do compile "$here/src/$f.cpp" "$g/$f.o"; done

@@ -49,7 +49,8 @@ struct CpAsyncCopy {
 };
 struct CpAsyncState {
   std::vector<CpAsyncCopy> open;                   // issued since the last commit
-  std::deque<std::vector<CpAsyncCopy>> committed;  // oldest first
+  std::vector<std::vector<CpAsyncCopy>> committed;  // oldest first (a vector: moving it, on every fiber
+                                                    // switch, allocates nothing)
 };
 // What spin_load_acquire remembers of a thread's current spin.
 struct SpinState {
@@ -273,9 +274,13 @@ struct Block {
   unsigned char* window = nullptr;
   uint32_t dyn_off = 0, dyn_bytes = 0;
   // Static __shared__ storage (EMU_STATIC_SHARED): placed from the top of the window down, one place per
-  // declaration (keyed by its source line) and block; [static_lo, kWindowBytes) once any is placed.
+  // declaration (keyed by its static tag) and block; [static_lo, kWindowBytes) once any is placed.
+  struct StaticShared {
+    uint32_t off;
+    size_t bytes, align;
+  };
   uint32_t static_lo = 0;
-  std::map<int, uint32_t> static_at;
+  std::map<const void*, StaticShared> static_at;
 
   std::mutex mu;  // mbarriers, syncthreads, chunk state, named barriers
   std::condition_variable cv;
@@ -1040,23 +1045,28 @@ void syncwarp(unsigned mask) {
 
 unsigned char* dynamic_smem() { return blk().window + blk().dyn_off; }
 
-unsigned char* static_smem(size_t bytes, size_t align, int key) {
+unsigned char* static_smem(size_t bytes, size_t align, const void* key, const char* name) {
   Block& b = blk();
   std::lock_guard<std::mutex> lk(b.mu);
   auto it = b.static_at.find(key);
-  if (it != b.static_at.end()) return b.window + it->second;
+  if (it != b.static_at.end()) {
+    if (it->second.bytes != bytes || it->second.align != align)
+      fail("static __shared__ %s: asked for %zu bytes aligned to %zu, placed as %zu aligned to %zu", name, bytes, align,
+           it->second.bytes, it->second.align);
+    return b.window + it->second.off;
+  }
+  const size_t a = std::max<size_t>(align, 16);
   const uint32_t top = b.static_lo > 0 ? b.static_lo : kWindowBytes;
-  if (bytes > top) fail("static __shared__ declaration at line %d: %zu bytes do not fit", key, bytes);
-  const uint32_t off = static_cast<uint32_t>((top - bytes) / std::max<size_t>(align, 16) * std::max<size_t>(align, 16));
+  if (bytes > top) fail("static __shared__ %s: %zu bytes do not fit", name, bytes);
+  const uint32_t off = static_cast<uint32_t>((top - bytes) / a * a);
   // CUDA's limit on static shared memory is 48 KB a block; static and dynamic storage must not overlap
   if (kWindowBytes - off > 48 * 1024)
-    fail("static __shared__ storage above 48 KB a block (%u bytes with the declaration at line %d)", kWindowBytes - off,
-         key);
+    fail("static __shared__ storage above 48 KB a block (%u bytes with %s)", kWindowBytes - off, name);
   if (off < b.dyn_off + b.dyn_bytes)
-    fail("static __shared__ storage (line %d) and %u bytes of dynamic shared memory exceed the window", key,
+    fail("static __shared__ storage (with %s) and %u bytes of dynamic shared memory exceed the window", name,
          b.dyn_bytes);
   b.static_lo = off;
-  b.static_at[key] = off;
+  b.static_at[key] = Block::StaticShared{off, bytes, align};
   return b.window + off;
 }
 
@@ -1435,10 +1445,11 @@ void cp_async_commit() {
 }
 void cp_async_wait(int pending) {
   // Copies not yet committed are not waited for by wait_group (PTX ISA); they stay in flight.
-  while (static_cast<int>(g_t.cp.committed.size()) > pending) {
-    land(g_t.cp.committed.front());
-    g_t.cp.committed.pop_front();
-  }
+  const size_t n = g_t.cp.committed.size();
+  if (static_cast<int>(n) <= pending) return;
+  const size_t done = n - static_cast<size_t>(pending);
+  for (size_t i = 0; i < done; ++i) land(g_t.cp.committed[i]);
+  g_t.cp.committed.erase(g_t.cp.committed.begin(), g_t.cp.committed.begin() + static_cast<long>(done));
 }
 void cp_async_land_all() {
   cp_async_wait(0);

@@ -29,11 +29,20 @@
 #define __launch_bounds__(...)
 
 // A static `__shared__ T name dims;` (rewritten so by tests/emu/cuda_to_host.py): a reference to the
-// block's storage for that declaration, in its shared window.
+// block's storage for that declaration, in its shared window. The key is a static tag of the declaration's
+// own: distinct for every declaration and every template instantiation, even on one line.
 #define EMU_STATIC_SHARED(T, name, dims, align)                                                        \
   using name##_emu_shared_t = T dims;                                                                  \
-  name##_emu_shared_t& name =                                                                          \
-      *reinterpret_cast<name##_emu_shared_t*>(::emu::static_smem(sizeof(name##_emu_shared_t), align, __LINE__))
+  static const char name##_emu_tag = 0;                                                                \
+  name##_emu_shared_t& name = *reinterpret_cast<name##_emu_shared_t*>(                                 \
+      ::emu::static_smem(sizeof(name##_emu_shared_t), align, &name##_emu_tag, #name))
+
+// In the GPU test build every `__shared__` of a .cu file is rewritten: one left (in a header, which the
+// rewriter does not see) would become a per-thread local here, so it must not compile.
+#ifdef EMU_REWRITTEN_SOURCES
+#undef __shared__
+#define __shared__ EMU_ERROR_a_shared_declaration_outside_the_rewritten_cu_files
+#endif
 
 // The builtin index variables: per emulated thread.
 extern thread_local uint3 threadIdx;

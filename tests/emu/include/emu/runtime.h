@@ -51,8 +51,8 @@ void syncwarp(unsigned mask);  // __syncwarp: every lane of the warp, full mask 
 // ---- shared memory -------------------------------------------------------------------------------
 unsigned char* dynamic_smem();          // the generic pointer of `extern __shared__` storage
 // A static `__shared__` declaration's storage in the calling thread's block (EMU_STATIC_SHARED): the same
-// for every thread of the block that asks with the same key (the declaration's line).
-unsigned char* static_smem(size_t bytes, size_t align, int key);
+// for every thread of the block that asks with the same key (the declaration's own static tag).
+unsigned char* static_smem(size_t bytes, size_t align, const void* key, const char* name);
 uint32_t smem_offset(const void* p);    // generic -> shared-window address (checks the range)
 unsigned char* smem_at(uint32_t off, uint32_t bytes, const char* what);  // window address -> pointer
 
