@@ -190,40 +190,31 @@ if [[ $mode == --mutants ]]; then
     while read -r m; do
       total=$((total + 1))
       bin=$out/mutant_${kernel}_$m
-      if [[ $kernel == *_mma ]]; then
-        # The default path's kernels: the GPU test suite's quick cases, stopping at the first failure
-        if ! build_gpu_mutant $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
-          echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
-          continue
-        fi
-        EMU_FIBERS=1 EMU_TIMEOUT_S=15 timeout 300 "$bin" --gtest_fail_fast "--gtest_filter=${gpu_mutant_filter[$kernel]}" \
-          > "$bin.log" 2>&1
-        rc=$?
-        if ((rc == 0)); then
-          echo "MUTANT $kernel/$m: NOT CAUGHT"
-        elif ((rc == 124)); then
-          echo "MUTANT $kernel/$m: NOT CAUGHT (hung until emu.sh's timeout, as the kernel would on a GPU)"
-        else
-          caught=$((caught + 1))
-          echo "MUTANT $kernel/$m: caught: $(grep -m1 -E '\[emu\] ERROR|Failure|FAILED' -A2 "$bin.log" | tr '\n' ' ' | cut -c1-150)"
-        fi
-        continue
-      fi
-      if ! build_kernel $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
+      if [[ $kernel == *_mma ]]; then builder=build_gpu_mutant; else builder=build_kernel; fi
+      if ! $builder $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
         echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
         continue
       fi
-      # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads
-      # it; the backward's blocks start last ticket first, each once the others stand still, so dQ turns
-      # that the blocks' timing happened to keep in order are not (turn_order_broken; with a random start
-      # delay of up to 1 s it was caught in 2 runs of 3)
-      extra=()
-      [[ $kernel == attention_bwd ]] && extra=(EMU_START_LAST_FIRST=1)
-      env "${extra[@]}" EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1
-      rc=$?
-      if ((rc == 0)) && [[ $kernel == attention ]]; then  # and the forward's ping-pong schedule
-        EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail --pingpong >> "$bin.log" 2>&1
+      if [[ $kernel == *_mma ]]; then
+        # The default path's kernels: the GPU test suite's quick cases, stopping at the first failure
+        EMU_FIBERS=1 EMU_TIMEOUT_S=15 timeout 300 "$bin" --gtest_fail_fast "--gtest_filter=${gpu_mutant_filter[$kernel]}" \
+          > "$bin.log" 2>&1
         rc=$?
+        context=2  # gtest's failure message follows its "Failure" line
+      else
+        # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads
+        # it; the backward's blocks start last ticket first, each once the others stand still, so dQ turns
+        # that the blocks' timing happened to keep in order are not (turn_order_broken; with a random start
+        # delay of up to 1 s it was caught in 2 runs of 3)
+        extra=()
+        [[ $kernel == attention_bwd ]] && extra=(EMU_START_LAST_FIRST=1)
+        env "${extra[@]}" EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1
+        rc=$?
+        if ((rc == 0)) && [[ $kernel == attention ]]; then  # and the forward's ping-pong schedule
+          EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail --pingpong >> "$bin.log" 2>&1
+          rc=$?
+        fi
+        context=0
       fi
       if ((rc == 0)); then
         echo "MUTANT $kernel/$m: NOT CAUGHT"
@@ -232,7 +223,7 @@ if [[ $mode == --mutants ]]; then
         echo "MUTANT $kernel/$m: NOT CAUGHT (hung until emu.sh's timeout, as the kernel would on a GPU)"
       else
         caught=$((caught + 1))
-        echo "MUTANT $kernel/$m: caught: $(grep -m1 -E '\[emu\] ERROR|FAIL' "$bin.log" | cut -c1-150)"
+        echo "MUTANT $kernel/$m: caught: $(grep -m1 -A$context -E '\[emu\] ERROR|FAIL|Failure' "$bin.log" | tr '\n' ' ' | cut -c1-150)"
       fi
     done < "$out/mutants_$kernel.list"
   done
