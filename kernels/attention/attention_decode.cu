@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(DecodeConfig::kThreads)
     for (int w = 0; w < kWarps; ++w) {
       const float wgt = expf(warp_m[w] - m_all);
       sum += warp_l[w] * wgt;
-      o += (warp_l[w] > 0.0f ? warp_acc[w][d] : 0.0f) * wgt;  // warp_acc of an idle warp was never written
+      o += warp_acc[w][d] * wgt;  // an idle warp wrote acc = 0 and has wgt = exp(-inf) = 0
     }
     out[h * hs + d] = from_f32<T>(o / sum);
   }

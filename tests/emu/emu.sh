@@ -11,11 +11,12 @@
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
 #   tests/emu/emu.sh BUILD_DIR --gpu-tests  the repository's GPU test suites (tests/gpu: GEMM's hand backend,
-#                                         attention, layernorm, elementwise, encoder) against every kernel file
-#                                         of kernels/, CI's cases (~4 min); --gpu-tests-build builds them only
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23 + 9 + 9; KERNELS: a quoted
-#                                         subset of "attention attention_bwd gemm gemm_mma attention_mma"), each
-#                                         must be caught, not hang
+#                                         attention, layernorm, elementwise, encoder, model, decode) against
+#                                         every kernel file of kernels/, CI's cases (~5 min); --gpu-tests-build
+#                                         builds them only
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23 + 9 + 9 + 5; KERNELS: a
+#                                         quoted subset of "attention attention_bwd gemm gemm_mma attention_mma
+#                                         attention_decode"), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,33 +67,38 @@ gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/fi
   kernels/layernorm/layernorm_cpu.cpp kernels/gemm/gemm_cpu.cpp kernels/attention/attention_cpu.cpp
   kernels/gelu/gelu_cpu.cpp kernels/softmax_xent/softmax_xent_cpu.cpp kernels/adamw/adamw_cpu.cpp
   kernels/reduce/reduce_cpu.cpp src/model/config.cpp src/model/params.cpp src/model/gpt2.cpp src/optim/adamw.cpp
-  src/optim/schedule.cpp)
-gpu_test_families=(gemm attention layernorm elementwise encoder model)
+  src/optim/schedule.cpp src/train/sample.cpp)
+gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
 # The cases CI runs (--gpu-tests), about 5 min on 2 cores; every case of the suites passes (~35 min: run
 # BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1 EMU_WAIT_DELAY_US=0, the model
-# suite with --gtest_filter=-$gpu_model_unsupported). Left out here: the GPT-2-sized shapes and the cases
-# that repeat a kernel on more data.
+# and decode suites with --gtest_filter=-$gpu_model_unsupported). Left out here: the GPT-2-sized shapes, the
+# cases that repeat a kernel on more data, and bf16 repeats of the decode suite's fp32 model cases.
 declare -A gpu_test_filter=(
   [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*:GemmWgmma.AllTransposesAndEpiloguesAgainstDoubleLoop:GemmWgmma.PathSelectionAndFallback:GemmWgmma.EnvironmentPicksTheTile:GemmWgmma.ForcedSplitK'
   [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
   [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
   [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand'
+  [decode]='AttentionDecode*:*ModelDecode.*/fp32_hand'
 )
 # The model suite's cases that cannot run here: cuBLASLt's, CUDA graphs' (not emulated), and the ZeRO-1
 # parameter wait (copies complete when issued, so there is nothing to wait for).
 gpu_model_unsupported='*cublaslt*:*CudaGraph*:*WaitsForParamsStillArriving*'
-# The quick cases each mutant of the default path's kernels runs (--mutants gemm_mma attention_mma)
+# The default path's kernels that have mutants (--mutants gemm_mma attention_mma attention_decode): the GPU
+# test suite each one's mutants run, and that suite's quick cases they run
+declare -A gpu_mutant_suite=([gemm_mma]=gemm [attention_mma]=attention [attention_decode]=decode)
 declare -A gpu_mutant_filter=(
   [gemm_mma]='GemmTest/bf16.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths'
-  [attention_mma]='AttentionTest/1.SmallShapesMatchCpu:AttentionAccumulateDq.MatchesCpu')
+  [attention_mma]='AttentionTest/1.SmallShapesMatchCpu:AttentionAccumulateDq.MatchesCpu'
+  [attention_decode]='AttentionDecodeTest/*.MatchesCpu')
 gpu_lib_objs=()
-# build_gpu_mutant KERNEL MUTANT_SRC BINARY (KERNEL: gemm_mma or attention_mma): the family's GPU test suite
-# linked against the mutant in place of its kernel file (after build_gpu_tests).
+# build_gpu_mutant KERNEL MUTANT_SRC BINARY (KERNEL: one of gpu_mutant_suite's): its GPU test suite linked
+# against the mutant in place of its kernel file (after build_gpu_tests).
 build_gpu_mutant() {
-  local kernel=$1 src=$2 bin=$3 family=${1%_mma} o lib=()
+  local kernel=$1 src=$2 bin=$3 family=${gpu_mutant_suite[$1]} o lib=()
+  local replaced=$out/gpu/$(basename "$(src_of "$kernel")" .cu).o
   python3 "$here/cuda_to_host.py" "$src" "$bin.emu.cpp" 2> /dev/null || return 1
   "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${kernel_flags[@]}" -c "$bin.emu.cpp" -o "$bin.o" || return 1
-  for o in "${gpu_lib_objs[@]}"; do [[ $o == "$out/gpu/$family.o" ]] || lib+=("$o"); done
+  for o in "${gpu_lib_objs[@]}"; do [[ $o == "$replaced" ]] || lib+=("$o"); done
   "${cxx[@]}" -fopenmp -o "$bin" "$out/gpu/test_$family.o" "$bin.o" "${lib[@]}" -lgtest -lopenblas
 }
 # The g++ flags of the GPU test build's objects (the rewritten kernel files also get -include emu/prelude.h).
@@ -140,6 +146,7 @@ src_of() {
   case $1 in
     gemm_mma) echo "$repo/kernels/gemm/gemm.cu" ;;
     attention_mma) echo "$repo/kernels/attention/attention.cu" ;;
+    attention_decode) echo "$repo/kernels/attention/attention_decode.cu" ;;
     attention) echo "$repo/kernels/attention/attention_sm90.cu" ;;
     attention_bwd) echo "$repo/kernels/attention/attention_bwd_sm90.cu" ;;
     *) echo "$repo/kernels/gemm/gemm_sm90.cu" ;;
@@ -182,20 +189,22 @@ fi
 
 if [[ $mode == --mutants ]]; then
   caught=0 total=0
-  kernels=${3:-attention attention_bwd gemm gemm_mma attention_mma}
-  if [[ $kernels == *_mma* ]]; then build_gpu_tests || exit 1; fi
+  kernels=${3:-attention attention_bwd gemm gemm_mma attention_mma attention_decode}
+  for kernel in $kernels; do
+    if [[ -n ${gpu_mutant_suite[$kernel]:-} ]]; then build_gpu_tests || exit 1; break; fi
+  done
   for kernel in $kernels; do
     python3 "$here/mutations/mutate.py" $kernel "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
       exit 1
     while read -r m; do
       total=$((total + 1))
       bin=$out/mutant_${kernel}_$m
-      if [[ $kernel == *_mma ]]; then builder=build_gpu_mutant; else builder=build_kernel; fi
+      if [[ -n ${gpu_mutant_suite[$kernel]:-} ]]; then builder=build_gpu_mutant; else builder=build_kernel; fi
       if ! $builder $kernel "$out/mutants_$kernel/$m.cu" "$bin" > "$bin.build.log" 2>&1; then
         echo "MUTANT $kernel/$m: BUILD FAILED (log: $bin.build.log)"
         continue
       fi
-      if [[ $kernel == *_mma ]]; then
+      if [[ -n ${gpu_mutant_suite[$kernel]:-} ]]; then
         # The default path's kernels: the GPU test suite's quick cases, stopping at the first failure
         EMU_FIBERS=1 EMU_TIMEOUT_S=15 timeout 300 "$bin" --gtest_fail_fast "--gtest_filter=${gpu_mutant_filter[$kernel]}" \
           > "$bin.log" 2>&1

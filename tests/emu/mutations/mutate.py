@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes mutants of a kernel file: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention, attention_bwd or
-gemm, the sm_90a kernels; gemm_mma or attention_mma, the default path's kernels/gemm/gemm.cu and
-kernels/attention/attention.cu, which emu.sh --mutants runs through the GPU test suites)
+gemm, the sm_90a kernels; gemm_mma, attention_mma or attention_decode, the default path's kernels/gemm/gemm.cu,
+kernels/attention/attention.cu and kernels/attention/attention_decode.cu, which emu.sh --mutants runs through
+the GPU test suites)
 writes OUT_DIR/NAME.cu for each of that kernel's mutations (all by default) and prints the names; SRC is
 only read. Each mutation is an exact text replacement that must match exactly once, so a change to the
 kernel that moves a pattern fails loudly here instead of silently testing nothing (tests/emu/emu.sh
@@ -270,14 +271,30 @@ ATTENTION_MMA = {
     "dq_no_barrier_before_ds": [("  __syncthreads();                                        // every warp's dS^T rows are in sdS\n", "")],
 }
 
+# ---- attention_decode.cu: one query row against the key/value cache (generation) ------------------------
+ATTENTION_DECODE = {
+    # a warp reads cache position len, which is not written yet (the test poisons it with NaN)
+    "reads_position_len": [("for (int t = warp; t < len; t += kWarps) {", "for (int t = warp; t <= len; t += kWarps) {")],
+    # the online softmax does not rescale the running sum of values when the maximum grows
+    "no_rescale": [("acc[i] = acc[i] * correction + (d < hs", "acc[i] = acc[i] + (d < hs")],
+    # the merge reads the other warps' partial results before they are written
+    "no_barrier_before_merge": [("  }\n  __syncthreads();\n\n  // Merge in warp order", "  }\n\n  // Merge in warp order")],
+    # the merge adds the warps' sums without their exp(m_w - m_all) weights
+    "merge_sum_unweighted": [("sum += warp_l[w] * wgt;", "sum += warp_l[w];")],
+    # the warps' positions overlap: every 7th position is counted twice
+    "positions_overlap": [("for (int t = warp; t < len; t += kWarps) {", "for (int t = warp; t < len; t += kWarps - 1) {")],
+    # the warps' partial sums are written only for the head dimensions of the first lane group (d < 32)
+    "partial_acc_written": [("    if (d < hs) warp_acc[warp][d] = acc[i];", "    if (d < hs && i == 0) warp_acc[warp][d] = acc[i];")],
+}
+
 
 MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM, "gemm_mma": GEMM_MMA,
-             "attention_mma": ATTENTION_MMA}
+             "attention_mma": ATTENTION_MMA, "attention_decode": ATTENTION_DECODE}
 
 
 def main():
     if len(sys.argv) < 4 or sys.argv[1] not in MUTATIONS:
-        sys.exit("usage: mutate.py attention|attention_bwd|gemm|gemm_mma|attention_mma SRC OUT_DIR [NAME ...]")
+        sys.exit("usage: mutate.py " + "|".join(MUTATIONS) + " SRC OUT_DIR [NAME ...]")
     table = MUTATIONS[sys.argv[1]]
     base = open(sys.argv[2]).read()
     out = sys.argv[3]
