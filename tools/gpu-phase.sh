@@ -345,13 +345,14 @@ sanitize() {
     "$bin/$4" --gtest_filter="$5"
 }
 
-# ncu_hot_kernels: ncu's speed-of-light and memory sections of the hottest kernels of a 124M step
+# ncu_hot_kernels: ncu's speed-of-light and memory sections of the hottest kernels of a 124M step (the
+# default step's GEMMs are cuBLASLt's: nvjet_* on Hopper with CUDA 12.6+, sm90_xmma_* or cutlass_* before)
 ncu_hot_kernels() {
   local gpu_skip=""
   command -v ncu >/dev/null || gpu_skip="ncu not installed"
   [[ $sandbox == gvisor ]] && gpu_skip="ncu has no counters on gVisor"
   gpu_step ncu_hot_kernels 180 "profiles" ncu --clock-control none --target-processes all \
-    -k 'regex:gemm|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
+    -k 'regex:gemm|nvjet|xmma|cutlass|attention|layernorm|softmax' --launch-skip 40 --launch-count 12 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --csv --page details \
     "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark --max-steps 3 --micro-batch 8 --seq-len 1024 \
     --global-batch-tokens 8192 --out "$work/ncu"
@@ -420,7 +421,8 @@ phase_A() {
 # ---- phase B: races and the whole program -------------------------------------------------------
 phase_B() {
   step probe 60 "os, glibc, driver, libraries" probe
-  gpu_step gpu_train 240 "7 end-to-end checks" python3 "$repo/tests/gpu/test_gpu_train.py" "$bin" "$work/gpu_train" \
+  # 200 s: inside the phase's 220 s after the probe, so a hang in it is a FAIL, not a SKIP "cut"
+  gpu_step gpu_train 200 "7 end-to-end checks" python3 "$repo/tests/gpu/test_gpu_train.py" "$bin" "$work/gpu_train" \
     "$bin/mpirun"
   gpu_step checkpoint_resume 120 "resumes at step 20, samples" bash -c "
     '$bin/gpt2-train' --config '$repo/configs/ci.ini' --device cuda --train-data '$B/data/train.h5' --val-data '$B/data/val.h5' \
