@@ -3,25 +3,27 @@
 # GPU thread of a block a std::thread (or a fiber), and the GPU features they use emulated from NVIDIA's
 # documentation (README.md here).
 #
-#   tests/emu/emu.sh BUILD_DIR            build, then the sm_90a kernels' checks CI runs (~2-3 min): the
+#   tests/emu/emu.sh BUILD_DIR            build, then the sm_90a kernels' checks CI runs (~2 min): the
 #                                         repository's descriptor and fragment helpers against the emulator's;
 #                                         the attention forward on partial tiles and on AttentionWgmmaForward's
 #                                         shapes; the GEMM (128x128, 128x256 and ping-pong) on every
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
 #   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
+#   tests/emu/emu.sh BUILD_DIR --build    builds the sm_90a kernels' drivers only: BUILD_DIR/emu_{attention,
+#                                         attention_bwd,gemm} (their options: the checks below)
 #   tests/emu/emu.sh BUILD_DIR --gpu-tests  the repository's GPU test suites (tests/gpu: GEMM's hand backend,
 #                                         attention, layernorm, elementwise, encoder, model, decode) against
 #                                         every kernel file of kernels/, CI's cases (~5 min); --gpu-tests-build
 #                                         builds them only
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23 + 9 + 9 + 5; KERNELS: a
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23 + 9 + 9 + 6; KERNELS: a
 #                                         quoted subset of "attention attention_bwd gemm gemm_mma attention_mma
 #                                         attention_decode"), each must be caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-out=${1:?usage: emu.sh BUILD_DIR [--all|--mutants]}
+out=${1:?usage: emu.sh BUILD_DIR [--all|--build|--mutants [KERNELS]|--gpu-tests|--gpu-tests-build]}
 mode=${2:-ci}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -29,16 +31,14 @@ cuda_inc=${GPT2_EMU_CUDA_INCLUDE:-${CUDA_HOME:-/usr/local/cuda}/include}
 cxx=(g++ -std=c++17 -O2 -pthread -fno-strict-aliasing -Wall -Wno-unknown-pragmas -Wno-attributes -Wno-class-memaccess
   -Wno-psabi)
 inc=(-I"$here/include" -I"$repo" -I"$repo/src" -I"$cuda_inc")
+# The g++ flags of a kernel file rewritten by cuda_to_host.py
+kernel_flags=(-include emu/prelude.h -DEMU_REWRITTEN_SOURCES)
 
-# build_kernel KERNEL SRC BINARY (KERNEL: attention, attention_bwd or gemm): the emulator around a copy of
-# SRC whose only change is the <<<...>>> launch.
+# build_kernel KERNEL SRC BINARY (KERNEL: attention, attention_bwd or gemm): the emulator around SRC (a kernel
+# file or a mutant of it) rewritten by cuda_to_host.py, and its driver (src/KERNEL_driver.cpp).
 build_kernel() {
-  local kernel=$1 src=$2 bin=$3 gen="$3.emu.cpp" o ns
-  ns=${kernel%_bwd}_detail
-  sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\((.*)\);/::emu::Launch(\2).run(\1, \3);/' "$src" > "$gen"
-  local changed
-  changed=$(diff "$src" "$gen" | grep -c '^>')
-  [[ $changed == 1 ]] || { echo "emu: expected the launch line alone rewritten in $src, got $changed lines" >&2; return 1; }
+  local kernel=$1 src=$2 bin=$3 gen="$3.emu.cpp" o
+  python3 "$here/cuda_to_host.py" "$src" "$gen" 2> "$gen.log" || { cat "$gen.log" >&2; return 1; }
   for o in emu_runtime cudart_stubs fatal_stub "${kernel}_driver"; do
     if [[ ! -f $out/$o.o || $here/src/$o.cpp -nt $out/$o.o ||
           -n $(find "$here/include/emu" -newer "$out/$o.o" -print -quit) ]]; then
@@ -49,8 +49,7 @@ build_kernel() {
   if [[ ! -f $out/sm90a_host.o || $repo/kernels/common/sm90a_host.cu -nt $out/sm90a_host.o ]]; then
     "${cxx[@]}" "${inc[@]}" -x c++ -c "$repo/kernels/common/sm90a_host.cu" -o "$out/sm90a_host.o" || return 1
   fi
-  "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL -DKERNEL_NS="$ns" -DKERNEL_SRC="\"$gen\"" \
-    -c "$here/src/kernel_tu.cpp" -o "$bin.o" &&
+  "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL "${kernel_flags[@]}" -c "$gen" -o "$bin.o" &&
     "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,fatal_stub,"${kernel}_driver",sm90a_host}.o "$bin.o"
 }
 # The GPU test suites (tests/gpu/test_<family>.cpp, as the lent GPU builds them but for GPT2_EMU, which drops
@@ -105,7 +104,6 @@ build_gpu_mutant() {
 gpu_flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -D__CUDA_ARCH_FEAT_SM90_ALL -DGPT2_EMU=1 -fopenmp)
 cblas_inc=$(ls -d /usr/include/*/openblas-openmp /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1)
 [[ -n $cblas_inc ]] && gpu_flags+=(-I"$cblas_inc")
-kernel_flags=(-include emu/prelude.h -DEMU_REWRITTEN_SOURCES)
 build_gpu_tests() {
   local g=$out/gpu f name objs=() pids=()
   mkdir -p "$g"
@@ -214,13 +212,16 @@ if [[ $mode == --mutants ]]; then
         # wgmma retire up to 2 ms late, so a stage released too early is refilled while a product still reads
         # it; the backward's blocks start last ticket first, each once the others stand still, so dQ turns
         # that the blocks' timing happened to keep in order are not (turn_order_broken; with a random start
-        # delay of up to 1 s it was caught in 2 runs of 3)
+        # delay of up to 1 s it was caught in 2 runs of 3). Fibers by default (EMU_FIBERS=0: OS threads, about
+        # 3x slower): each way all 61 are caught.
         extra=()
         [[ $kernel == attention_bwd ]] && extra=(EMU_START_LAST_FIRST=1)
-        env "${extra[@]}" EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail > "$bin.log" 2>&1
+        env EMU_FIBERS=${EMU_FIBERS:-1} "${extra[@]}" EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick \
+          --stop-on-fail > "$bin.log" 2>&1
         rc=$?
         if ((rc == 0)) && [[ $kernel == attention ]]; then  # and the forward's ping-pong schedule
-          EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail --pingpong >> "$bin.log" 2>&1
+          env EMU_FIBERS=${EMU_FIBERS:-1} EMU_WAIT_DELAY_US=2000 EMU_TIMEOUT_S=15 timeout 180 "$bin" --quick --stop-on-fail \
+            --pingpong >> "$bin.log" 2>&1
           rc=$?
         fi
         context=0
@@ -244,6 +245,7 @@ fi
 build_kernel attention "$(src_of attention)" "$out/emu_attention" || exit 1
 build_kernel attention_bwd "$(src_of attention_bwd)" "$out/emu_attention_bwd" || exit 1
 build_kernel gemm "$(src_of gemm)" "$out/emu_gemm" || exit 1
+[[ $mode == --build ]] && exit 0
 # The repository's wgmma_desc and wgmma_acc_row/col (host-callable), taken from ptx.cuh as text.
 s=$(grep -n '^enum class WgmmaSwizzle' "$repo/kernels/common/ptx.cuh" | cut -d: -f1)
 e=$(grep -n '^__host__ __device__ constexpr int wgmma_acc_col' "$repo/kernels/common/ptx.cuh" | cut -d: -f1)
@@ -252,6 +254,10 @@ sed -n "${s},$((e + 2))p" "$repo/kernels/common/ptx.cuh" > "$out/repo_ptx_helper
 "${cxx[@]}" -I"$here/include" -I"$out" -I"$repo" -I"$cuda_inc" "$here/src/check_ptx_helpers.cpp" -o "$out/check_ptx_helpers" ||
   exit 1
 check layout_helpers "$out/check_ptx_helpers"
+# Every GPU thread a fiber (README, Fibers): the checks take a fifth of the time they take with an OS thread
+# per GPU thread, and the 61 mutants are caught either way. A few checks below keep OS threads
+# (EMU_FIBERS=0), whose real concurrency interleaves threads anywhere, not only where the emulator switches.
+export EMU_FIBERS=${EMU_FIBERS:-1}
 check attention_quick "$out/emu_attention" --quick
 check attention_test_shapes "$out/emu_attention" --test-shapes
 check gemm_all_cases "$out/emu_gemm"
@@ -259,12 +265,12 @@ check gemm_all_cases "$out/emu_gemm"
 # all; 64 blocks take one unit each, as a grid as large as the work does on the GPU.
 for v in "EMU_SMEM_OFFSET=0" "EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
          "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7" \
-         "EMU_SMS=1" "EMU_SMS=64 EMU_SEED=4"; do
+         "EMU_SMS=1" "EMU_SMS=64 EMU_SEED=4" "EMU_FIBERS=0"; do
   check "attention_quick $v" env $v "$out/emu_attention" --quick
 done
 # The ping-pong schedule: the consumers' turns (named barriers) on every grid size and timing.
 for v in "EMU_SEED=1" "EMU_SMS=1 EMU_SEED=5" "EMU_SMS=64 EMU_SEED=6" "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" \
-         "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=8"; do
+         "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=8" "EMU_FIBERS=0"; do
   check "attention_quick --pingpong $v" env $v "$out/emu_attention" --quick --pingpong
 done
 check "attention_test_shapes --pingpong" "$out/emu_attention" --test-shapes --pingpong
@@ -280,12 +286,12 @@ check "attention_bwd_test_shapes EMU_TIMEOUT_S=5" env EMU_TIMEOUT_S=5 "$out/emu_
 # there, and waits that could form a cycle deadlock).
 for v in "EMU_CONCURRENT_BLOCKS=1 EMU_SMEM_OFFSET=16 EMU_SEED=2" "EMU_CONCURRENT_BLOCKS=2 EMU_SMEM_OFFSET=1008 EMU_SEED=3" \
          "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7" \
-         "EMU_START_DELAY_US=1000000 EMU_SEED=9" "EMU_START_LAST_FIRST=1 EMU_SEED=10"; do
+         "EMU_START_DELAY_US=1000000 EMU_SEED=9" "EMU_START_LAST_FIRST=1 EMU_SEED=10" "EMU_FIBERS=0"; do
   check "attention_bwd_quick $v" env $v "$out/emu_attention_bwd" --quick
 done
 for v in "EMU_SMS=2" "EMU_SMS=4" "EMU_SMS=4 EMU_CONCURRENT_BLOCKS=1" "EMU_SMEM_OFFSET=16 EMU_SEED=2" \
          "EMU_SMEM_OFFSET=1008 EMU_SEED=3" "EMU_TMA_DELAY_US=0 EMU_WAIT_DELAY_US=0" \
-         "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7"; do
+         "EMU_TMA_DELAY_US=3000 EMU_WAIT_DELAY_US=100 EMU_SEED=7" "EMU_FIBERS=0"; do
   check "gemm_quick $v" env $v "$out/emu_gemm" --quick
 done
 if [[ $mode == --all ]]; then

@@ -179,7 +179,7 @@ std::atomic<uint64_t> g_progress_events{0};
 
 
 // ---- collectives ----
-enum class Op : int { None, Shfl, SyncWarp, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait, SetMaxNReg };
+enum class Op : int { None, Shfl, SyncWarp, LdMatrix, Mma16816, WgFence, WgMma, WgCommit, WgWait, WgRetire, SetMaxNReg };
 const char* op_name(Op o) {
   switch (o) {
     case Op::None: return "none";
@@ -191,6 +191,7 @@ const char* op_name(Op o) {
     case Op::WgMma: return "wgmma.mma_async";
     case Op::WgCommit: return "wgmma.commit_group";
     case Op::WgWait: return "wgmma.wait_group";
+    case Op::WgRetire: return "wgmma.wait_group (retiring)";
     case Op::SetMaxNReg: return "setmaxnreg";
   }
   return "?";
@@ -237,6 +238,7 @@ struct Group {  // a warp (32) or a warpgroup (128)
   std::vector<WgmmaOp> open;
   std::deque<std::vector<WgmmaOp>> committed;
   std::vector<bool> fenced;
+  Clock::time_point retire_at;  // wgmma.wait_group: when its products finish
   std::vector<std::map<const float*, std::vector<uint32_t>>> last_written;
   std::vector<std::map<const float*, std::vector<float>>> chain_val;  // running value of in-flight chains
 };
@@ -1336,8 +1338,22 @@ void wgmma_wait(int pending) {
           if (g.dep[t].pending != pending) fail("wgmma.wait_group with different N across the warpgroup");
         // The products finish at some time before the wait returns: as late as possible here, so that
         // anything that touches the operands in between is caught.
+        g.retire_at = Clock::now();
         if (!g.committed.empty() && static_cast<int>(g.committed.size()) > pending)
-          std::this_thread::sleep_for(std::chrono::microseconds(b.rand_us(config().wait_delay_us)));
+          g.retire_at += std::chrono::microseconds(b.rand_us(config().wait_delay_us));
+      },
+      [](int) {});
+  // The delay passes outside the collective, whose leader holds the warpgroup's lock: the block's other
+  // warpgroups run meanwhile, as OS threads and as fibers (which yield; a sleep would stall the block).
+  const auto until = g.retire_at;
+  if (in_fiber()) {
+    while (Clock::now() < until) fiber_yield();
+  } else {
+    std::this_thread::sleep_until(until);
+  }
+  collective(
+      g, Op::WgRetire, [](Deposit&) {},
+      [&] {
         while (static_cast<int>(g.committed.size()) > pending) {
           auto& grp = g.committed.front();
           for (size_t i = 0; i < grp.size(); ++i) {
