@@ -421,7 +421,8 @@ phase_A() {
 # ---- phase B: races and the whole program -------------------------------------------------------
 phase_B() {
   step probe 60 "os, glibc, driver, libraries" probe
-  # 200 s: inside the phase's 220 s after the probe, so a hang in it is a FAIL, not a SKIP "cut"
+  # 200 s: inside the phase's 220 s when unpacking the bundle and the probe took under 20 s (a few s each),
+  # so that a hang in it is a FAIL, not a SKIP "cut"
   gpu_step gpu_train 200 "7 end-to-end checks" python3 "$repo/tests/gpu/test_gpu_train.py" "$bin" "$work/gpu_train" \
     "$bin/mpirun"
   gpu_step checkpoint_resume 120 "resumes at step 20, samples" bash -c "

@@ -3,7 +3,7 @@
 # GPU thread of a block a std::thread (or a fiber), and the GPU features they use emulated from NVIDIA's
 # documentation (README.md here).
 #
-#   tests/emu/emu.sh BUILD_DIR            build, then the sm_90a kernels' checks CI runs (~2 min): the
+#   tests/emu/emu.sh BUILD_DIR            build, then the sm_90a kernels' checks CI runs (~90 s): the
 #                                         repository's descriptor and fragment helpers against the emulator's;
 #                                         the attention forward on partial tiles and on AttentionWgmmaForward's
 #                                         shapes; the GEMM (128x128, 128x256 and ping-pong) on every
@@ -79,8 +79,8 @@ declare -A gpu_test_filter=(
   [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand'
   [decode]='AttentionDecode*:*ModelDecode.*/fp32_hand'
 )
-# The model suite's cases that cannot run here: cuBLASLt's, CUDA graphs' (not emulated), and the ZeRO-1
-# parameter wait (copies complete when issued, so there is nothing to wait for).
+# The model and decode suites' cases that cannot run here: cuBLASLt's, CUDA graphs' (not emulated), and the
+# ZeRO-1 parameter wait (copies complete when issued, so there is nothing to wait for).
 gpu_model_unsupported='*cublaslt*:*CudaGraph*:*WaitsForParamsStillArriving*'
 # The default path's kernels that have mutants (--mutants gemm_mma attention_mma attention_decode): the GPU
 # test suite each one's mutants run, and that suite's quick cases they run
@@ -177,7 +177,8 @@ if [[ $mode == --gpu-tests || $mode == --gpu-tests-build ]]; then
   build_gpu_tests || exit 1
   [[ $mode == --gpu-tests-build ]] && exit 0
   for f in "${gpu_test_families[@]}"; do
-    # no added TMA and wgmma latencies: with fibers a wgmma wait's delay stalls the whole block (README)
+    # no added wgmma latency and little TMA latency: the suites check results (and the protocol's errors);
+    # the sm_90a kernels' own checks below vary the timing
     check "gpu_tests $f" env EMU_FIBERS=1 EMU_WAIT_DELAY_US=0 EMU_TMA_DELAY_US=20 "$out/gpu/test_gpu_$f" \
       "--gtest_filter=${gpu_test_filter[$f]:-*}"
   done
@@ -203,7 +204,8 @@ if [[ $mode == --mutants ]]; then
         continue
       fi
       if [[ -n ${gpu_mutant_suite[$kernel]:-} ]]; then
-        # The default path's kernels: the GPU test suite's quick cases, stopping at the first failure
+        # The default path's kernels: the GPU test suite's quick cases, stopping at the first failure (always
+        # fibers: with an OS thread per GPU thread the suites take hours)
         EMU_FIBERS=1 EMU_TIMEOUT_S=15 timeout 300 "$bin" --gtest_fail_fast "--gtest_filter=${gpu_mutant_filter[$kernel]}" \
           > "$bin.log" 2>&1
         rc=$?

@@ -273,7 +273,7 @@ ATTENTION_MMA = {
 
 # ---- attention_decode.cu: one query row against the key/value cache (generation) ------------------------
 ATTENTION_DECODE = {
-    # a warp reads cache position len, which is not written yet (the test poisons it with NaN)
+    # a warp reads cache position len, which is not written yet (the test poisons it with NaN when len < maxT)
     "reads_position_len": [("for (int t = warp; t < len; t += kWarps) {", "for (int t = warp; t <= len; t += kWarps) {")],
     # the online softmax does not rescale the running sum of values when the maximum grows
     "no_rescale": [("acc[i] = acc[i] * correction + (d < hs", "acc[i] = acc[i] + (d < hs")],

@@ -1,4 +1,4 @@
-// The emulator proper: blocks of std::threads, warp / warpgroup rendezvous, mbarriers, TMA with a
+// The emulator proper: blocks of std::threads or fibers (EMU_FIBERS), warp / warpgroup rendezvous, mbarriers, TMA with a
 // delayed "copy engine", and wgmma with deferred (asynchronous) execution. See README.md for the
 // documentation each rule comes from.
 #include "emu/runtime.h"

@@ -1,5 +1,5 @@
 // CPU emulator of the sm_90a features the wgmma GEMM (and attention) kernels use. Every GPU thread of a block runs as a
-// std::thread; warps / warpgroups rendezvous through mutex + condition variable. See README.md.
+// std::thread, or with EMU_FIBERS=1 as a fiber; warps / warpgroups rendezvous through mutex + condition variable. See README.md.
 #pragma once
 
 #include <cstddef>
