@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Prepares byte-level train/val token files from a real English corpus.
-#   tools/prepare-data.sh [--text FILE] [--out DIR] [--passages RANGE] [--val-fraction F]
+#   tools/prepare-data.sh [--text FILE] [--out DIR] [--passages RANGE] [--val-fraction F] [--bin DIR]
 # Default corpus: the King James Bible from Debian's bible-kjv package (public domain, ~4.3 MB):
 #   `bible gen1:1-rev22:21`. --passages picks another range (e.g. gen1:1-gen50:26 for Genesis).
+#   --bin: where gpt2-data is (default: ${BUILD_DIR:-build}/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-text="" out="data/quickstart" passages="gen1:1-rev22:21" val_fraction=0.05
+text="" out="data/quickstart" passages="gen1:1-rev22:21" val_fraction=0.05 bin_dir=${BUILD_DIR:-build}/bin
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --text) text="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --passages) passages="$2"; shift 2 ;;
     --val-fraction) val_fraction="$2"; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --bin) bin_dir="$2"; shift 2 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "prepare-data: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-bin=${BUILD_DIR:-build}/bin/gpt2-data
+bin=$bin_dir/gpt2-data
 [[ -x "$bin" ]] || { echo "prepare-data: $bin not built (run tools/build.sh)" >&2; exit 1; }
 mkdir -p "$out"
 if [[ -z "$text" ]]; then

@@ -9,7 +9,7 @@
 #                                         shapes; the GEMM (128x128, 128x256 and ping-pong) on every
 #                                         transpose, epilogue and split-K; all
 #                                         under other shared-memory offsets, grids and TMA/wgmma timings
-#   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~14 min)
+#   tests/emu/emu.sh BUILD_DIR --all      also every attention T x B x NH and GPT-2's shapes, fwd + bwd (~4 min)
 #   tests/emu/emu.sh BUILD_DIR --build    builds the sm_90a kernels' drivers only: BUILD_DIR/emu_{attention,
 #                                         attention_bwd,gemm} (their options: the checks below)
 #   tests/emu/emu.sh BUILD_DIR --gpu-tests  the repository's GPU test suites (tests/gpu: GEMM's hand backend,
