@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer tier: the CPU code built with ASan + UBSan (GCC, CUDA off) in
-# ${SANITIZE_BUILD_DIR:-build-asan}, running the unit, kernel, tokenizer, communication and CLI tests.
+# ${SANITIZE_BUILD_DIR:-build-asan}, running the unit, kernel, tokenizer, communication and CLI tests
+# (cli.quickstart: the quickstart's data preparation, 2-rank training, checkpoint and sampling).
 # Every report is fatal, and reports also land in BUILD/sanitizer-reports/, which must stay empty:
 # a test that expects a failing exit status (tests/cli) cannot mistake a sanitizer's exit for its own.
 #   tools/sanitize-tests.sh              those tests
@@ -21,7 +22,8 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPT2_ENABLE_CUDA=OFF \
     -DGPT2_BUILD_BENCH=OFF -DGPT2_SANITIZE=address,undefined,float-cast-overflow -DGPT2_WERROR=$werror >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)" --target test_kernels test_units test_cpu_math_ub tokenizer_test_unit test_comm gpt2-train gpt2-data
+cmake --build "$build" -j "$(nproc)" --target test_kernels test_units test_cpu_math_ub tokenizer_test_unit test_comm gpt2-train gpt2-data \
+  gpt2-sample
 
 [[ -f data/ci/train.h5 ]] || BUILD_DIR=$build tools/prepare-data.sh --passages gen1:1-gen50:26 --out data/ci --val-fraction 0.1 >/dev/null
 
