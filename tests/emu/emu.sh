@@ -69,7 +69,7 @@ gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/fi
   src/optim/schedule.cpp src/train/sample.cpp)
 gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
 # The cases CI runs (--gpu-tests), about 5 min on 2 cores; every case of the suites passes (~35 min: run
-# BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1 EMU_WAIT_DELAY_US=0, the model
+# BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1, the model
 # and decode suites with --gtest_filter=-$gpu_model_unsupported). Left out here: the GPT-2-sized shapes, the
 # cases that repeat a kernel on more data, and bf16 repeats of the decode suite's fp32 model cases.
 declare -A gpu_test_filter=(
@@ -177,9 +177,9 @@ if [[ $mode == --gpu-tests || $mode == --gpu-tests-build ]]; then
   build_gpu_tests || exit 1
   [[ $mode == --gpu-tests-build ]] && exit 0
   for f in "${gpu_test_families[@]}"; do
-    # no added wgmma latency and little TMA latency: the suites check results (and the protocol's errors);
-    # the sm_90a kernels' own checks below vary the timing
-    check "gpu_tests $f" env EMU_FIBERS=1 EMU_WAIT_DELAY_US=0 EMU_TMA_DELAY_US=20 "$out/gpu/test_gpu_$f" \
+    # the emulator's default TMA and wgmma latencies: the suites' wgmma tests, through the library's own
+    # dispatch, see late copies and late retires (with fibers they cost a few seconds in all)
+    check "gpu_tests $f" env EMU_FIBERS=1 "$out/gpu/test_gpu_$f" \
       "--gtest_filter=${gpu_test_filter[$f]:-*}"
   done
   echo "emu: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
