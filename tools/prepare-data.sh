@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 text="" out="data/quickstart" passages="gen1:1-rev22:21" val_fraction=0.05 bin_dir=${BUILD_DIR:-build}/bin
 while [[ $# -gt 0 ]]; do
+  [[ $1 =~ ^--(text|out|passages|val-fraction|bin)$ && $# -lt 2 ]] && { echo "prepare-data: $1 needs a value" >&2; exit 2; }
   case "$1" in
     --text) text="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;

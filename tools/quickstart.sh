@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 text="" ranks=${RANKS:-2} bin="" work=.
 train_args=()
 while [[ $# -gt 0 ]]; do
+  [[ $1 == --text || $1 == --bin || $1 == --work ]] && [[ $# -lt 2 ]] &&
+    { echo "quickstart: $1 needs a value (see --help)" >&2; exit 2; }
   case "$1" in
     --text) text="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;

@@ -10,6 +10,11 @@ set -uo pipefail
 bin=$1 work=$2 src=$3
 rm -rf "$work" && mkdir -p "$work"
 log=$work/quickstart.log
+# Bad options: named, exit non-zero, before anything runs
+out=$(bash "$src/tools/quickstart.sh" --bin "$work/nowhere" 2>&1) && { echo "FAIL: --bin with no binaries exited 0"; exit 1; }
+grep -q "nowhere/gpt2-data not found" <<<"$out" || { echo "FAIL: --bin with no binaries: $out"; exit 1; }
+out=$(bash "$src/tools/quickstart.sh" --work 2>&1) && { echo "FAIL: --work without a value exited 0"; exit 1; }
+grep -q -- "--work needs a value" <<<"$out" || { echo "FAIL: --work without a value: $out"; exit 1; }
 timeout -k 5 500 bash "$src/tools/quickstart.sh" --bin "$bin" --work "$work" -- --max-steps 200 > "$log" 2>&1
 rc=$?
 fail() { echo "FAIL: $*"; tail -25 "$log"; exit 1; }
