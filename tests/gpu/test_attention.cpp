@@ -76,8 +76,10 @@ std::vector<float> apply_att(const std::vector<float>& att, const std::vector<fl
 }
 
 // All-ones bytes are NaN in fp32 and bf16: any element a kernel fails to write shows up as an error.
-void poison(void* p, size_t bytes) {
-  CUDA_CHECK(cudaMemset(p, 0xff, bytes));
+// On the stream the kernels run on: a (legacy-stream) cudaMemset is not ordered with a non-blocking stream's
+// kernels and could land after them (the emulator's asynchronous streams caught that here).
+void poison(void* p, size_t bytes, cudaStream_t stream = nullptr) {
+  CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes, stream));
 }
 
 void expect_bit_identical(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
@@ -147,10 +149,10 @@ void check_attention(const Shape& s, bool force_generic, uint32_t seed) {
 
   std::vector<float> out[2], lse[2], dqkv[2];
   for (int run = 0; run < 2; ++run) {
-    poison(d_out.data(), d_out.bytes());
-    poison(d_lse.data(), d_lse.bytes());
-    poison(d_dqkv.data(), d_dqkv.bytes());
-    poison(scratch.data(), scratch.bytes());
+    poison(d_out.data(), d_out.bytes(), stream.get());
+    poison(d_lse.data(), d_lse.bytes(), stream.get());
+    poison(d_dqkv.data(), d_dqkv.bytes(), stream.get());
+    poison(scratch.data(), scratch.bytes(), stream.get());
     kernels::attention_forward_cuda<T>(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.C, s.NH, stream.get());
     kernels::attention_backward_cuda<T>(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_out.data(),
                                         d_lse.data(), s.B, s.T, s.C, s.NH, stream.get());

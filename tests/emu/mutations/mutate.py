@@ -2,7 +2,9 @@
 """Writes mutants of a kernel file: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention, attention_bwd or
 gemm, the sm_90a kernels; gemm_mma, attention_mma or attention_decode, the default path's kernels/gemm/gemm.cu,
 kernels/attention/attention.cu and kernels/attention/attention_decode.cu, which emu.sh --mutants runs through
-the GPU test suites)
+the GPU test suites; nccl_comm, device_reducer or model_cuda, the training code's stream ordering in
+src/comm/nccl_communicator.cpp, src/comm/device_reducer.cpp and src/model/gpt2_cuda.cu, which it runs through
+the emulated training programs)
 writes OUT_DIR/NAME.cu for each of that kernel's mutations (all by default) and prints the names; SRC is
 only read. Each mutation is an exact text replacement that must match exactly once, so a change to the
 kernel that moves a pattern fails loudly here instead of silently testing nothing (tests/emu/emu.sh
@@ -288,8 +290,34 @@ ATTENTION_DECODE = {
 }
 
 
+# ---- the training code's ordering between streams and the host (src/, through train_emu.py --streams with
+# EMU_ASYNC_STREAMS=1: on a GPU each is a race that gives wrong gradients only when the timing is unlucky) ----
+NCCL_COMM = {
+    # a bucket's collective may start before backward has written the bucket's gradients
+    "collective_before_grads": [("    CUDA_CHECK(cudaStreamWaitEvent(state_.stream(), ready_.get(), 0));\n", "")],
+    # (Not a mutant: on_complete()'s stream wait. DeviceGradReducer::finish() waits on the host for every
+    # bucket before the optimizer is enqueued, so without the wait nothing changes.)
+}
+DEVICE_REDUCER = {
+    # the host-staged path copies the gradients down before backward has finished writing them
+    "download_before_backward": [(
+        "  CUDA_CHECK(cudaStreamSynchronize(compute_));  // backward done: what follows is all communication\n", "")],
+    # the averaged gradients go back up from pageable memory; the optimizer may run before they land
+    "optimizer_before_upload": [("  CUDA_CHECK(cudaDeviceSynchronize());\n  return t.ms();", "  return t.ms();")],
+}
+MODEL_CUDA = {
+    # ZeRO-1: a layer's forward may read parameters that the previous step's all-gather has not brought yet
+    "forward_before_params": [(
+        "      if (a.range.begin < end && begin < a.range.end) CUDA_CHECK(cudaStreamWaitEvent(stream_, a.ready, 0));",
+        "      if (a.range.begin < end && begin < a.range.end) {}")],
+    # gradient accumulation: a micro-step's tokens overwrite the staging buffer the previous one's copy reads
+    "staging_reused_early": [("    CUDA_CHECK(cudaEventSynchronize(staging_free_->get()));\n", "")],
+}
+
+
 MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM, "gemm_mma": GEMM_MMA,
-             "attention_mma": ATTENTION_MMA, "attention_decode": ATTENTION_DECODE}
+             "attention_mma": ATTENTION_MMA, "attention_decode": ATTENTION_DECODE, "nccl_comm": NCCL_COMM,
+             "device_reducer": DEVICE_REDUCER, "model_cuda": MODEL_CUDA}
 
 
 def main():

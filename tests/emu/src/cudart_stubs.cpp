@@ -1,18 +1,29 @@
 // The CUDA runtime / driver entry points the host code calls, answered by the emulator: a "device" of
 // compute capability 9.0; cuTensorMapEncodeTiled through cudaGetDriverEntryPointByVersion (so the
 // repository's own sm90a_host.cu marshals the tensor-map parameters, unmodified); and, for the GPU test
-// suites run on the emulator (emu.sh's gpu_tests), device memory in host memory and streams and events on
-// which every launch and copy has completed when its call returns (launches run synchronously).
+// suites and the training programs run on the emulator (emu.sh --gpu-tests, --train), device memory in host
+// memory, copies, and streams and events: synchronous by default, as on a GPU with EMU_ASYNC_STREAMS=1
+// (below, "Streams and events").
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "emu/runtime.h"
 
@@ -64,11 +75,44 @@ cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, enum cudaFuncAttrib
 }
 cudaError_t CUDARTAPI cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return cudaSuccess; }
+// One device, or EMU_DEVICES of them (emu.sh --train: two ranks, each with a device of its own, as NCCL wants).
+// They are all the same host memory; the device number is only checked.
+namespace {
+int emu_devices() {
+  const char* e = std::getenv("EMU_DEVICES");
+  const int n = e ? std::atoi(e) : 1;
+  return n > 0 ? n : 1;
+}
+}  // namespace
 cudaError_t CUDARTAPI cudaGetDeviceCount(int* n) {
-  *n = 1;
+  *n = emu_devices();
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t CUDARTAPI cudaSetDevice(int d) { return d >= 0 && d < emu_devices() ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int d) {
+  if (d < 0 || d >= emu_devices()) return cudaErrorInvalidDevice;
+  std::memset(prop, 0, sizeof *prop);
+  std::snprintf(prop->name, sizeof prop->name, "emulated sm_90 (tests/emu, on the CPU)");
+  prop->major = 9, prop->minor = 0;
+  prop->multiProcessorCount = static_cast<int>(emu::config().sms);
+  prop->totalGlobalMem = size_t{80} << 30;
+  prop->sharedMemPerBlockOptin = 227 * 1024;
+  prop->warpSize = 32;
+  return cudaSuccess;
+}
+// An 80 GiB device, less what cudaMalloc holds: the training binaries report their device memory in use
+// after the first step (against their estimate) from this.
+namespace {
+std::mutex g_alloc_mu;
+std::map<void*, size_t> g_allocs;  // cudaMalloc's live allocations and their sizes
+size_t g_alloc_bytes = 0;
+}  // namespace
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *total_bytes = size_t{80} << 30;
+  std::lock_guard<std::mutex> g(g_alloc_mu);
+  *free_bytes = *total_bytes - g_alloc_bytes;
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaRuntimeGetVersion(int* v) {
   *v = CUDART_VERSION;
   return cudaSuccess;
@@ -81,10 +125,6 @@ cudaError_t CUDARTAPI cudaDriverGetVersion(int* v) {
 // Device memory is host memory: a kernel thread is a host thread. Fresh allocations hold 0xFF bytes (NaN in
 // fp32 and bf16), so a kernel that reads what nobody wrote gives NaN, as an unlucky GPU allocation might.
 // Each one is registered (TMA bounds checks) and must be freed once.
-namespace {
-std::mutex g_alloc_mu;
-std::set<void*> g_allocs;
-}  // namespace
 cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
   const size_t rounded = (bytes + 255) / 256 * 256;
   *p = std::aligned_alloc(256, rounded ? rounded : 256);
@@ -92,52 +132,116 @@ cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
   std::memset(*p, 0xFF, rounded);
   emu::register_global(*p, bytes);
   std::lock_guard<std::mutex> g(g_alloc_mu);
-  g_allocs.insert(*p);
+  g_allocs[*p] = bytes;
+  g_alloc_bytes += bytes;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  cudaDeviceSynchronize();  // as cudaFree does: no queued work may still use it
   {
     std::lock_guard<std::mutex> g(g_alloc_mu);
-    if (g_allocs.erase(p) != 1) {
+    const auto it = g_allocs.find(p);
+    if (it == g_allocs.end()) {
       emu::note("cudaFree(%p): not an allocation of cudaMalloc, or freed twice", p);
       return cudaErrorInvalidValue;
     }
+    g_alloc_bytes -= it->second;
+    g_allocs.erase(it);
   }
   emu::unregister_global(p);
   std::free(p);
   return cudaSuccess;
 }
+// Page-locked host memory: a cudaMemcpyAsync to or from it is asynchronous (pageable memory is not: below).
+namespace {
+std::map<void*, size_t> g_pinned;  // under g_alloc_mu
+// Whether p lies in the allocation map m (cudaMalloc's or cudaHostAlloc's) holds
+bool inside(const std::map<void*, size_t>& m, const void* p) {
+  std::lock_guard<std::mutex> g(g_alloc_mu);
+  auto it = m.upper_bound(const_cast<void*>(p));
+  if (it == m.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < static_cast<const char*>(it->first) + std::max<size_t>(it->second, 1);
+}
+bool is_pinned(const void* p) { return inside(g_pinned, p); }
+bool is_device(const void* p) { return inside(g_allocs, p); }
+}  // namespace
 cudaError_t CUDARTAPI cudaHostAlloc(void** p, size_t bytes, unsigned int) {
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> g(g_alloc_mu);
+  g_pinned[*p] = bytes;
+  return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 cudaError_t CUDARTAPI cudaFreeHost(void* p) {
+  cudaDeviceSynchronize();  // as cudaFreeHost does
+  {
+    std::lock_guard<std::mutex> g(g_alloc_mu);
+    g_pinned.erase(p);
+  }
   std::free(p);
   return cudaSuccess;
 }
+
+// Copies, by CUDA's "API synchronization behavior" rules, taking each "might" as "might not" (so code that
+// relies on one fails here instead of on some GPU):
+//  * cudaMemcpy: from pageable memory to the device, the source is staged before the call returns and the
+//    copy lands later; device to device returns at once; to pageable memory, from pinned memory, and host to
+//    host, the call returns once the copy has landed. It runs on the legacy default stream.
+//  * cudaMemcpyAsync / cudaMemcpy2DAsync: queued on the stream, the source read when the copy runs; only host
+//    to host is synchronous.
+namespace {
+cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                    cudaStream_t s, bool sync_call) {
+  if (!width || !height) return cudaSuccess;
+  auto* d = static_cast<char*>(dst);
+  const auto* from = static_cast<const char*>(src);
+  const bool src_dev = is_device(src), dst_dev = is_device(dst);
+  const bool src_pageable = !src_dev && !is_pinned(src);
+  std::shared_ptr<std::vector<char>> staged;
+  if (sync_call && src_pageable && dst_dev) {
+    staged = std::make_shared<std::vector<char>>(width * height);
+    for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, from + r * spitch, width);
+    from = staged->data();
+    spitch = width;
+  }
+  emu::stream_submit(s, [d, dpitch, from, spitch, width, height, staged]() {
+    for (size_t r = 0; r < height; ++r) std::memmove(d + r * dpitch, from + r * spitch, width);
+    return true;
+  }, "memcpy");
+  const bool host_to_host = !src_dev && !dst_dev;
+  const bool waits = host_to_host || (sync_call && !(src_pageable && dst_dev) && !(src_dev && dst_dev));
+  return waits ? cudaStreamSynchronize(s) : cudaSuccess;
+}
+}  // namespace
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind) {
-  if (bytes) std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  return copy_2d(dst, bytes, src, bytes, bytes, 1, nullptr, true);
 }
-cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind, cudaStream_t s) {
+  return copy_2d(dst, bytes, src, bytes, bytes, 1, s, false);
 }
-cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t bytes) {
-  if (bytes) std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
 cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                                        size_t height, enum cudaMemcpyKind, cudaStream_t) {
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+                                        size_t height, enum cudaMemcpyKind, cudaStream_t s) {
+  return copy_2d(dst, dpitch, src, spitch, width, height, s, false);
+}
+// Asynchronous on device memory (cudaMemset too: "asynchronous with respect to the host except when the
+// target memory is pinned host memory").
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes)
+    emu::stream_submit(s, [p, value, bytes]() {
+      std::memset(p, value, bytes);
+      return true;
+    }, "memset");
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
-  fn(data);  // the stream has nothing pending
+cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes, nullptr); }
+cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
+  emu::stream_submit(s, [fn, data]() {
+    fn(data);
+    return true;
+  }, "host function");
   return cudaSuccess;
 }
 
@@ -155,46 +259,323 @@ cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return cu
 cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
 
-// Streams and events: distinct handles, nothing ever pending.
+}  // extern "C"
+
+// Streams and events. By default a stream runs what it is given when it is given it (the caller runs it), so
+// every launch and copy has completed when its call returns. With EMU_ASYNC_STREAMS=1 they run as on a GPU:
+// each stream is a queue, and one device thread takes the next operation of a stream chosen at random
+// (EMU_SEED) among those whose head may run, each only once a random 0..EMU_STREAM_DELAY_US (default
+// 2000) has passed since it was enqueued, or at once while a host thread waits for the device. Work on
+// different streams then interleaves in any order their events allow, and the host sees a result only after
+// it synchronises: a missing cudaStreamWaitEvent, or a host read before its stream synchronised, gives
+// wrong values instead of passing by luck. The legacy default stream (0) waits for all earlier work of the
+// blocking streams (cudaStreamCreate) and they for its, and not the non-blocking ones
+// (cudaStreamNonBlocking), as CUDA's "default stream" semantics say. Operations run one at a time (kernels
+// never overlap); an operation may take several turns (an emulated NCCL collective is started by its first
+// turn and polled by the next ones, while the device thread runs other streams).
 namespace {
-struct EmuEvent {
-  std::chrono::steady_clock::time_point at;
+using Clock = std::chrono::steady_clock;
+// An event's state, shared with the operations that record it or wait for it: CUDA lets an event be
+// destroyed while a stream still waits for one of its records.
+struct EventState {
+  uint64_t recorded = 0, completed = 0;  // cudaEventRecord calls, and how many of them have run
+  Clock::time_point at;
 };
-int g_stream_tag;
+struct EmuEvent {
+  std::shared_ptr<EventState> state = std::make_shared<EventState>();
+};
+struct Op {
+  std::function<bool()> fn;  // empty: a wait for wait_event to reach wait_count
+  std::shared_ptr<EventState> wait_event;
+  uint64_t wait_count = 0;
+  const char* what = "";
+  uint64_t seq = 0;
+  Clock::time_point eligible;
+};
+struct EmuStream {
+  bool blocking = true;
+  std::deque<Op> ops;
+  bool destroyed = false;
+};
+
+struct Engine {
+  bool async = false;
+  unsigned delay_us = 2000;
+  std::mutex mu;
+  std::condition_variable cv;
+  EmuStream legacy;
+  std::set<EmuStream*> streams;  // the created ones
+  uint64_t seq = 0;
+  int waiters = 0;  // host threads waiting for the device: everything may run at once
+  std::mt19937_64 rng;
+  std::thread device;
+
+  Engine() {
+    const char* a = std::getenv("EMU_ASYNC_STREAMS");
+    async = a && std::atoi(a) != 0;
+    if (const char* d = std::getenv("EMU_STREAM_DELAY_US")) delay_us = static_cast<unsigned>(std::atoi(d));
+    rng.seed(emu::config().seed * 7919u + 17u);
+    if (async) {
+      device = std::thread([this] { run_device(); });
+      device.detach();  // runs until the process exits
+    }
+  }
+  EmuStream* of(cudaStream_t s) {
+    if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &legacy;
+    return reinterpret_cast<EmuStream*>(s);
+  }
+  // Whether the head of st may run: its wait is satisfied and the legacy stream's ordering holds.
+  bool ready(EmuStream* st) {
+    const Op& op = st->ops.front();
+    if (!op.fn && op.wait_event->completed < op.wait_count) return false;
+    if (st == &legacy) {
+      for (EmuStream* o : streams)
+        if (o->blocking && !o->ops.empty() && o->ops.front().seq < op.seq) return false;
+    } else if (st->blocking && !legacy.ops.empty() && legacy.ops.front().seq < op.seq) {
+      return false;
+    }
+    return true;
+  }
+  void run_device() {
+    std::unique_lock<std::mutex> lk(mu);
+    std::vector<EmuStream*> can;
+    for (;;) {
+      can.clear();
+      Clock::time_point next = Clock::now() + std::chrono::milliseconds(50);
+      const Clock::time_point now = Clock::now();
+      auto consider = [&](EmuStream* st) {
+        if (st->ops.empty() || !ready(st)) return;
+        const Op& op = st->ops.front();
+        if (waiters > 0 || op.eligible <= now) can.push_back(st);
+        else next = std::min(next, op.eligible);
+      };
+      consider(&legacy);
+      for (EmuStream* st : streams) consider(st);
+      if (can.empty()) {
+        if (idle()) {
+          stalled_since = now;
+        } else if (now - stalled_since > std::chrono::seconds(stall_report_s) && !reported) {
+          report();  // once: what every stream waits for (the host may still be polling an event)
+          reported = true;
+        }
+        cv.wait_until(lk, next);
+        continue;
+      }
+      stalled_since = now;
+      reported = false;
+      EmuStream* st = can[rng() % can.size()];
+      Op& op = st->ops.front();
+      bool done = true;
+      if (op.fn) {
+        std::function<bool()> fn = op.fn;  // the queue may grow (and move) while it runs
+        lk.unlock();
+        done = fn();
+        lk.lock();
+      }
+      if (done) {
+        st->ops.pop_front();
+        if (st->destroyed && st->ops.empty()) {
+          streams.erase(st);
+          delete st;
+        }
+        cv.notify_all();
+      } else {
+        // In progress (a collective waiting for its peers): the stream stays busy; come back shortly.
+        st->ops.front().eligible = Clock::now() + std::chrono::microseconds(100);
+        if (waiters > 0) {
+          lk.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          lk.lock();
+        }
+      }
+    }
+  }
+  // Work is queued and none of it can run: every head waits for an event no queued record will complete.
+  // On a GPU that work would never run either.
+  Clock::time_point stalled_since = Clock::now();
+  bool reported = false;
+  int stall_report_s = static_cast<int>(emu::config().timeout_s);  // EMU_TIMEOUT_S
+  std::string describe(const EmuStream* st) {
+    if (st == &legacy) return "the legacy default stream";
+    char b[64];
+    std::snprintf(b, sizeof b, "stream %p (%s)", static_cast<const void*>(st), st->blocking ? "blocking" : "non-blocking");
+    return b;
+  }
+  void report() {
+    emu::note("streams: queued work has not run for %d s; each stream's first operations:", stall_report_s);
+    auto show = [&](const EmuStream* st) {
+      if (st->ops.empty()) return;
+      std::string line = describe(st) + ":";
+      int shown = 0;
+      for (const Op& op : st->ops) {
+        if (++shown > 4) break;
+        char b[160];
+        if (op.fn) std::snprintf(b, sizeof b, " [#%llu %s]", static_cast<unsigned long long>(op.seq), op.what);
+        else
+          std::snprintf(b, sizeof b, " [#%llu wait for event %p record %llu, %llu completed]",
+                        static_cast<unsigned long long>(op.seq), static_cast<const void*>(op.wait_event.get()),
+                        static_cast<unsigned long long>(op.wait_count),
+                        static_cast<unsigned long long>(op.wait_event->completed));
+        line += b;
+      }
+      line += " (" + std::to_string(st->ops.size()) + " queued)";
+      emu::note("  %s", line.c_str());
+    };
+    show(&legacy);
+    for (const EmuStream* st : streams) show(st);
+  }
+  void submit(cudaStream_t s, std::function<bool()> fn, std::shared_ptr<EventState> ev, uint64_t count,
+              const char* what) {
+    if (!async) {
+      if (fn) while (!fn()) std::this_thread::yield();
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu);
+    EmuStream* st = of(s);
+    Op op;
+    op.fn = std::move(fn);
+    op.wait_event = std::move(ev);
+    op.wait_count = count;
+    op.what = what;
+    op.seq = ++seq;
+    op.eligible = Clock::now() + std::chrono::microseconds(delay_us ? rng() % (delay_us + 1) : 0);
+    st->ops.push_back(std::move(op));
+    cv.notify_all();
+  }
+  // Blocks the calling host thread until done() holds (checked under the lock), everything runnable
+  // running at once meanwhile.
+  template <class F>
+  void wait(F done) {
+    if (!async) return;
+    std::unique_lock<std::mutex> lk(mu);
+    ++waiters;
+    cv.notify_all();
+    cv.wait(lk, [&] { return done(); });
+    --waiters;
+  }
+  bool idle() {
+    if (!legacy.ops.empty()) return false;
+    for (EmuStream* st : streams)
+      if (!st->ops.empty()) return false;
+    return true;
+  }
+};
+Engine& engine() {
+  static Engine* e = new Engine;  // never destroyed: the device thread may run until exit
+  return *e;
+}
 }  // namespace
-cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new int(++g_stream_tag));
+
+namespace emu {
+void stream_submit(cudaStream_t s, std::function<bool()> op, const char* what) {
+  engine().submit(s, std::move(op), nullptr, 0, what);
+}
+bool async_streams() { return engine().async; }
+}  // namespace emu
+
+extern "C" {
+
+cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int) {
+  Engine& e = engine();
+  auto* st = new EmuStream;
+  st->blocking = (flags & cudaStreamNonBlocking) == 0;
+  std::lock_guard<std::mutex> g(e.mu);
+  e.streams.insert(st);
+  *s = reinterpret_cast<cudaStream_t>(st);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
-cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int, int) { return cudaStreamCreate(s); }
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  return cudaStreamCreateWithPriority(s, flags, 0);
+}
+cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithPriority(s, 0, 0); }
+// Returns at once; the stream's queued work still runs, and the stream goes when it has.
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<int*>(s);
+  Engine& e = engine();
+  std::lock_guard<std::mutex> g(e.mu);
+  EmuStream* st = e.of(s);
+  if (st == &e.legacy) return cudaErrorInvalidResourceHandle;
+  if (st->ops.empty()) {
+    e.streams.erase(st);
+    delete st;
+  } else {
+    st->destroyed = true;
+  }
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
+  Engine& e = engine();
+  EmuStream* st = e.of(s);
+  e.wait([&] { return st->ops.empty(); });
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
+  Engine& e = engine();
+  e.wait([&] { return e.idle(); });
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int) {
+  Engine& e = engine();
+  std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
+  uint64_t count;
+  {
+    std::lock_guard<std::mutex> g(e.mu);
+    count = st->recorded;  // the most recent record, as CUDA's wait takes it
+  }
+  if (count) e.submit(s, nullptr, std::move(st), count, "event wait");
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = 0, *greatest = -5;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new EmuEvent{std::chrono::steady_clock::now()});
+  auto* ev = new EmuEvent;
+  ev->state->at = Clock::now();
+  *e = reinterpret_cast<cudaEvent_t>(ev);
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
-cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<EmuEvent*>(e);
+// Queued records and waits keep its state.
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t ev) {
+  delete reinterpret_cast<EmuEvent*>(ev);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  reinterpret_cast<EmuEvent*>(e)->at = std::chrono::steady_clock::now();
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  Engine& e = engine();
+  std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> g(e.mu);
+    n = ++st->recorded;
+  }
+  e.submit(s, [&e, st, n]() {
+    std::lock_guard<std::mutex> g(e.mu);  // (an operation runs with the engine unlocked)
+    st->completed = std::max(st->completed, n);
+    st->at = Clock::now();
+    return true;
+  }, nullptr, 0, "event record");
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t ev) {
+  Engine& e = engine();
+  const EventState& st = *reinterpret_cast<EmuEvent*>(ev)->state;
+  std::lock_guard<std::mutex> g(e.mu);
+  return st.completed >= st.recorded ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
+  Engine& e = engine();
+  std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> g(e.mu);
+    n = st->recorded;
+  }
+  e.wait([&] { return st->completed >= n; });
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-  *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmuEvent*>(b)->at - reinterpret_cast<EmuEvent*>(a)->at)
+  *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmuEvent*>(b)->state->at -
+                                                 reinterpret_cast<EmuEvent*>(a)->state->at)
             .count();
   return cudaSuccess;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -129,17 +130,30 @@ LaunchStats& stats();
 void set_max_dynamic_smem(const void* func, int bytes);
 void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
 
+// ---- streams (cudart_stubs.cpp) --------------------------------------------------------------------
+// Queues op on stream s: it runs now, in the caller (the default), or with EMU_ASYNC_STREAMS=1 on the
+// emulated device's thread in stream order (README, Streams). It returns true once done; one that returns
+// false (a collective waiting for its peers) keeps its stream busy and is called again later.
+void stream_submit(cudaStream_t s, std::function<bool()> op, const char* what);
+bool async_streams();
+
 struct Launch {
   dim3 grid, block;
   size_t smem;
-  Launch(dim3 g, dim3 b, size_t s = 0, cudaStream_t = nullptr) : grid(g), block(b), smem(s) {}
+  cudaStream_t stream;
+  Launch(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = nullptr) : grid(g), block(b), smem(s), stream(st) {}
   template <class... P, class... A>
   void run(void (*kernel)(P...), A&&... args) {
-    // Arguments converted once to the parameter types, then copied by every thread (a kernel's
-    // parameters are per-launch constants; each emulated thread gets its own copy).
-    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
-    run_grid(reinterpret_cast<const void*>(kernel), grid, block, smem,
-             [&]() { std::apply([&](auto... p) { kernel(p...); }, params); });
+    // Arguments converted to the parameter types when the launch is made (a kernel's parameters are
+    // per-launch constants, copied by every thread), the grid run when its stream gets to it.
+    auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
+    const dim3 g = grid, b = block;
+    const size_t sm = smem;
+    stream_submit(stream, [kernel, params, g, b, sm]() {
+      run_grid(reinterpret_cast<const void*>(kernel), g, b, sm,
+               [&]() { std::apply([&](auto... p) { kernel(p...); }, *params); });
+      return true;
+    }, "kernel");
   }
 };
 

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The training programs on the GPU path, on the emulator (emu.sh --train; README.md here): gpt2-train,
+gpt2-sample and the device reducer's test, built by emu.sh --train-build with every CUDA kernel run by the
+emulator and NCCL emulated over MPI. What the lent GPU's phase B runs (tests/gpu/test_gpu_train.py) but at a
+size the emulator takes seconds a step for, and with the hand GEMM (cuBLASLt is not emulated):
+  1. --device cuda follows the CPU backend's loss trajectory: fp32 to 1e-4, bf16 to 2e-2, and the
+     opt-in Hopper kernels (wgmma GEMM, wgmma attention forward and backward) in bf16 to 2e-2;
+  2. bf16 resume from a checkpoint continues bit for bit; --recompute full repeats fp32 bit for bit;
+  3. gradient accumulation, 2 ranks with --comm mpi (the host-staged reducer), 2 ranks with --comm nccl
+     (one emulated device each: the device reducer on NCCL's stream), and ZeRO-1 on NCCL all follow one
+     rank with the whole micro-batch (fp32: 1e-4; bf16 on NCCL: 2e-2);
+  4. gpt2-sample --device cuda prints the same text as --device cpu from the same checkpoint and seed;
+  5. the device reducer's exact all-reduce (tests/gpu/test_device_reducer.cpp) on 1 and 2 ranks.
+usage: train_emu.py EMU_TRAIN_DIR WORK_DIR MPIEXEC [--streams]    (EMU_TRAIN_DIR: BUILD_DIR/train of emu.sh)
+--streams: only the fp32 checks that the ordering between streams and the host decides (accumulation, 2 ranks
+over MPI and NCCL, ZeRO-1), stopping at the first failure: what emu.sh --mutants runs for the stream-ordering
+mutants of the training code, with EMU_ASYNC_STREAMS=1."""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+bin_dir, work, mpiexec = sys.argv[1], sys.argv[2], sys.argv[3]
+streams_only = "--streams" in sys.argv[4:]
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE",
+           EMU_FIBERS="1")
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+rnd = random.Random(1)
+words = "the of and to in that he shall unto for his a lord they be is him not them it with all thou".split()
+open(f"{work}/corpus.txt", "w").write(" ".join(rnd.choice(words) for _ in range(20000)))
+subprocess.run([f"{bin_dir}/gpt2-data", "prepare", "--tokenizer", "byte", "--text", f"{work}/corpus.txt",
+                "--out", f"{work}/data"], check=True, capture_output=True, env=env)
+
+# Head size 64 and T = 64: the tensor-core paths (mma.sync, and wgmma when asked for) take these shapes.
+common = ["--n-layer", "2", "--n-head", "2", "--n-embd", "128", "--vocab-size", "256", "--max-seq-len", "64",
+          "--seq-len", "64", "--global-batch-tokens", "256", "--lr", "3e-3", "--warmup-steps", "2",
+          "--train-data", f"{work}/data/train.h5", "--log-every", "1"]
+cuda = ["--device", "cuda", "--gemm", "hand"]
+fp32 = ["--precision", "fp32"]
+failures = []
+
+
+def run(cmd, name, extra_env=None, timeout=120 if streams_only else 600):
+    r = subprocess.run(cmd, env=dict(env, **(extra_env or {})), capture_output=True, text=True, errors="replace",
+                       timeout=timeout)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        raise SystemExit(f"FAIL: {name} exited {r.returncode}: {' '.join(cmd)}")
+    return r
+
+
+def train(name, steps, extra=(), ranks=1, micro_batch=4, extra_env=None):
+    if streams_only and failures:
+        raise SystemExit(f"{len(failures)} failure(s)")  # fail fast: the mutant is caught
+    out = f"{work}/{name}"
+    cmd = [f"{bin_dir}/gpt2-train", *common, "--micro-batch", str(micro_batch), "--max-steps", str(steps),
+           "--out", out, *extra]
+    if ranks > 1:
+        cmd = [mpiexec, "--oversubscribe", "-n", str(ranks)] + \
+              [a for k in (extra_env or {}) for a in ("-x", k)] + cmd
+    r = run(cmd, name, extra_env)
+    rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
+    train.log = r.stdout + r.stderr
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}, out
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}", flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def compare(name, a, b, rtol):
+    if sorted(a) != sorted(b):
+        return check(name, False, f": steps {sorted(a)} against {sorted(b)}")
+    worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+    check(name, worst <= rtol, f": worst relative loss difference {worst:.2e} (bound {rtol:g})")
+
+
+steps = 3
+two_devices = {"EMU_DEVICES": "2"}
+if streams_only:
+    gpu32, _ = train("fp32", steps, cuda + fp32)
+    two_nccl, _ = train("fp32_2ranks_nccl", steps, cuda + fp32 + ["--comm", "nccl"], ranks=2, micro_batch=2,
+                        extra_env=two_devices)
+    compare("fp32 2 ranks, --comm nccl == 1 rank", two_nccl, gpu32, 1e-4)
+    zero, _ = train("fp32_2ranks_zero1", steps, cuda + fp32 + ["--comm", "nccl", "--zero", "1"], ranks=2,
+                    micro_batch=2, extra_env=two_devices)
+    compare("fp32 2 ranks, --comm nccl --zero 1 == 1 rank", zero, gpu32, 1e-4)
+    two_mpi, _ = train("fp32_2ranks_mpi", steps, cuda + fp32 + ["--comm", "mpi"], ranks=2, micro_batch=2)
+    compare("fp32 2 ranks, --comm mpi == 1 rank", two_mpi, gpu32, 1e-4)
+    accumulated, _ = train("fp32_accumulate", steps, cuda + fp32, micro_batch=2)
+    compare("fp32 gradient accumulation (2 x micro-batch 2) == micro-batch 4", accumulated, gpu32, 1e-4)
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+cpu, _ = train("cpu", steps, ["--device", "cpu", "--threads", "2"])
+gpu32, out32 = train("fp32", steps, cuda + fp32)
+compare("GPU fp32 == CPU", gpu32, cpu, 1e-4)
+bf16, out16 = train("bf16", 4, cuda + ["--ckpt-every", "2"])
+compare("GPU bf16 ~ CPU", {s: bf16[s] for s in range(1, steps + 1)}, cpu, 2e-2)
+hopper, _ = train("bf16_sm90a", steps, cuda,
+                  extra_env={"GPT2_GEMM_SM90": "1", "GPT2_ATTENTION_FWD": "wgmma", "GPT2_ATTENTION_BWD": "wgmma"})
+compare("GPU bf16, wgmma GEMM and attention ~ CPU", hopper, cpu, 2e-2)
+kernels = "kernels: gemm: hand wgmma 128x128; attention forward: wgmma; attention backward: wgmma"
+check("the wgmma run ran the wgmma kernels", kernels in train.log, f": {kernels!r} in its log")
+
+resumed = f"{work}/resumed"
+os.makedirs(f"{resumed}/ckpt")
+shutil.copy(f"{out16}/ckpt/step_00000002.h5", f"{resumed}/ckpt/")
+open(f"{resumed}/ckpt/latest", "w").write("step_00000002.h5\n")
+res, _ = train("resumed", 4, cuda + ["--resume", "auto"])
+check("bf16 resume continues bit for bit", sorted(res) == [3, 4] and all(res[s] == bf16[s] for s in res),
+      f": {res} against {bf16}")
+recomputed, _ = train("fp32_recompute", steps, cuda + fp32 + ["--recompute", "full"])
+check("fp32 --recompute full repeats bit for bit", recomputed == gpu32, f": {recomputed} against {gpu32}")
+
+accumulated, _ = train("fp32_accumulate", steps, cuda + fp32, micro_batch=2)
+compare("fp32 gradient accumulation (2 x micro-batch 2) == micro-batch 4", accumulated, gpu32, 1e-4)
+two_mpi, _ = train("fp32_2ranks_mpi", steps, cuda + fp32 + ["--comm", "mpi"], ranks=2, micro_batch=2)
+compare("fp32 2 ranks, --comm mpi == 1 rank", two_mpi, gpu32, 1e-4)
+two_nccl, _ = train("fp32_2ranks_nccl", steps, cuda + fp32 + ["--comm", "nccl"], ranks=2, micro_batch=2,
+                    extra_env=two_devices)
+compare("fp32 2 ranks, --comm nccl == 1 rank", two_nccl, gpu32, 1e-4)
+zero, _ = train("fp32_2ranks_zero1", steps, cuda + fp32 + ["--comm", "nccl", "--zero", "1"], ranks=2,
+                micro_batch=2, extra_env=two_devices)
+compare("fp32 2 ranks, --comm nccl --zero 1 == 1 rank", zero, gpu32, 1e-4)
+two16, _ = train("bf16_2ranks_nccl", steps, cuda + ["--comm", "nccl"], ranks=2, micro_batch=2, extra_env=two_devices)
+compare("bf16 2 ranks, --comm nccl ~ 1 rank", two16, {s: bf16[s] for s in range(1, steps + 1)}, 2e-2)
+
+# Sampled at temperature 1 from every token (three steps of training make greedy decoding print spaces): the
+# same seed draws the same text when the two devices' logits agree.
+sample = ["--ckpt", out32, "--prompt", "the lord", "--max-new-tokens", "40", "--top-k", "0", "--seed", "7"]
+on_gpu = run([f"{bin_dir}/gpt2-sample", *sample, "--device", "cuda", "--precision", "fp32", "--gemm", "hand"],
+             "gpt2-sample --device cuda").stdout
+on_cpu = run([f"{bin_dir}/gpt2-sample", *sample, "--device", "cpu"], "gpt2-sample --device cpu").stdout
+check("gpt2-sample --device cuda == --device cpu (seed 7)", on_gpu == on_cpu and len(on_gpu) > len("the lord"),
+      f": {on_gpu!r} against {on_cpu!r}")
+
+for ranks in (1, 2):
+    cmd = [f"{bin_dir}/test_device_reducer"]
+    if ranks > 1:
+        cmd = [mpiexec, "--oversubscribe", "-n", "2", "-x", "EMU_DEVICES", "-x", "EMU_COLLECTIVE_DELAY_US"] + cmd
+    # 98 buckets a case one after the other: not at the 0.5 s each of the training runs (nccl_emu.cpp)
+    r = subprocess.run(cmd, env=dict(env, EMU_COLLECTIVE_DELAY_US="1000", **two_devices), capture_output=True,
+                       text=True, timeout=300)
+    cases = r.stdout.count("\nok  ") + r.stdout.startswith("ok  ")
+    check(f"device reducer, {ranks} rank(s), NCCL and MPI transports", r.returncode == 0 and cases == 12,
+          f": exit {r.returncode}, {cases} of 12 cases ok" + ("" if r.returncode == 0 else "\n" + r.stdout[-2000:]))
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
