@@ -18,7 +18,7 @@
 #                                         builds them only
 #   tests/emu/emu.sh BUILD_DIR --train [MPIEXEC]  gpt2-train, gpt2-sample and the device reducer on the GPU path,
 #                                         NCCL emulated over MPI (train_emu.py: against the CPU backend, 1 and 2
-#                                         ranks, resume, ZeRO-1, the wgmma kernels; ~2 min); --train-build builds
+#                                         ranks, resume, ZeRO-1, the wgmma kernels; ~2.5 min); --train-build builds
 #                                         them only, in BUILD_DIR/train
 #   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 17 + 23 + 9 + 9 + 6) and of the
 #                                         training code's stream ordering (1 + 2 + 2; KERNELS: a quoted subset of
@@ -266,7 +266,15 @@ if [[ $mode == --mutants ]]; then
     [[ -n ${gpu_mutant_suite[$kernel]:-} && -z $need ]] && need=gpu_tests
     [[ -n ${train_mutant_obj[$kernel]:-} ]] && need=train
   done
-  if [[ $need == train ]]; then build_train || exit 1; fi  # (the GPU test suites too)
+  if [[ $need == train ]]; then  # (the GPU test suites too)
+    build_train || exit 1
+    # The control: the unmutated programs must pass the checks the training mutants must fail
+    if ! EMU_ASYNC_STREAMS=1 timeout 600 python3 "$here/train_emu.py" "$out/train" "$out/train_control" \
+           "${MPIEXEC:-mpiexec}" --streams > "$out/train_control.log" 2>&1 < /dev/null; then
+      echo "emu: the unmutated training programs fail train_emu.py --streams (log: $out/train_control.log)"
+      exit 1
+    fi
+  fi
   if [[ $need == gpu_tests ]]; then build_gpu_tests || exit 1; fi
   for kernel in $kernels; do
     python3 "$here/mutations/mutate.py" $kernel "$(src_of $kernel)" "$out/mutants_$kernel" > "$out/mutants_$kernel.list" ||
@@ -315,9 +323,11 @@ if [[ $mode == --mutants ]]; then
       fi
       if ((rc == 0)); then
         echo "MUTANT $kernel/$m: NOT CAUGHT"
+      elif ((rc == 2)) && [[ -n ${train_mutant_obj[$kernel]:-} ]]; then
+        echo "MUTANT $kernel/$m: NOT CAUGHT (its checks could not run: $bin.log)"
       elif ((rc == 124)); then
         # On a GPU this mutant would hang the launch: no bounded wait (trap) or emulator check ended it.
-        echo "MUTANT $kernel/$m: NOT CAUGHT (hung until emu.sh's timeout, as the kernel would on a GPU)"
+        echo "MUTANT $kernel/$m: NOT CAUGHT (hung until the timeout, as the kernel would on a GPU)"
       else
         caught=$((caught + 1))
         echo "MUTANT $kernel/$m: caught: $(grep -m1 -A$context -E '\[emu\] ERROR|FAIL|Failure' "$bin.log" | tr '\n' ' ' | cut -c1-150)"

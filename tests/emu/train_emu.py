@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -44,13 +45,33 @@ fp32 = ["--precision", "fp32"]
 failures = []
 
 
-def run(cmd, name, extra_env=None, timeout=120 if streams_only else 600):
-    r = subprocess.run(cmd, env=dict(env, **(extra_env or {})), capture_output=True, text=True, errors="replace",
-                       timeout=timeout)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit(f"FAIL: {name} exited {r.returncode}: {' '.join(cmd)}")
-    return r
+def launch(cmd, extra_env=None, timeout=120 if streams_only else 600):
+    """(exit status, stdout, stderr) of cmd. A command that does not end in time is killed with everything it
+    started (mpiexec's ranks too) and this script exits 124, as a hang; one that cannot start exits 2."""
+    try:
+        p = subprocess.Popen(cmd, env=dict(env, **(extra_env or {})), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    except OSError as e:
+        print(f"ERROR: cannot run {cmd[0]}: {e}", flush=True)
+        sys.exit(2)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        print(f"HANG: {' '.join(cmd)} did not end within {timeout} s", flush=True)
+        sys.exit(124)
+    return p.returncode, out, err
+
+
+def run(cmd, name, extra_env=None):
+    """stdout and stderr of cmd; a failure (non-zero exit) fails the check run."""
+    rc, out, err = launch(cmd, extra_env)
+    if rc != 0:
+        print(out[-3000:], err[-3000:])
+        print(f"FAIL {name}: exited {rc}: {' '.join(cmd)}", flush=True)
+        sys.exit(1)
+    return out, err
 
 
 def train(name, steps, extra=(), ranks=1, micro_batch=4, extra_env=None):
@@ -62,9 +83,8 @@ def train(name, steps, extra=(), ranks=1, micro_batch=4, extra_env=None):
     if ranks > 1:
         cmd = [mpiexec, "--oversubscribe", "-n", str(ranks)] + \
               [a for k in (extra_env or {}) for a in ("-x", k)] + cmd
-    r = run(cmd, name, extra_env)
+    train.log = "".join(run(cmd, name, extra_env))
     rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
-    train.log = r.stdout + r.stderr
     return {r["step"]: r["loss"] for r in rows if "loss" in r}, out
 
 
@@ -75,7 +95,7 @@ def check(name, ok, detail=""):
 
 
 def compare(name, a, b, rtol):
-    if sorted(a) != sorted(b):
+    if sorted(a) != sorted(b) or not b:
         return check(name, False, f": steps {sorted(a)} against {sorted(b)}")
     worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
     check(name, worst <= rtol, f": worst relative loss difference {worst:.2e} (bound {rtol:g})")
@@ -136,8 +156,8 @@ compare("bf16 2 ranks, --comm nccl ~ 1 rank", two16, {s: bf16[s] for s in range(
 # same seed draws the same text when the two devices' logits agree.
 sample = ["--ckpt", out32, "--prompt", "the lord", "--max-new-tokens", "40", "--top-k", "0", "--seed", "7"]
 on_gpu = run([f"{bin_dir}/gpt2-sample", *sample, "--device", "cuda", "--precision", "fp32", "--gemm", "hand"],
-             "gpt2-sample --device cuda").stdout
-on_cpu = run([f"{bin_dir}/gpt2-sample", *sample, "--device", "cpu"], "gpt2-sample --device cpu").stdout
+             "gpt2-sample --device cuda")[0]
+on_cpu = run([f"{bin_dir}/gpt2-sample", *sample, "--device", "cpu"], "gpt2-sample --device cpu")[0]
 check("gpt2-sample --device cuda == --device cpu (seed 7)", on_gpu == on_cpu and len(on_gpu) > len("the lord"),
       f": {on_gpu!r} against {on_cpu!r}")
 
@@ -146,11 +166,10 @@ for ranks in (1, 2):
     if ranks > 1:
         cmd = [mpiexec, "--oversubscribe", "-n", "2", "-x", "EMU_DEVICES", "-x", "EMU_COLLECTIVE_DELAY_US"] + cmd
     # 98 buckets a case one after the other: not at the 0.5 s each of the training runs (nccl_emu.cpp)
-    r = subprocess.run(cmd, env=dict(env, EMU_COLLECTIVE_DELAY_US="1000", **two_devices), capture_output=True,
-                       text=True, timeout=300)
-    cases = r.stdout.count("\nok  ") + r.stdout.startswith("ok  ")
-    check(f"device reducer, {ranks} rank(s), NCCL and MPI transports", r.returncode == 0 and cases == 12,
-          f": exit {r.returncode}, {cases} of 12 cases ok" + ("" if r.returncode == 0 else "\n" + r.stdout[-2000:]))
+    rc, out, _ = launch(cmd, dict(EMU_COLLECTIVE_DELAY_US="1000", **two_devices))
+    cases = out.count("\nok  ") + out.startswith("ok  ")
+    check(f"device reducer, {ranks} rank(s), NCCL and MPI transports", rc == 0 and cases == 12,
+          f": exit {rc}, {cases} of 12 cases ok" + ("" if rc == 0 else "\n" + out[-2000:]))
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -9,6 +9,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -88,7 +89,12 @@ cudaError_t CUDARTAPI cudaGetDeviceCount(int* n) {
   *n = emu_devices();
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaSetDevice(int d) { return d >= 0 && d < emu_devices() ? cudaSuccess : cudaErrorInvalidDevice; }
+static thread_local int t_device = 0;  // cudaSetDevice's, per host thread as CUDA keeps it
+cudaError_t CUDARTAPI cudaSetDevice(int d) {
+  if (d < 0 || d >= emu_devices()) return cudaErrorInvalidDevice;
+  t_device = d;
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int d) {
   if (d < 0 || d >= emu_devices()) return cudaErrorInvalidDevice;
   std::memset(prop, 0, sizeof *prop);
@@ -187,8 +193,8 @@ cudaError_t CUDARTAPI cudaFreeHost(void* p) {
 
 // Copies, by CUDA's "API synchronization behavior" rules, taking each "might" as "might not" (so code that
 // relies on one fails here instead of on some GPU):
-//  * cudaMemcpy: from pageable memory to the device, the source is staged before the call returns and the
-//    copy lands later; device to device returns at once; to pageable memory, from pinned memory, and host to
+//  * cudaMemcpy: from pageable memory to the device, the stream synchronises, the source is staged before the
+//    call returns, and the copy lands later; device to device returns at once; to pageable memory, from pinned memory, and host to
 //    host, the call returns once the copy has landed. It runs on the legacy default stream.
 //  * cudaMemcpyAsync / cudaMemcpy2DAsync: queued on the stream, the source read when the copy runs; only host
 //    to host is synchronous.
@@ -202,6 +208,7 @@ cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, si
   const bool src_pageable = !src_dev && !is_pinned(src);
   std::shared_ptr<std::vector<char>> staged;
   if (sync_call && src_pageable && dst_dev) {
+    cudaStreamSynchronize(s);  // "a stream sync is performed before the copy is initiated"
     staged = std::make_shared<std::vector<char>>(width * height);
     for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, from + r * spitch, width);
     from = staged->data();
@@ -236,16 +243,35 @@ cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStre
     }, "memset");
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes, nullptr); }
+cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t bytes) {
+  cudaMemsetAsync(p, value, bytes, nullptr);
+  return is_device(p) ? cudaSuccess : cudaStreamSynchronize(nullptr);  // pinned host memory: synchronous
+}
+// With asynchronous streams the function runs on a thread of its own, as on CUDA's driver thread: it holds
+// up its stream only, while the device runs the others.
 cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
-  emu::stream_submit(s, [fn, data]() {
-    fn(data);
-    return true;
+  if (!emu::async_streams()) {
+    emu::stream_submit(s, [fn, data]() {
+      fn(data);
+      return true;
+    }, "host function");
+    return cudaSuccess;
+  }
+  auto done = std::make_shared<std::atomic<int>>(-1);  // -1 not started, 0 running, 1 done
+  emu::stream_submit(s, [fn, data, done]() {
+    if (done->load() < 0) {
+      done->store(0);
+      std::thread([fn, data, done] {
+        fn(data);
+        done->store(1);
+      }).detach();
+    }
+    return done->load() == 1;
   }, "host function");
   return cudaSuccess;
 }
 
-// CUDA graphs are not emulated (launches run when called, so there is nothing to capture): capture fails
+// CUDA graphs are not emulated (nothing records a capture): capture fails
 // with an error that names it, and the suites' graph tests are left out of the emulated runs.
 cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) {
   emu::note("cudaStreamBeginCapture: CUDA graphs are not emulated");
@@ -278,8 +304,17 @@ using Clock = std::chrono::steady_clock;
 // An event's state, shared with the operations that record it or wait for it: CUDA lets an event be
 // destroyed while a stream still waits for one of its records.
 struct EventState {
-  uint64_t recorded = 0, completed = 0;  // cudaEventRecord calls, and how many of them have run
+  uint64_t recorded = 0;  // cudaEventRecord calls
+  // Which records have run: all up to `prefix`, and those in `later` (records on different streams may run
+  // out of order, and a wait is for the record it took, not for any later one)
+  uint64_t prefix = 0;
+  std::set<uint64_t> later;
   Clock::time_point at;
+  bool done(uint64_t n) const { return n <= prefix || later.count(n); }
+  void complete(uint64_t n) {
+    later.insert(n);
+    while (later.count(prefix + 1)) later.erase(++prefix);
+  }
 };
 struct EmuEvent {
   std::shared_ptr<EventState> state = std::make_shared<EventState>();
@@ -327,7 +362,7 @@ struct Engine {
   // Whether the head of st may run: its wait is satisfied and the legacy stream's ordering holds.
   bool ready(EmuStream* st) {
     const Op& op = st->ops.front();
-    if (!op.fn && op.wait_event->completed < op.wait_count) return false;
+    if (!op.fn && !op.wait_event->done(op.wait_count)) return false;
     if (st == &legacy) {
       for (EmuStream* o : streams)
         if (o->blocking && !o->ops.empty() && o->ops.front().seq < op.seq) return false;
@@ -412,10 +447,10 @@ struct Engine {
         char b[160];
         if (op.fn) std::snprintf(b, sizeof b, " [#%llu %s]", static_cast<unsigned long long>(op.seq), op.what);
         else
-          std::snprintf(b, sizeof b, " [#%llu wait for event %p record %llu, %llu completed]",
+          std::snprintf(b, sizeof b, " [#%llu wait for event %p record %llu, records 1..%llu completed]",
                         static_cast<unsigned long long>(op.seq), static_cast<const void*>(op.wait_event.get()),
                         static_cast<unsigned long long>(op.wait_count),
-                        static_cast<unsigned long long>(op.wait_event->completed));
+                        static_cast<unsigned long long>(op.wait_event->prefix));
         line += b;
       }
       line += " (" + std::to_string(st->ops.size()) + " queued)";
@@ -550,7 +585,7 @@ cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
   }
   e.submit(s, [&e, st, n]() {
     std::lock_guard<std::mutex> g(e.mu);  // (an operation runs with the engine unlocked)
-    st->completed = std::max(st->completed, n);
+    st->complete(n);
     st->at = Clock::now();
     return true;
   }, nullptr, 0, "event record");
@@ -560,7 +595,7 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t ev) {
   Engine& e = engine();
   const EventState& st = *reinterpret_cast<EmuEvent*>(ev)->state;
   std::lock_guard<std::mutex> g(e.mu);
-  return st.completed >= st.recorded ? cudaSuccess : cudaErrorNotReady;
+  return st.done(st.recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
   Engine& e = engine();
@@ -570,18 +605,21 @@ cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
     std::lock_guard<std::mutex> g(e.mu);
     n = st->recorded;
   }
-  e.wait([&] { return st->completed >= n; });
+  e.wait([&] { return st->done(n); });
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-  *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmuEvent*>(b)->state->at -
-                                                 reinterpret_cast<EmuEvent*>(a)->state->at)
-            .count();
+  Engine& e = engine();
+  const EventState& sa = *reinterpret_cast<EmuEvent*>(a)->state;
+  const EventState& sb = *reinterpret_cast<EmuEvent*>(b)->state;
+  std::lock_guard<std::mutex> g(e.mu);
+  if (!sa.done(sa.recorded) || !sb.done(sb.recorded)) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(sb.at - sa.at).count();
   return cudaSuccess;
 }
 const char* CUDARTAPI cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 cudaError_t CUDARTAPI cudaGetDevice(int* device) {
-  *device = 0;
+  *device = t_device;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int) {

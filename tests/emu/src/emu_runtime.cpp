@@ -323,7 +323,8 @@ namespace {
 
 std::vector<std::pair<uintptr_t, size_t>> g_globals;  // registered "device" allocations
 std::mutex g_globals_mu;
-std::map<const void*, int> g_max_dyn_smem;
+std::map<const void*, int> g_max_dyn_smem;  // under g_max_dyn_smem_mu (the host sets it, the device thread reads it)
+std::mutex g_max_dyn_smem_mu;
 LaunchStats g_stats;
 std::mutex g_stats_mu;
 
@@ -1594,7 +1595,21 @@ void clear_globals() {
   g_globals.clear();
 }
 
-void set_max_dynamic_smem(const void* func, int bytes) { g_max_dyn_smem[func] = bytes; }
+void set_max_dynamic_smem(const void* func, int bytes) {
+  std::lock_guard<std::mutex> g(g_max_dyn_smem_mu);
+  g_max_dyn_smem[func] = bytes;
+}
+// At the launch, as CUDA checks it (a launch queued before cudaFuncSetAttribute raised the limit is wrong)
+void check_dynamic_smem(const void* func, size_t smem) {
+  int max_dyn = 48 * 1024;
+  {
+    std::lock_guard<std::mutex> g(g_max_dyn_smem_mu);
+    const auto it = g_max_dyn_smem.find(func);
+    if (it != g_max_dyn_smem.end()) max_dyn = it->second;
+  }
+  if (smem > static_cast<size_t>(max_dyn))
+    fail("launch: %zu bytes of dynamic shared memory above the function's limit %d (cudaFuncSetAttribute)", smem, max_dyn);
+}
 
 // EMU_FIBERS: the block's threads as fibers on this OS thread. Each round runs every live fiber once, until
 // it waits (yields) or ends, in an order drawn at random; a round in which nothing moved the grid on
@@ -1662,9 +1677,6 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
   if (nthreads % 32) fail("launch: %u threads is not a whole number of warps (not modelled)", nthreads);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
     fail("launch: grid (%u,%u,%u) is invalid", grid.x, grid.y, grid.z);
-  const int max_dyn = g_max_dyn_smem.count(func) ? g_max_dyn_smem[func] : 48 * 1024;
-  if (smem > static_cast<size_t>(max_dyn))
-    fail("launch: %zu bytes of dynamic shared memory above the function's limit %d (cudaFuncSetAttribute)", smem, max_dyn);
   if (smem > 227 * 1024) fail("launch: %zu bytes of dynamic shared memory above sm_90's 227 KB", smem);
   if (cfg.smem_offset + smem > kWindowBytes) fail("EMU_SMEM_OFFSET too large");
   // Blocks run concurrently, up to EMU_CONCURRENT_BLOCKS at a time (0: the whole grid at once), as

@@ -42,7 +42,7 @@ struct P2p {
   void* buf;
   size_t bytes;
   int peer;
-  ncclComm_t comm;
+  MPI_Comm mpi;  // (the communicator may be aborted while the group is queued)
   cudaStream_t stream;
 };
 std::vector<P2p> g_group;  // the sends and receives of the open group
@@ -322,14 +322,17 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   const MPI_Comm mpi = comm->mpi;
   auto p = std::make_shared<Pending>();
   emu::stream_submit(stream, [=]() {
-    if (!p->started) {
+    if (!p->started) {  // into a buffer of its own: the output is written when the collective ends
       p->start();
-      if (is_root && send != recv) std::memmove(recv, send, bytes);
+      p->all.resize(static_cast<size_t>(bytes));
+      if (is_root) std::memcpy(p->all.data(), send, bytes);
       p->reqs.resize(1);
-      if (MPI_Ibcast(recv, bytes, MPI_BYTE, root, mpi, &p->reqs[0]) != MPI_SUCCESS)
+      if (MPI_Ibcast(p->all.data(), bytes, MPI_BYTE, root, mpi, &p->reqs[0]) != MPI_SUCCESS)
         emu::fail("emulated NCCL: MPI_Ibcast failed");
     }
-    return p->test("ncclBroadcast");
+    if (!p->test("ncclBroadcast")) return false;
+    std::memcpy(recv, p->all.data(), bytes);
+    return true;
   }, "ncclBroadcast");
   return ncclSuccess;
 }
@@ -341,14 +344,14 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
   if (ncclResult_t rc = check_args(comm, t, count, "ncclSend")) return rc;
   if (!g_group_depth) return fail(ncclInvalidUsage, "ncclSend outside ncclGroupStart/End is not emulated");
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclSend: peer out of range");
-  g_group.push_back({true, const_cast<void*>(send), count * type_bytes(t), peer, comm, stream});
+  g_group.push_back({true, const_cast<void*>(send), count * type_bytes(t), peer, comm->mpi, stream});
   return ncclSuccess;
 }
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t rc = check_args(comm, t, count, "ncclRecv")) return rc;
   if (!g_group_depth) return fail(ncclInvalidUsage, "ncclRecv outside ncclGroupStart/End is not emulated");
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclRecv: peer out of range");
-  g_group.push_back({false, recv, count * type_bytes(t), peer, comm, stream});
+  g_group.push_back({false, recv, count * type_bytes(t), peer, comm->mpi, stream});
   return ncclSuccess;
 }
 
@@ -364,20 +367,25 @@ ncclResult_t ncclGroupEnd() {
   const std::vector<P2p> ops = std::move(g_group);
   g_group.clear();
   auto p = std::make_shared<Pending>();
+  auto received = std::make_shared<std::vector<std::vector<char>>>(ops.size());
   emu::stream_submit(ops.front().stream, [=]() {
-    if (!p->started) {
+    if (!p->started) {  // receives into buffers of their own: the outputs are written when all are done
       p->start();
       p->reqs.resize(ops.size());
       const int tag = 7177;
       for (size_t i = 0; i < ops.size(); ++i) {
         const P2p& o = ops[i];
         const int n = static_cast<int>(o.bytes);
-        const int rc = o.send ? MPI_Isend(o.buf, n, MPI_BYTE, o.peer, tag, o.comm->mpi, &p->reqs[i])
-                              : MPI_Irecv(o.buf, n, MPI_BYTE, o.peer, tag, o.comm->mpi, &p->reqs[i]);
+        if (!o.send) (*received)[i].resize(o.bytes);
+        const int rc = o.send ? MPI_Isend(o.buf, n, MPI_BYTE, o.peer, tag, o.mpi, &p->reqs[i])
+                              : MPI_Irecv((*received)[i].data(), n, MPI_BYTE, o.peer, tag, o.mpi, &p->reqs[i]);
         if (rc != MPI_SUCCESS) emu::fail("emulated NCCL: MPI_Isend/Irecv failed");
       }
     }
-    return p->test("ncclGroupEnd (send/recv)");
+    if (!p->test("ncclGroupEnd (send/recv)")) return false;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!ops[i].send) std::memcpy(ops[i].buf, (*received)[i].data(), ops[i].bytes);
+    return true;
   }, "ncclGroupEnd");
   return ncclSuccess;
 }

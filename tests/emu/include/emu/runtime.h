@@ -128,6 +128,7 @@ struct LaunchStats {
 };
 LaunchStats& stats();
 void set_max_dynamic_smem(const void* func, int bytes);
+void check_dynamic_smem(const void* func, size_t smem);  // the function's limit, at the launch
 void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
 
 // ---- streams (cudart_stubs.cpp) --------------------------------------------------------------------
@@ -146,6 +147,7 @@ struct Launch {
   void run(void (*kernel)(P...), A&&... args) {
     // Arguments converted to the parameter types when the launch is made (a kernel's parameters are
     // per-launch constants, copied by every thread), the grid run when its stream gets to it.
+    check_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
     auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
     const dim3 g = grid, b = block;
     const size_t sm = smem;
