@@ -97,11 +97,16 @@ declare -A gpu_mutant_filter=(
 gpu_lib_objs=()
 # build_gpu_mutant KERNEL MUTANT_SRC BINARY (KERNEL: one of gpu_mutant_suite's): its GPU test suite linked
 # against the mutant in place of its kernel file (after build_gpu_tests).
+# compile_rewritten CUDA_SRC OBJ: a .cu file (a mutant) rewritten by cuda_to_host.py and compiled as the GPU
+# test build compiles its kernel files (OBJ.emu.cpp beside it)
+compile_rewritten() {
+  python3 "$here/cuda_to_host.py" "$1" "$2.emu.cpp" 2> /dev/null &&
+    "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${kernel_flags[@]}" -c "$2.emu.cpp" -o "$2"
+}
 build_gpu_mutant() {
   local kernel=$1 src=$2 bin=$3 family=${gpu_mutant_suite[$1]} o lib=()
   local replaced=$out/gpu/$(basename "$(src_of "$kernel")" .cu).o
-  python3 "$here/cuda_to_host.py" "$src" "$bin.emu.cpp" 2> /dev/null || return 1
-  "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${kernel_flags[@]}" -c "$bin.emu.cpp" -o "$bin.o" || return 1
+  compile_rewritten "$src" "$bin.o" || return 1
   for o in "${gpu_lib_objs[@]}"; do [[ $o == "$replaced" ]] || lib+=("$o"); done
   "${cxx[@]}" -fopenmp -o "$bin" "$out/gpu/test_$family.o" "$bin.o" "${lib[@]}" -lgtest -lopenblas
 }
@@ -183,14 +188,20 @@ build_train() {
 # one's file replaces
 declare -A train_mutant_obj=([nccl_comm]=train/src_comm_nccl_communicator.cpp.o
   [device_reducer]=train/src_comm_device_reducer.cpp.o [model_cuda]=gpu/gpt2_cuda.o)
+# stream_checks BIN_DIR LOG: train_emu.py --streams on BIN_DIR's programs, streams asynchronous (the checks the
+# training mutants must fail and the unmutated programs pass); stdin closed, or mpiexec would read the
+# caller's (the mutant list)
+stream_checks() {
+  EMU_ASYNC_STREAMS=1 timeout 600 python3 "$here/train_emu.py" "$1" "$1/work" "${MPIEXEC:-mpiexec}" --streams \
+    > "$2" 2>&1 < /dev/null
+}
 # build_train_mutant KERNEL MUTANT_SRC DIR (after build_train): DIR/gpt2-train built with the mutant in place of
 # its file, and DIR/gpt2-data (train_emu.py's binaries)
 build_train_mutant() {
   local kernel=$1 src=$2 dir=$3 o lib=() replaced=$out/${train_mutant_obj[$1]}
   mkdir -p "$dir"
   if [[ $kernel == model_cuda ]]; then
-    python3 "$here/cuda_to_host.py" "$src" "$dir/mutant.emu.cpp" 2> /dev/null || return 1
-    "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${kernel_flags[@]}" -c "$dir/mutant.emu.cpp" -o "$dir/mutant.o" || return 1
+    compile_rewritten "$src" "$dir/mutant.o" || return 1
   else
     "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${train_flags[@]}" -x c++ -c "$src" -o "$dir/mutant.o" || return 1
   fi
@@ -269,8 +280,7 @@ if [[ $mode == --mutants ]]; then
   if [[ $need == train ]]; then  # (the GPU test suites too)
     build_train || exit 1
     # The control: the unmutated programs must pass the checks the training mutants must fail
-    if ! EMU_ASYNC_STREAMS=1 timeout 600 python3 "$here/train_emu.py" "$out/train" "$out/train_control" \
-           "${MPIEXEC:-mpiexec}" --streams > "$out/train_control.log" 2>&1 < /dev/null; then
+    if ! stream_checks "$out/train" "$out/train_control.log"; then
       echo "emu: the unmutated training programs fail train_emu.py --streams (log: $out/train_control.log)"
       exit 1
     fi
@@ -292,8 +302,7 @@ if [[ $mode == --mutants ]]; then
       if [[ -n ${train_mutant_obj[$kernel]:-} ]]; then
         # The training code's stream ordering: the emulated training programs with streams that run as on a
         # GPU (EMU_ASYNC_STREAMS=1), the checks that ordering decides, stopping at the first failure
-        EMU_ASYNC_STREAMS=1 timeout 600 python3 "$here/train_emu.py" "$bin" "$bin/work" "${MPIEXEC:-mpiexec}" \
-          --streams > "$bin.log" 2>&1 < /dev/null  # (mpiexec would read the mutant list from stdin)
+        stream_checks "$bin" "$bin.log"
         rc=$?
         context=0
       elif [[ -n ${gpu_mutant_suite[$kernel]:-} ]]; then

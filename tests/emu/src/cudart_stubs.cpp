@@ -194,8 +194,9 @@ cudaError_t CUDARTAPI cudaFreeHost(void* p) {
 // Copies, by CUDA's "API synchronization behavior" rules, taking each "might" as "might not" (so code that
 // relies on one fails here instead of on some GPU):
 //  * cudaMemcpy: from pageable memory to the device, the stream synchronises, the source is staged before the
-//    call returns, and the copy lands later; device to device returns at once; to pageable memory, from pinned memory, and host to
-//    host, the call returns once the copy has landed. It runs on the legacy default stream.
+//    call returns, and the copy lands later; device to device returns at once; to pageable memory, from
+//    pinned memory, and host to host, the call returns once the copy has landed. It runs on the legacy
+//    default stream.
 //  * cudaMemcpyAsync / cudaMemcpy2DAsync: queued on the stream, the source read when the copy runs; only host
 //    to host is synchronous.
 namespace {
@@ -343,17 +344,13 @@ struct Engine {
   uint64_t seq = 0;
   int waiters = 0;  // host threads waiting for the device: everything may run at once
   std::mt19937_64 rng;
-  std::thread device;
 
   Engine() {
     const char* a = std::getenv("EMU_ASYNC_STREAMS");
     async = a && std::atoi(a) != 0;
     if (const char* d = std::getenv("EMU_STREAM_DELAY_US")) delay_us = static_cast<unsigned>(std::atoi(d));
     rng.seed(emu::config().seed * 7919u + 17u);
-    if (async) {
-      device = std::thread([this] { run_device(); });
-      device.detach();  // runs until the process exits
-    }
+    if (async) std::thread([this] { run_device(); }).detach();  // the device: runs until the process exits
   }
   EmuStream* of(cudaStream_t s) {
     if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &legacy;
