@@ -3,6 +3,7 @@
 
 #include <boost/program_options/errors.hpp>
 
+#include <cctype>
 #include <map>
 #include <string>
 
@@ -18,19 +19,24 @@ struct Substitutions : boost::program_options::error_with_option_name {
 };
 }  // namespace option_errors_detail
 
-// e.what(), without Boost's hang. Boost (1.74) formats a message by replacing a placeholder such as
-// "%value%" with the user's text until none is left (error_with_option_name::replace_token), so text
-// that contains its own placeholder loops forever: `gpt2-train --recompute %value%` hung (found by
-// fuzz_train_options). Such text gets a space after the first '%' ("% value%") before the message is made.
+// e.what(), without Boost's hang. Boost (1.74) formats a message by replacing each placeholder such as
+// "%value%" with its text until none is left (error_with_option_name::replace_token), so a text that
+// contains a placeholder loops forever: `gpt2-train --recompute %value%` hung, and so did
+// `gpt2-train --a%canonical_option%=`, whose option name comes back through the derived placeholder
+// "%canonical_option%" (both found by fuzz_train_options). So no substituted text may hold a placeholder
+// at all: a space goes after every '%' that could open one ("% value%"); "50%" reads as it was written.
 inline std::string option_error_message(const boost::program_options::error& e) {
   namespace po = boost::program_options;
   if (const auto* named = dynamic_cast<const po::error_with_option_name*>(&e)) {
     // The exception object itself is not const (a caught exception is a copy the handler owns).
     auto& subs = const_cast<po::error_with_option_name&>(*named).*option_errors_detail::Substitutions::member();
-    for (auto& [key, text] : subs) {
-      const std::string token = "%" + key + "%";
-      for (size_t pos = text.find(token); pos != std::string::npos; pos = text.find(token, pos + token.size() + 1))
-        text.insert(pos + 1, " ");
+    for (auto& entry : subs) {
+      std::string& text = entry.second;
+      for (size_t pos = text.find('%'); pos != std::string::npos; pos = text.find('%', pos + 1)) {
+        const bool opens_name = pos + 1 < text.size() && (std::isalnum(static_cast<unsigned char>(text[pos + 1])) ||
+                                                           text[pos + 1] == '_');
+        if (opens_name) text.insert(pos + 1, " ");
+      }
     }
   }
   return e.what();

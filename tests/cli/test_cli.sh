@@ -69,6 +69,9 @@ expect_fail bad-recompute 2 "--recompute must be none, selective or full" "${tra
 # contains its own placeholder hung (found by fuzz_train_options); it is an ordinary error now.
 expect_fail placeholder-value 2 "the argument \\('% value%'\\) for option '--micro-batch' is invalid" \
   "${train[@]}" "${tiny[@]}" --micro-batch '%value%'
+# The option's own name comes back through the derived "%canonical_option%": that hung too.
+expect_fail placeholder-option-name 2 "the argument for option '--a% canonical_option%' should follow" \
+  "${train[@]}" "${tiny[@]}" '--a%canonical_option%='
 printf 'log-every = x%%value%%%%value%%\n' > "$work/placeholder.ini"
 expect_fail placeholder-value-in-config 2 "placeholder.ini.*for option 'log-every' is invalid" \
   "${train[@]}" "${tiny[@]}" --config "$work/placeholder.ini"
