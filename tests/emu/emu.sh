@@ -57,15 +57,16 @@ build_kernel() {
   "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL "${kernel_flags[@]}" -c "$gen" -o "$bin.o" &&
     "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,fatal_stub,"${kernel}_driver",sm90a_host}.o "$bin.o"
 }
-# The GPU test suites (tests/gpu/test_<family>.cpp, as the lent GPU builds them but for GPT2_EMU, which drops
-# the cuBLASLt backend) linked against the CUDA kernels of the default path (kernels/*/*.cu but the sm_90a
-# ones: mma.sync GEMM and attention, layernorm, softmax-xent, GELU, AdamW, encoder, reductions), each
-# rewritten by cuda_to_host.py and compiled by g++ against the emulator, with src/core and the CPU references.
+# The GPU test suites (tests/gpu/test_<family>.cpp, as the lent GPU builds them) linked against every CUDA file
+# of kernels/ (mma.sync GEMM and attention, layernorm, softmax-xent, GELU, AdamW, encoder, reductions, the
+# sm_90a kernels, the cuBLASLt backend's wrapper) and the CUDA model, each rewritten by cuda_to_host.py and
+# compiled by g++ against the emulator (cuBLASLt itself: src/cublaslt_emu.cpp), with src/core and the CPU
+# references.
 gpu_kernel_srcs=(kernels/common/cuda_device.cu kernels/encoder/encoder.cu kernels/layernorm/layernorm.cu
   kernels/gemm/gemm.cu kernels/attention/attention.cu kernels/attention/attention_decode.cu kernels/gelu/gelu.cu
   kernels/softmax_xent/softmax_xent.cu kernels/adamw/adamw.cu kernels/reduce/reduce.cu
   kernels/common/sm90a_host.cu kernels/gemm/gemm_sm90.cu kernels/attention/attention_sm90.cu
-  kernels/attention/attention_bwd_sm90.cu src/model/gpt2_cuda.cu)
+  kernels/attention/attention_bwd_sm90.cu kernels/gemm/gemm_cublaslt.cu src/model/gpt2_cuda.cu)
 gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/file_io.cpp src/core/backend.cpp
   src/core/param_segment.cpp kernels/common/device.cpp kernels/common/kernel_paths.cpp kernels/encoder/encoder_cpu.cpp
   kernels/layernorm/layernorm_cpu.cpp kernels/gemm/gemm_cpu.cpp kernels/attention/attention_cpu.cpp
@@ -74,19 +75,15 @@ gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/fi
   src/optim/schedule.cpp src/train/sample.cpp)
 gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
 # The cases CI runs (--gpu-tests), about 5 min on 2 cores; every case of the suites passes (~35 min: run
-# BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1, the model
-# and decode suites with --gtest_filter=-$gpu_model_unsupported). Left out here: the GPT-2-sized shapes, the
+# BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1). Left out here: the GPT-2-sized shapes, the
 # cases that repeat a kernel on more data, and bf16 repeats of the decode suite's fp32 model cases.
 declare -A gpu_test_filter=(
   [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*:GemmWgmma.AllTransposesAndEpiloguesAgainstDoubleLoop:GemmWgmma.PathSelectionAndFallback:GemmWgmma.EnvironmentPicksTheTile:GemmWgmma.ForcedSplitK'
   [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
   [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
-  [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand:*WaitsForParamsStillArriving/fp32_hand'
+  [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand:*WaitsForParamsStillArriving/fp32_hand:*CudaGraphMatchesEager/bf16_hand:*CudaGraphDeferredForwardUsesItsWeights/fp32_hand'
   [decode]='AttentionDecode*:*ModelDecode.*/fp32_hand'
 )
-# The model and decode suites' cases that cannot run here: cuBLASLt's and CUDA graphs' (not emulated). (The
-# ZeRO-1 parameter wait runs since the suites have asynchronous streams: the copies it waits for land late.)
-gpu_model_unsupported='*cublaslt*:*CudaGraph*'
 # The default path's kernels that have mutants (--mutants gemm_mma attention_mma attention_decode): the GPU
 # test suite each one's mutants run, and that suite's quick cases they run
 declare -A gpu_mutant_suite=([gemm_mma]=gemm [attention_mma]=attention [attention_decode]=decode)
@@ -137,7 +134,7 @@ build_gpu_tests() {
     compile "$g/$name.emu.cpp" "$g/$name.o" "${kernel_flags[@]}"
   done
   for f in "${gpu_host_srcs[@]}"; do compile "$repo/$f" "$g/$(echo "$f" | tr / _).o"; done
-  for f in emu_runtime cudart_stubs cublaslt_absent; do compile "$here/src/$f.cpp" "$g/$f.o"; done
+  for f in emu_runtime cudart_stubs cublaslt_emu; do compile "$here/src/$f.cpp" "$g/$f.o"; done
   compile "$repo/tests/gpu/gpu_test_main.cpp" "$g/gpu_test_main.o"
   gpu_lib_objs=("${objs[@]}")
   local lib=("${objs[@]}")
@@ -150,7 +147,8 @@ build_gpu_tests() {
   done
 }
 
-# The training programs (gpt2-train, gpt2-sample, gpt2-data) and the device reducer's test, on the GPU path:
+# The training programs (gpt2-train, gpt2-sample, gpt2-data), the device reducer's test and the emulated CUDA
+# graphs' test (graph_capture_test.cpp), on the GPU path:
 # the GPU test build's objects (the kernels, core, model, optimizer) and the rest of src/ (comm, data,
 # train, the options), with MPI and HDF5 as the real build has them and NCCL emulated over MPI
 # (src/nccl_emu.cpp). In BUILD_DIR/train after --train-build.
@@ -163,7 +161,8 @@ train_srcs=(src/core/hdf5.cpp src/comm/mpi_env.cpp src/comm/communicator.cpp src
   src/train/safetensors.cpp src/train/hf_interop.cpp src/train/memory.cpp src/app/train_options.cpp
   tests/emu/src/nccl_emu.cpp)
 declare -A train_mains=([gpt2-train]=src/app/train_main.cpp [gpt2-sample]=src/app/sample_main.cpp
-  [gpt2-data]=src/app/data_main.cpp [test_device_reducer]=tests/gpu/test_device_reducer.cpp)
+  [gpt2-data]=src/app/data_main.cpp [test_device_reducer]=tests/gpu/test_device_reducer.cpp
+  [test_graph_capture]=tests/emu/src/graph_capture_test.cpp)
 train_lib_objs=()
 train_flags=(-I/usr/include/hdf5/serial)
 for f in $(mpicxx --showme:incdirs 2> /dev/null); do train_flags+=(-I"$f"); done

@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """The training programs on the GPU path, on the emulator (emu.sh --train; README.md here): gpt2-train,
 gpt2-sample and the device reducer's test, built by emu.sh --train-build with every CUDA kernel run by the
-emulator and NCCL emulated over MPI. What the lent GPU's phase B runs (tests/gpu/test_gpu_train.py) but at a
-size the emulator takes seconds a step for, and with the hand GEMM (cuBLASLt is not emulated):
-  1. --device cuda follows the CPU backend's loss trajectory: fp32 to 1e-4, bf16 to 2e-2, and the
-     opt-in Hopper kernels (wgmma GEMM, wgmma attention forward and backward) in bf16 to 2e-2;
+emulator, cuBLASLt emulated from its documented contract and NCCL emulated over MPI. What the lent GPU's phase
+B runs (tests/gpu/test_gpu_train.py) but at a size the emulator takes seconds a step for, mostly with the hand
+GEMM (the emulated cuBLASLt computes in double: what it checks is the wrapper's use of the API):
+  1. --device cuda follows the CPU backend's loss trajectory: fp32 to 1e-4, bf16 to 2e-2, the opt-in Hopper
+     kernels (wgmma GEMM, wgmma attention forward and backward) in bf16 to 2e-2, and the default GEMM backend
+     (cuBLASLt, its fused epilogues and bias gradients) in fp32 to 1e-4 and bf16 to 2e-2;
   2. bf16 resume from a checkpoint continues bit for bit; --recompute full repeats fp32 bit for bit;
   3. gradient accumulation, 2 ranks with --comm mpi (the host-staged reducer), 2 ranks with --comm nccl
      (one emulated device each: the device reducer on NCCL's stream), and ZeRO-1 on NCCL all follow one
      rank with the whole micro-batch (fp32: 1e-4; bf16 on NCCL: 2e-2);
   4. gpt2-sample --device cuda prints the same text as --device cpu from the same checkpoint and seed;
-  5. the device reducer's exact all-reduce (tests/gpu/test_device_reducer.cpp) on 1 and 2 ranks.
+  5. the device reducer's exact all-reduce (tests/gpu/test_device_reducer.cpp) on 1 and 2 ranks;
+  6. --cuda-graph (each micro-step's forward and backward captured once, then replayed) repeats the eager run
+     bit for bit, fp32 with accumulation and bf16, and the emulator counts the captures and launches it expects;
+     the emulated capture refuses what CUDA's refuses (graph_capture_test.cpp).
 usage: train_emu.py EMU_TRAIN_DIR WORK_DIR MPIEXEC [--streams]    (EMU_TRAIN_DIR: BUILD_DIR/train of emu.sh)
---streams: only the fp32 checks that the ordering between streams and the host decides (accumulation, 2 ranks
-over MPI and NCCL, ZeRO-1), stopping at the first failure: what emu.sh --mutants runs for the stream-ordering
-mutants of the training code, with EMU_ASYNC_STREAMS=1."""
+--streams: only the fp32 checks that the ordering between streams and the host decides (accumulation, the
+CUDA graph's replay, 2 ranks over MPI and NCCL, ZeRO-1), stopping at the first failure: what emu.sh --mutants
+runs for the stream-ordering mutants of the training code, with EMU_ASYNC_STREAMS=1."""
+import re
 import json
 import os
 import random
@@ -41,6 +47,7 @@ common = ["--n-layer", "2", "--n-head", "2", "--n-embd", "128", "--vocab-size", 
           "--seq-len", "64", "--global-batch-tokens", "256", "--lr", "3e-3", "--warmup-steps", "2",
           "--train-data", f"{work}/data/train.h5", "--log-every", "1"]
 cuda = ["--device", "cuda", "--gemm", "hand"]
+lt = ["--device", "cuda", "--gemm", "cublaslt"]
 fp32 = ["--precision", "fp32"]
 failures = []
 
@@ -105,6 +112,18 @@ steps = 3
 two_devices = {"EMU_DEVICES": "2"}
 
 
+def graph_check(name, extra, micro_batch, eager, launches):
+    """A --cuda-graph run against its eager twin's losses, bit for bit: the first micro-step runs eagerly (the
+    warm-up), the second is captured into the one graph, and every micro-step from then on is a launch of it
+    (the capturing one too): `launches` in all, as the emulator's report at exit says."""
+    graphed, _ = train(name, steps, cuda + extra + ["--cuda-graph"], micro_batch=micro_batch)
+    check(f"{name}: --cuda-graph repeats the eager run bit for bit", graphed == eager, f": {graphed} against {eager}")
+    report = re.search(r"CUDA graphs: (\d+) captured \(\d+ nodes\), (\d+) launches", train.log)
+    counts = (int(report[1]), int(report[2])) if report else None
+    check(f"{name}: one graph captured, launched {launches} times", counts == (1, launches),
+          f": the emulator's report {report[0] if report else 'is missing'}")
+
+
 def stream_checks(gpu32):
     """The fp32 checks against one rank (gpu32's losses) that the ordering between streams and the host decides,
     in the order --streams runs them."""
@@ -118,6 +137,7 @@ def stream_checks(gpu32):
     compare("fp32 2 ranks, --comm mpi == 1 rank", two_mpi, gpu32, 1e-4)
     accumulated, _ = train("fp32_accumulate", steps, cuda + fp32, micro_batch=2)
     compare("fp32 gradient accumulation (2 x micro-batch 2) == micro-batch 4", accumulated, gpu32, 1e-4)
+    graph_check("fp32_graph", fp32, 2, accumulated, 2 * steps - 1)
 
 
 if streams_only:
@@ -135,6 +155,14 @@ hopper, _ = train("bf16_sm90a", steps, cuda,
 compare("GPU bf16, wgmma GEMM and attention ~ CPU", hopper, cpu, 2e-2)
 kernels = "kernels: gemm: hand wgmma 128x128; attention forward: wgmma; attention backward: wgmma"
 check("the wgmma run ran the wgmma kernels", kernels in train.log, f": {kernels!r} in its log")
+lt32, _ = train("fp32_cublaslt", steps, lt + fp32)
+compare("GPU fp32, cuBLASLt ~ CPU", lt32, cpu, 1e-4)
+lt16, _ = train("bf16_cublaslt", steps, lt)
+compare("GPU bf16, cuBLASLt (fused bias, GELU and bias-gradient epilogues) ~ CPU", lt16, cpu, 2e-2)
+used = re.search(r"cuBLASLt: matmuls by epilogue: default (\d+), bias (\d+), gelu_aux_bias (\d+), dgelu (\d+), "
+                 r"bgrada (\d+)", train.log)
+check("the bf16 cuBLASLt run fused every epilogue", "gemm: cublaslt" in train.log and used is not None and
+      all(int(x) > 0 for x in used.groups()), f": {used[0] if used else 'no cuBLASLt report'}")
 
 resumed = f"{work}/resumed"
 os.makedirs(f"{resumed}/ckpt")
@@ -147,6 +175,13 @@ recomputed, _ = train("fp32_recompute", steps, cuda + fp32 + ["--recompute", "fu
 check("fp32 --recompute full repeats bit for bit", recomputed == gpu32, f": {recomputed} against {gpu32}")
 
 stream_checks(gpu32)
+graph_check("bf16_graph", [], 4, {s: bf16[s] for s in range(1, steps + 1)}, steps - 1)
+graph_check("bf16_cublaslt_graph", ["--gemm", "cublaslt"], 4, lt16, steps - 1)  # its plans made in the warm-up
+# 2 ranks, 2 micro-steps each: the first of a step replays the graph, the last (its backward starts the bucket
+# collectives) runs eagerly, so graph launches and NCCL's stream interleave
+graphed2, _ = train("fp32_2ranks_nccl_graph", steps, cuda + fp32 + ["--comm", "nccl", "--cuda-graph"], ranks=2,
+                    micro_batch=1, extra_env=two_devices)
+compare("fp32 2 ranks, --comm nccl --cuda-graph == 1 rank", graphed2, gpu32, 1e-4)
 two16, _ = train("bf16_2ranks_nccl", steps, cuda + ["--comm", "nccl"], ranks=2, micro_batch=2, extra_env=two_devices)
 compare("bf16 2 ranks, --comm nccl ~ 1 rank", two16, {s: bf16[s] for s in range(1, steps + 1)}, 2e-2)
 
@@ -168,6 +203,13 @@ for ranks in (1, 2):
     cases = out.count("\nok  ") + out.startswith("ok  ")
     check(f"device reducer, {ranks} rank(s), NCCL and MPI transports", rc == 0 and cases == 12,
           f": exit {rc}, {cases} of 12 cases ok" + ("" if rc == 0 else "\n" + out[-2000:]))
+
+# The emulator's CUDA graphs refuse what CUDA's stream capture refuses (tests/emu/src/graph_capture_test.cpp),
+# with streams run in the call and asynchronously
+for asynchronous in ("0", "1"):
+    rc, out, _ = launch([f"{bin_dir}/test_graph_capture"], {"EMU_ASYNC_STREAMS": asynchronous})
+    check(f"CUDA graph capture rules (EMU_ASYNC_STREAMS={asynchronous})", rc == 0 and "\nFAIL" not in out,
+          f": exit {rc}" + ("" if rc == 0 else "\n" + out[-2000:]))
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -34,12 +34,8 @@ using kernels::GemmEpilogue;
 using kernels::GemmTestHooks;
 using kernels::GemmWgmmaKernel;
 
-#if defined(GPT2_EMU)
-// On the CPU emulator (tests/emu, emu.sh --gpu-tests) the hand kernels alone: cuBLASLt is not emulated.
-constexpr GemmBackend kBackends[] = {GemmBackend::kHand};
-#else
+// (On the CPU emulator too: tests/emu/src/cublaslt_emu.cpp answers cuBLASLt's calls from its documented contract.)
 constexpr GemmBackend kBackends[] = {GemmBackend::kHand, GemmBackend::kCublasLt};
-#endif
 constexpr GemmEpilogue kEpilogues[] = {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasGelu,
                                        GemmEpilogue::kDGelu};
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -147,8 +143,10 @@ Inputs make_inputs(const GemmCase& g, uint32_t seed) {
 }
 
 // The exact result (double accumulation), or the naive bf16 chain (fp32 accumulation, every stored
-// value rounded to bf16, the GELU taken of the rounded pre-activation).
-Outputs reference(const GemmCase& g, const Inputs& in, bool naive_bf16) {
+// value rounded to bf16, the GELU taken of the rounded pre-activation). stored_product: the product is
+// stored before the GELU gradient scales it (cuBLASLt's unfused dgelu: a plain bf16 product, then an
+// elementwise pass), so the naive chain rounds it there too.
+Outputs reference(const GemmCase& g, const Inputs& in, bool naive_bf16, bool stored_product = false) {
   const size_t mn = static_cast<size_t>(g.M) * g.N;
   Outputs out;
   out.c.resize(mn);
@@ -183,6 +181,7 @@ Outputs reference(const GemmCase& g, const Inputs& in, bool naive_bf16) {
           break;
         }
         case GemmEpilogue::kDGelu:
+          if (stored_product) v = rnd(v);
           v *= naive_bf16 ? gelu_grad_host<float>(in.aux[idx]) : gelu_grad_host<double>(in.aux[idx]);
           break;
       }
@@ -255,9 +254,16 @@ void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& va
   const Inputs in = make_inputs<T>(g, seed);
   const Outputs ref = reference(g, in, false);
   const Outputs naive = std::is_same_v<T, bf16> ? reference(g, in, true) : Outputs{};
+  // cuBLASLt's dgelu runs unfused when forced, when N (its aux leading dimension) is not a multiple of 8, or
+  // when cuBLASLt offers no fused algorithm (which may depend on the pointers' alignment): one more bf16
+  // rounding than the fused chain (found on the emulated cuBLASLt, 2026-11-27). So cuBLASLt's dgelu is held
+  // to the bound of the naive chain that rounds the product too, the looser one.
+  const Outputs naive_stored = std::is_same_v<T, bf16> && g.ep == GemmEpilogue::kDGelu ? reference(g, in, true, true)
+                                                                                      : Outputs{};
   for (const Variant& v : variants)
     for (GemmBackend be : kBackends) {
       if (!variant_changes(v.hooks, be)) continue;
+      const bool lt_dgelu = !naive_stored.c.empty() && be == GemmBackend::kCublasLt;
       GemmContext& ctx = shared_context(be);
       ctx.test_hooks() = v.hooks;
       long guard = 0;
@@ -265,7 +271,7 @@ void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& va
       ctx.test_hooks() = GemmTestHooks{};
       const std::string what =
           std::string(name_of(be)) + " " + v.tag + (offset ? "[offset 1] " : "") + g.str();
-      compare<T>(gpu, ref, naive, what);
+      compare<T>(gpu, ref, lt_dgelu ? naive_stored : naive, what);
       EXPECT_EQ(guard, 0) << what << ": elements outside C/aux were written";
     }
 }

@@ -312,6 +312,17 @@ MODEL_CUDA = {
         "      if (a.range.begin < end && begin < a.range.end) {}")],
     # gradient accumulation: a micro-step's tokens overwrite the staging buffer the previous one's copy reads
     "staging_reused_early": [("    CUDA_CHECK(cudaEventSynchronize(staging_free_->get()));\n", "")],
+    # --cuda-graph: the micro-step that captures the graph does not launch it (capture only records the work)
+    "captured_step_not_run": [("      graphs_.push_back({key, capture(device_work)});\n      hit = graphs_.end() - 1;",
+                               "      graphs_.push_back({key, capture(device_work)});\n      return;")],
+    # --cuda-graph: a synchronisation inside the captured micro-step (harmless eagerly; CUDA refuses it while
+    # the stream is captured, so the capture fails and the run stops with the error)
+    "sync_inside_capture": [("    forward(B, T_);\n    kernels::softmax_xent_cuda<T>(acts_.losses.data()",
+                             "    forward(B, T_);\n    CUDA_CHECK(cudaStreamSynchronize(stream_));\n"
+                             "    kernels::softmax_xent_cuda<T>(acts_.losses.data()")],
+    # (Not a mutant: capturing without the eager warm-up. On the hand GEMM path nothing the first micro-step
+    # does is refused during capture (the emulator invalidates a capture that allocates or synchronises), so
+    # the bits are the same and only the emulator's launch count differs; the warm-up is for cuBLASLt.)
 }
 
 

@@ -128,10 +128,15 @@ cudaError_t CUDARTAPI cudaDriverGetVersion(int* v) {
   return cudaSuccess;
 }
 
+namespace {
+cudaError_t unsafe_during_capture(const char* call);  // below, with the streams
+}  // namespace
+
 // Device memory is host memory: a kernel thread is a host thread. Fresh allocations hold 0xFF bytes (NaN in
 // fp32 and bf16), so a kernel that reads what nobody wrote gives NaN, as an unlucky GPU allocation might.
 // Each one is registered (TMA bounds checks) and must be freed once.
 cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
+  if (cudaError_t e = unsafe_during_capture("cudaMalloc")) return e;
   const size_t rounded = (bytes + 255) / 256 * 256;
   *p = std::aligned_alloc(256, rounded ? rounded : 256);
   if (!*p) return cudaErrorMemoryAllocation;
@@ -143,6 +148,7 @@ cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void* p) {
+  if (cudaError_t e = unsafe_during_capture("cudaFree")) return e;
   if (!p) return cudaSuccess;
   cudaDeviceSynchronize();  // as cudaFree does: no queued work may still use it
   {
@@ -174,6 +180,7 @@ bool is_pinned(const void* p) { return inside(g_pinned, p); }
 bool is_device(const void* p) { return inside(g_allocs, p); }
 }  // namespace
 cudaError_t CUDARTAPI cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  if (cudaError_t e = unsafe_during_capture("cudaHostAlloc")) return e;
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (!*p) return cudaErrorMemoryAllocation;
   std::lock_guard<std::mutex> g(g_alloc_mu);
@@ -182,6 +189,7 @@ cudaError_t CUDARTAPI cudaHostAlloc(void** p, size_t bytes, unsigned int) {
 }
 cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 cudaError_t CUDARTAPI cudaFreeHost(void* p) {
+  if (cudaError_t e = unsafe_during_capture("cudaFreeHost")) return e;
   cudaDeviceSynchronize();  // as cudaFreeHost does
   {
     std::lock_guard<std::mutex> g(g_alloc_mu);
@@ -225,6 +233,7 @@ cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, si
 }
 }  // namespace
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind) {
+  if (cudaError_t e = unsafe_during_capture("cudaMemcpy")) return e;
   return copy_2d(dst, bytes, src, bytes, bytes, 1, nullptr, true);
 }
 cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind, cudaStream_t s) {
@@ -245,47 +254,10 @@ cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStre
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t bytes) {
+  if (cudaError_t e = unsafe_during_capture("cudaMemset")) return e;
   cudaMemsetAsync(p, value, bytes, nullptr);
   return is_device(p) ? cudaSuccess : cudaStreamSynchronize(nullptr);  // pinned host memory: synchronous
 }
-// With asynchronous streams the function runs on a thread of its own, as on CUDA's driver thread: it holds
-// up its stream only, while the device runs the others.
-cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
-  if (!emu::async_streams()) {
-    emu::stream_submit(s, [fn, data]() {
-      fn(data);
-      return true;
-    }, "host function");
-    return cudaSuccess;
-  }
-  auto done = std::make_shared<std::atomic<int>>(-1);  // -1 not started, 0 running, 1 done
-  emu::stream_submit(s, [fn, data, done]() {
-    if (done->load() < 0) {
-      done->store(0);
-      std::thread([fn, data, done] {
-        fn(data);
-        done->store(1);
-      }).detach();
-    }
-    return done->load() == 1;
-  }, "host function");
-  return cudaSuccess;
-}
-
-// CUDA graphs are not emulated (nothing records a capture): capture fails
-// with an error that names it, and the suites' graph tests are left out of the emulated runs.
-cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) {
-  emu::note("cudaStreamBeginCapture: CUDA graphs are not emulated");
-  return cudaErrorNotSupported;
-}
-cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t, cudaGraph_t*) { return cudaErrorNotSupported; }
-cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t*, cudaGraph_t, unsigned long long) {
-  return cudaErrorNotSupported;
-}
-cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return cudaErrorNotSupported; }
-cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
-
 }  // extern "C"
 
 // Streams and events. By default a stream runs what it is given when it is given it (the caller runs it), so
@@ -311,6 +283,7 @@ struct EventState {
   uint64_t prefix = 0;
   std::set<uint64_t> later;
   Clock::time_point at;
+  uint64_t captured_in = 0;  // the capture that made its last record (Capture::id), 0 if none
   bool done(uint64_t n) const { return n <= prefix || later.count(n); }
   void complete(uint64_t n) {
     later.insert(n);
@@ -333,6 +306,25 @@ struct EmuStream {
   std::deque<Op> ops;
   bool destroyed = false;
 };
+// A graph: what a capture recorded, in stream order (one stream's capture is a chain). A node is an
+// operation, or a host function (a fresh operation for each launch, cudaLaunchHostFunc's state being per run).
+struct Node {
+  std::function<bool()> fn;
+  cudaHostFn_t host_fn = nullptr;
+  void* host_data = nullptr;
+  const char* what = "";
+};
+struct EmuGraph {
+  std::vector<Node> nodes;
+};
+struct Capture {
+  uint64_t id = 0;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id thread;  // the one that began it
+  bool blocking = true;    // its stream's
+  std::vector<Node> nodes;
+  std::string invalid;  // why it was invalidated ("": it was not)
+};
 
 struct Engine {
   bool async = false;
@@ -344,6 +336,9 @@ struct Engine {
   uint64_t seq = 0;
   int waiters = 0;  // host threads waiting for the device: everything may run at once
   std::mt19937_64 rng;
+  std::map<EmuStream*, Capture> captures;  // the streams being captured
+  uint64_t capture_ids = 0;
+  std::atomic<uint64_t> graphs_made{0}, graph_nodes{0}, graph_launches{0};  // for the report at exit
 
   Engine() {
     const char* a = std::getenv("EMU_ASYNC_STREAMS");
@@ -456,14 +451,59 @@ struct Engine {
     show(&legacy);
     for (const EmuStream* st : streams) show(st);
   }
+  // ---- stream capture (under mu) ----
+  Capture* capture_of(cudaStream_t s) {
+    auto it = captures.find(of(s));
+    return it == captures.end() ? nullptr : &it->second;
+  }
+  // The capture fails at cudaStreamEndCapture (cudaErrorStreamCaptureInvalidated), as CUDA's does; the
+  // first reason is said.
+  void invalidate(Capture& c, const std::string& why) {
+    if (!c.invalid.empty()) return;
+    c.invalid = why;
+    emu::note("stream capture %llu invalidated: %s", static_cast<unsigned long long>(c.id), why.c_str());
+  }
+  // A call CUDA calls "potentially unsafe" during capture (it synchronises, or allocates outside the stream
+  // order): an error, and the end of every capture it may interfere with (global mode: from any thread;
+  // thread-local mode: from the capturing thread; relaxed: none).
+  cudaError_t unsafe_call(const char* call) {
+    std::lock_guard<std::mutex> g(mu);
+    bool hit = false;
+    for (auto& [st, c] : captures)
+      if (c.mode == cudaStreamCaptureModeGlobal ||
+          (c.mode == cudaStreamCaptureModeThreadLocal && c.thread == std::this_thread::get_id())) {
+        invalidate(c, std::string(call) + " while a stream is captured (cudaErrorStreamCaptureUnsupported)");
+        hit = true;
+      }
+    return hit ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+  }
+  // Whether submit's operation went into a capture instead of a queue. Work for the legacy stream
+  // would wait for a captured blocking stream, which CUDA refuses (cudaErrorStreamCaptureImplicit).
+  bool captured(EmuStream* st, std::function<bool()>& fn, const char* what) {
+    if (captures.empty()) return false;
+    auto it = captures.find(st);
+    if (it != captures.end()) {
+      it->second.nodes.push_back({std::move(fn), nullptr, nullptr, what});
+      return true;
+    }
+    if (st == &legacy)
+      for (auto& [other, c] : captures)
+        if (c.blocking)
+          invalidate(c, std::string(what) + " on the legacy default stream while a blocking stream is captured "
+                                            "(cudaErrorStreamCaptureImplicit)");
+    return false;
+  }
+
   void submit(cudaStream_t s, std::function<bool()> fn, std::shared_ptr<EventState> ev, uint64_t count,
               const char* what) {
+    std::unique_lock<std::mutex> lk(mu);
+    EmuStream* st = of(s);
+    if (captured(st, fn, what)) return;
     if (!async) {
+      lk.unlock();
       if (fn) while (!fn()) std::this_thread::yield();
       return;
     }
-    std::lock_guard<std::mutex> g(mu);
-    EmuStream* st = of(s);
     Op op;
     op.fn = std::move(fn);
     op.wait_event = std::move(ev);
@@ -503,9 +543,53 @@ void stream_submit(cudaStream_t s, std::function<bool()> op, const char* what) {
   engine().submit(s, std::move(op), nullptr, 0, what);
 }
 bool async_streams() { return engine().async; }
+bool is_device_memory(const void* p) { return is_device(p); }
+bool stream_capturing(cudaStream_t s) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> g(e.mu);
+  return e.captures.count(e.of(s)) != 0;
+}
 }  // namespace emu
 
+namespace {
+cudaError_t unsafe_during_capture(const char* call) { return engine().unsafe_call(call); }
+bool capture_host_func(cudaStream_t s, cudaHostFn_t fn, void* data) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> g(e.mu);
+  Capture* c = e.capture_of(s);
+  if (c) c->nodes.push_back({nullptr, fn, data, "host function"});
+  return c != nullptr;
+}
+// One run of fn(data) as a stream operation; a graph launch makes a fresh one for each launch.
+std::function<bool()> host_func_op(cudaHostFn_t fn, void* data) {
+  if (!emu::async_streams())
+    return [fn, data]() {
+      fn(data);
+      return true;
+    };
+  auto done = std::make_shared<std::atomic<int>>(-1);  // -1 not started, 0 running, 1 done
+  return [fn, data, done]() {
+    if (done->load() < 0) {
+      done->store(0);
+      std::thread([fn, data, done] {
+        fn(data);
+        done->store(1);
+      }).detach();
+    }
+    return done->load() == 1;
+  };
+}
+}  // namespace
+
 extern "C" {
+
+// With asynchronous streams the function runs on a thread of its own, as on CUDA's driver thread: it holds
+// up its stream only, while the device runs the others. A captured one becomes a node of the graph.
+cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
+  if (capture_host_func(s, fn, data)) return cudaSuccess;
+  emu::stream_submit(s, host_func_op(fn, data), "host function");
+  return cudaSuccess;
+}
 
 cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int) {
   Engine& e = engine();
@@ -537,14 +621,26 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
   Engine& e = engine();
   EmuStream* st = e.of(s);
+  {
+    std::lock_guard<std::mutex> g(e.mu);
+    if (Capture* c = e.capture_of(s)) {
+      e.invalidate(*c, "cudaStreamSynchronize of the stream being captured (cudaErrorStreamCaptureUnsupported)");
+      return cudaErrorStreamCaptureUnsupported;
+    }
+  }
   e.wait([&] { return st->ops.empty(); });
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   Engine& e = engine();
+  if (cudaError_t err = unsafe_during_capture("cudaDeviceSynchronize")) return err;
   e.wait([&] { return e.idle(); });
   return cudaSuccess;
 }
+// During capture, a captured stream may wait for a record of its own capture (one stream's capture is in
+// order already); CUDA refuses a record from outside it (cudaErrorStreamCaptureIsolation, unless the wait
+// says cudaEventWaitExternal, which the emulator does not do). A stream outside the capture that waits for a
+// captured record would join the capture (a fork): not emulated, and said so.
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int) {
   Engine& e = engine();
   std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
@@ -552,6 +648,18 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsign
   {
     std::lock_guard<std::mutex> g(e.mu);
     count = st->recorded;  // the most recent record, as CUDA's wait takes it
+    if (Capture* c = e.capture_of(s)) {
+      if (st->captured_in == c->id || count == 0) return cudaSuccess;
+      e.invalidate(*c, "cudaStreamWaitEvent for an event recorded outside the capture (cudaErrorStreamCaptureIsolation)");
+      return cudaErrorStreamCaptureIsolation;
+    }
+    if (st->captured_in) {
+      for (auto& [other, c] : e.captures)
+        if (c.id == st->captured_in)
+          e.invalidate(c, "another stream waits for an event recorded in the capture: a fork, not emulated");
+      emu::note("cudaStreamWaitEvent: a wait for a captured event (a fork of the capture) is not emulated");
+      return cudaErrorNotSupported;
+    }
   }
   if (count) e.submit(s, nullptr, std::move(st), count, "event wait");
   return cudaSuccess;
@@ -572,12 +680,19 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t ev) {
   delete reinterpret_cast<EmuEvent*>(ev);
   return cudaSuccess;
 }
+// A record in a captured stream only orders the capture: the event is "captured" until recorded again
+// outside one, and querying or synchronising it is an error (cudaErrorCapturedEvent).
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
   Engine& e = engine();
   std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
   uint64_t n;
   {
     std::lock_guard<std::mutex> g(e.mu);
+    if (Capture* c = e.capture_of(s)) {
+      st->captured_in = c->id;
+      return cudaSuccess;
+    }
+    st->captured_in = 0;
     n = ++st->recorded;
   }
   e.submit(s, [&e, st, n]() {
@@ -592,6 +707,7 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t ev) {
   Engine& e = engine();
   const EventState& st = *reinterpret_cast<EmuEvent*>(ev)->state;
   std::lock_guard<std::mutex> g(e.mu);
+  if (st.captured_in) return cudaErrorCapturedEvent;
   return st.done(st.recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
@@ -600,6 +716,7 @@ cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
   uint64_t n;
   {
     std::lock_guard<std::mutex> g(e.mu);
+    if (st->captured_in) return cudaErrorCapturedEvent;
     n = st->recorded;
   }
   e.wait([&] { return st->done(n); });
@@ -610,11 +727,95 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t
   const EventState& sa = *reinterpret_cast<EmuEvent*>(a)->state;
   const EventState& sb = *reinterpret_cast<EmuEvent*>(b)->state;
   std::lock_guard<std::mutex> g(e.mu);
+  if (sa.captured_in || sb.captured_in) return cudaErrorCapturedEvent;
   if (!sa.done(sa.recorded) || !sb.done(sb.recorded)) return cudaErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(sb.at - sa.at).count();
   return cudaSuccess;
 }
-const char* CUDARTAPI cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+// CUDA graphs made by stream capture (all the repository makes): BeginCapture .. EndCapture records what
+// the stream is given instead of running it; a launch of the instantiated graph queues the same operations
+// on the launch stream, with the kernel arguments and copy addresses they were captured with. What CUDA
+// refuses during capture is refused here, with the capture invalidated (above: unsafe calls, syncs and
+// queries of the captured stream or its events, implicit legacy-stream dependencies, outside events).
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> g(e.mu);
+  EmuStream* st = e.of(s);
+  if (st == &e.legacy) return cudaErrorStreamCaptureUnsupported;  // "may not be initiated if stream is legacy"
+  if (e.captures.count(st)) return cudaErrorIllegalState;
+  Capture& c = e.captures[st];
+  c.id = ++e.capture_ids;
+  c.mode = mode;
+  c.thread = std::this_thread::get_id();
+  c.blocking = st->blocking;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> g(e.mu);
+  *graph = nullptr;
+  auto it = e.captures.find(e.of(s));
+  if (it == e.captures.end()) return cudaErrorIllegalState;
+  Capture& c = it->second;
+  if (c.mode != cudaStreamCaptureModeRelaxed && c.thread != std::this_thread::get_id())
+    return cudaErrorStreamCaptureWrongThread;
+  const bool ok = c.invalid.empty();
+  if (ok) {
+    // What the graphs did, said at exit: a run that meant to replay graphs can tell that it did.
+    if (e.graphs_made++ == 0) std::atexit([] {
+      const Engine& en = engine();
+      emu::note("CUDA graphs: %llu captured (%llu nodes), %llu launches", (unsigned long long)en.graphs_made.load(),
+                (unsigned long long)en.graph_nodes.load(), (unsigned long long)en.graph_launches.load());
+    });
+    e.graph_nodes += c.nodes.size();
+    *graph = reinterpret_cast<cudaGraph_t>(new EmuGraph{std::move(c.nodes)});
+  }
+  e.captures.erase(it);
+  return ok ? cudaSuccess : cudaErrorStreamCaptureInvalidated;
+}
+cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> g(e.mu);
+  const Capture* c = e.capture_of(s);
+  *status = !c ? cudaStreamCaptureStatusNone
+               : c->invalid.empty() ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusInvalidated;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!exec || !graph) return cudaErrorInvalidValue;
+  *exec = reinterpret_cast<cudaGraphExec_t>(new EmuGraph(*reinterpret_cast<EmuGraph*>(graph)));
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (!exec) return cudaErrorInvalidValue;
+  ++engine().graph_launches;
+  for (const Node& n : reinterpret_cast<const EmuGraph*>(exec)->nodes)
+    engine().submit(s, n.host_fn ? host_func_op(n.host_fn, n.host_data) : n.fn, nullptr, 0, n.what);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<EmuGraph*>(graph);
+  return cudaSuccess;
+}
+// Queued launches keep their operations (copies of the nodes): an executable graph may go while it runs.
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<EmuGraph*>(exec);
+  return cudaSuccess;
+}
+
+const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing (emulated)";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture (emulated)";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream (emulated)";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream (emulated)";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream (emulated)";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread (emulated)";
+    case cudaErrorIllegalState: return "the operation is not permitted in the current state (emulated)";
+    default: return "emulated error";
+  }
+}
 cudaError_t CUDARTAPI cudaGetDevice(int* device) {
   *device = t_device;
   return cudaSuccess;

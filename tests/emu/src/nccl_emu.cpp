@@ -106,8 +106,11 @@ void store(char* p, ncclDataType_t t, double v) {
   }
 }
 
-ncclResult_t check_args(ncclComm_t comm, ncclDataType_t t, size_t count, const char* what) {
+ncclResult_t check_args(ncclComm_t comm, ncclDataType_t t, size_t count, cudaStream_t stream, const char* what) {
   if (!comm || comm->mpi == MPI_COMM_NULL) return fail(ncclInvalidArgument, std::string(what) + ": no communicator");
+  // An emulated collective is started once and polled: it cannot be a node that a graph replays.
+  if (emu::stream_capturing(stream))
+    return fail(ncclInvalidUsage, std::string(what) + " on a stream being captured (a CUDA graph) is not emulated");
   if (type_bytes(t) == 0 || t == ncclFloat16)
     return fail(ncclInvalidArgument, std::string(what) + ": element type " + std::to_string(t) + " is not emulated");
   if (count * type_bytes(t) * static_cast<size_t>(comm->size) > static_cast<size_t>(INT_MAX))
@@ -279,7 +282,7 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-  if (ncclResult_t rc = check_args(comm, t, count, "ncclAllReduce")) return rc;
+  if (ncclResult_t rc = check_args(comm, t, count, stream, "ncclAllReduce")) return rc;
   if (ncclResult_t rc = check_op(op)) return rc;
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclAllReduce inside a group is not emulated");
   const int size = comm->size;
@@ -291,7 +294,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
-  if (ncclResult_t rc = check_args(comm, t, recvcount, "ncclReduceScatter")) return rc;
+  if (ncclResult_t rc = check_args(comm, t, recvcount, stream, "ncclReduceScatter")) return rc;
   if (ncclResult_t rc = check_op(op)) return rc;
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclReduceScatter inside a group is not emulated");
   const int size = comm->size, rank = comm->rank;
@@ -305,7 +308,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
 // In place is allowed (send == recv + rank * sendcount): the contributions are gathered apart first.
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t stream) {
-  if (ncclResult_t rc = check_args(comm, t, sendcount, "ncclAllGather")) return rc;
+  if (ncclResult_t rc = check_args(comm, t, sendcount, stream, "ncclAllGather")) return rc;
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclAllGather inside a group is not emulated");
   gather_then(send, sendcount, t, comm, stream, "ncclAllGather",
               [=](const std::vector<char>& all) { std::memcpy(recv, all.data(), all.size()); });
@@ -314,7 +317,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t stream) {
-  if (ncclResult_t rc = check_args(comm, t, count, "ncclBroadcast")) return rc;
+  if (ncclResult_t rc = check_args(comm, t, count, stream, "ncclBroadcast")) return rc;
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclBroadcast inside a group is not emulated");
   if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclBroadcast: root out of range");
   const int bytes = static_cast<int>(count * type_bytes(t));
@@ -341,14 +344,14 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
 // which is how the repository uses them; alone, a send before its peer's receive would block the caller.
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  if (ncclResult_t rc = check_args(comm, t, count, "ncclSend")) return rc;
+  if (ncclResult_t rc = check_args(comm, t, count, stream, "ncclSend")) return rc;
   if (!g_group_depth) return fail(ncclInvalidUsage, "ncclSend outside ncclGroupStart/End is not emulated");
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclSend: peer out of range");
   g_group.push_back({true, const_cast<void*>(send), count * type_bytes(t), peer, comm->mpi, stream});
   return ncclSuccess;
 }
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
-  if (ncclResult_t rc = check_args(comm, t, count, "ncclRecv")) return rc;
+  if (ncclResult_t rc = check_args(comm, t, count, stream, "ncclRecv")) return rc;
   if (!g_group_depth) return fail(ncclInvalidUsage, "ncclRecv outside ncclGroupStart/End is not emulated");
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclRecv: peer out of range");
   g_group.push_back({false, recv, count * type_bytes(t), peer, comm->mpi, stream});

@@ -137,6 +137,10 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
 // false (a collective waiting for its peers) keeps its stream busy and is called again later.
 void stream_submit(cudaStream_t s, std::function<bool()> op, const char* what);
 bool async_streams();
+// Whether s is being captured into a CUDA graph (cudaStreamBeginCapture).
+bool stream_capturing(cudaStream_t s);
+// Whether p lies in an allocation of cudaMalloc.
+bool is_device_memory(const void* p);
 
 struct Launch {
   dim3 grid, block;
