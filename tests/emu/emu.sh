@@ -81,7 +81,7 @@ declare -A gpu_test_filter=(
   [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*:GemmWgmma.AllTransposesAndEpiloguesAgainstDoubleLoop:GemmWgmma.PathSelectionAndFallback:GemmWgmma.EnvironmentPicksTheTile:GemmWgmma.ForcedSplitK'
   [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
   [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
-  [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand:*WaitsForParamsStillArriving/fp32_hand:*CudaGraphMatchesEager/bf16_hand:*CudaGraphDeferredForwardUsesItsWeights/fp32_hand'
+  [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand:*WaitsForParamsStillArriving/fp32_hand:*CudaGraphMatchesEager/bf16_hand:*CudaGraphDeferredForwardUsesItsWeights/fp32_hand:*MatchesCpuStep/bf16_cublaslt'
   [decode]='AttentionDecode*:*ModelDecode.*/fp32_hand'
 )
 # The default path's kernels that have mutants (--mutants gemm_mma attention_mma attention_decode): the GPU
@@ -108,7 +108,7 @@ build_gpu_mutant() {
   "${cxx[@]}" -fopenmp -o "$bin" "$out/gpu/test_$family.o" "$bin.o" "${lib[@]}" -lgtest -lopenblas
 }
 # The g++ flags of the GPU test build's objects (the rewritten kernel files also get -include emu/prelude.h).
-gpu_flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -D__CUDA_ARCH_FEAT_SM90_ALL -DGPT2_EMU=1 -fopenmp)
+gpu_flags=(-DGPT2_HAVE_CUDA=1 -DGPT2_HAVE_SM90A=1 -D__CUDA_ARCH_FEAT_SM90_ALL -fopenmp)
 cblas_inc=$(ls -d /usr/include/*/openblas-openmp /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1)
 [[ -n $cblas_inc ]] && gpu_flags+=(-I"$cblas_inc")
 build_gpu_tests() {

@@ -159,10 +159,24 @@ lt32, _ = train("fp32_cublaslt", steps, lt + fp32)
 compare("GPU fp32, cuBLASLt ~ CPU", lt32, cpu, 1e-4)
 lt16, _ = train("bf16_cublaslt", steps, lt)
 compare("GPU bf16, cuBLASLt (fused bias, GELU and bias-gradient epilogues) ~ CPU", lt16, cpu, 2e-2)
-used = re.search(r"cuBLASLt: matmuls by epilogue: default (\d+), bias (\d+), gelu_aux_bias (\d+), dgelu (\d+), "
-                 r"bgrada (\d+)", train.log)
-check("the bf16 cuBLASLt run fused every epilogue", "gemm: cublaslt" in train.log and used is not None and
-      all(int(x) > 0 for x in used.groups()), f": {used[0] if used else 'no cuBLASLt report'}")
+
+
+def lt_calls():
+    """The emulated cuBLASLt's matmul calls by epilogue in the last run (its report at exit), or None."""
+    m = re.search(r"cuBLASLt: matmul calls by epilogue: default (\d+), bias (\d+), gelu_aux_bias (\d+), "
+                  r"dgelu (\d+), bgrada (\d+)", train.log)
+    return [int(x) for x in m.groups()] if m else None
+
+
+# Offered every fused epilogue (the emulator's default), the wrapper takes each one; offered none (as a cuBLASLt
+# without them would answer), its own bias, GELU and bias-gradient passes give the same training to 2e-2.
+calls = lt_calls()
+check("the bf16 cuBLASLt run used every fused epilogue it was offered", "gemm: cublaslt" in train.log and
+      calls is not None and all(x > 0 for x in calls), f": calls by epilogue {calls}")
+unfused16, _ = train("bf16_cublaslt_unfused", steps, lt, extra_env={"EMU_CUBLASLT_FUSED": "0"})
+compare("GPU bf16, cuBLASLt without fused epilogues (the wrapper's fallbacks) ~ CPU", unfused16, cpu, 2e-2)
+calls = lt_calls()
+check("... and it ran them", calls is not None and calls[0] > 0 and not any(calls[1:]), f": calls by epilogue {calls}")
 
 resumed = f"{work}/resumed"
 os.makedirs(f"{resumed}/ckpt")

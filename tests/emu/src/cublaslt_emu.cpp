@@ -9,12 +9,18 @@
 // D m x n, queued on the stream (a kernel node when captured) with the descriptor's values of the call;
 // products in double, the epilogue in double, one rounding to D's type:
 //   BIAS           D += bias[i]                           (bias: D's type, or BIAS_DATA_TYPE)
-//   GELU_AUX_BIAS  aux = D + bias[i] (rounded to D's type); D = gelu(aux), tanh form (GPT-2's)
+//   GELU_AUX_BIAS  aux = D + bias[i] (stored in D's type); D = gelu of the unrounded value
 //   DGELU          D *= gelu'(aux)                        (aux: the forward's pre-activation)
 //   BGRADA         bias[i] = sum over k of op(A)[i][k]    (stored, not added; BIAS_DATA_TYPE or D's type)
+// Assumed where the documentation is silent (the lent GPU settles them): GELU is the tanh form (GPT-2's; PyTorch
+// relies on cuBLASLt's being that); a fused kernel takes the GELU of its fp32 value, not of the stored aux; a
+// bias gradient may be fp32 beside bf16 data (cublasLt.h says "the same type as the output elements"; the
+// wrapper asks for fp32, and on a GPU the heuristic may refuse it, sending the wrapper to its fallback).
 // The heuristic answers one algorithm for every supported problem, which records the alignment the caller
-// promised (MIN_ALIGNMENT_*): a matmul whose pointers break that promise, or whose aux leading dimension is not
-// a multiple of 8 or below m, fails. The workspace must be device memory when the caller gives one.
+// promised (MIN_ALIGNMENT_*, default 256): a matmul whose pointers break that promise, or whose aux leading
+// dimension is not a multiple of 8 or below m, fails. The workspace must be device memory when given.
+// EMU_CUBLASLT_FUSED=0: the heuristic has no algorithm for any epilogue but DEFAULT, as a cuBLASLt without
+// them would answer, so the wrapper's fallbacks (its own bias, GELU and bias-gradient passes) run.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -80,6 +86,13 @@ double gelu_grad(double x) {
   const double t = std::tanh(s * (x + 0.044715 * x * x * x));
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
 }
+bool fused_offered() {
+  static const bool offered = [] {
+    const char* v = std::getenv("EMU_CUBLASLT_FUSED");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return offered;
+}
 bool epilogue_known(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
          e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_BGRADA;
@@ -105,7 +118,7 @@ void count_matmul(uint32_t epilogue) {
   static std::once_flag once;
   std::call_once(once, [] {
     std::atexit([] {
-      emu::note("cuBLASLt: matmuls by epilogue: default %llu, bias %llu, gelu_aux_bias %llu, dgelu %llu, bgrada %llu",
+      emu::note("cuBLASLt: matmul calls by epilogue: default %llu, bias %llu, gelu_aux_bias %llu, dgelu %llu, bgrada %llu",
                 g_by_epilogue[0].load(), g_by_epilogue[1].load(), g_by_epilogue[2].load(), g_by_epilogue[3].load(),
                 g_by_epilogue[4].load());
     });
@@ -120,6 +133,8 @@ std::string check_problem(const Desc& d, const Layout& a, const Layout& b, const
   if (!supported_type(a.type) || a.type != b.type || a.type != c.type || a.type != dl.type)
     return "A, B, C and D must all be fp32 or all bf16";
   if (!epilogue_known(d.epilogue)) return "epilogue " + std::to_string(d.epilogue) + " is not emulated";
+  for (int32_t op : {d.trans_a, d.trans_b})
+    if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return "transpose operation " + std::to_string(op) + " is not emulated";
   const bool ta = d.trans_a == CUBLAS_OP_T, tb = d.trans_b == CUBLAS_OP_T;
   *m = ta ? a.cols : a.rows;
   *k = ta ? a.rows : a.cols;
@@ -245,6 +260,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cub
   const std::string why = check_problem(desc, *reinterpret_cast<const Layout*>(a), *reinterpret_cast<const Layout*>(b),
                                         *reinterpret_cast<const Layout*>(c), *reinterpret_cast<const Layout*>(d), &m, &n, &k);
   if (!why.empty()) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm: " + why);
+  if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !fused_offered()) return CUBLAS_STATUS_SUCCESS;  // none returned
   const Preference& p = *reinterpret_cast<const Preference*>(pref);
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = kAlgoMagic;
@@ -318,7 +334,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
           v += load(d.bias, bias_t, i);
         if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
           store(const_cast<void*>(d.aux), t, i + j * d.aux_ld, v);
-          v = gelu(round_to(t, v));
+          v = gelu(round_to(CUDA_R_32F, v));
         } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
           v *= gelu_grad(load(d.aux, t, i + j * d.aux_ld));
         }

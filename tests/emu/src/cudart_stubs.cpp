@@ -74,8 +74,14 @@ cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, enum cudaFuncAttrib
   }
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return cudaSuccess; }
+// A launch's error (emu::set_launch_error: one refused during a capture) until cudaGetLastError takes it.
+static thread_local cudaError_t t_last_error = cudaSuccess;
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+  const cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return t_last_error; }
 // One device, or EMU_DEVICES of them (emu.sh --train: two ranks, each with a device of its own, as NCCL wants).
 // They are all the same host memory; the device number is only checked.
 namespace {
@@ -223,10 +229,11 @@ cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, si
     from = staged->data();
     spitch = width;
   }
-  emu::stream_submit(s, [d, dpitch, from, spitch, width, height, staged]() {
-    for (size_t r = 0; r < height; ++r) std::memmove(d + r * dpitch, from + r * spitch, width);
-    return true;
-  }, "memcpy");
+  if (cudaError_t e = emu::stream_submit(s, [d, dpitch, from, spitch, width, height, staged]() {
+        for (size_t r = 0; r < height; ++r) std::memmove(d + r * dpitch, from + r * spitch, width);
+        return true;
+      }, "memcpy"))
+    return e;
   const bool host_to_host = !src_dev && !dst_dev;
   const bool waits = host_to_host || (sync_call && !(src_pageable && dst_dev) && !(src_dev && dst_dev));
   return waits ? cudaStreamSynchronize(s) : cudaSuccess;
@@ -246,16 +253,15 @@ cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* sr
 // Asynchronous on device memory (cudaMemset too: "asynchronous with respect to the host except when the
 // target memory is pinned host memory").
 cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
-  if (bytes)
-    emu::stream_submit(s, [p, value, bytes]() {
-      std::memset(p, value, bytes);
-      return true;
-    }, "memset");
-  return cudaSuccess;
+  if (!bytes) return cudaSuccess;
+  return emu::stream_submit(s, [p, value, bytes]() {
+    std::memset(p, value, bytes);
+    return true;
+  }, "memset");
 }
 cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t bytes) {
   if (cudaError_t e = unsafe_during_capture("cudaMemset")) return e;
-  cudaMemsetAsync(p, value, bytes, nullptr);
+  if (cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr)) return e;
   return is_device(p) ? cudaSuccess : cudaStreamSynchronize(nullptr);  // pinned host memory: synchronous
 }
 }  // extern "C"
@@ -456,6 +462,13 @@ struct Engine {
     auto it = captures.find(of(s));
     return it == captures.end() ? nullptr : &it->second;
   }
+  // A query or sync of an event last recorded in a capture: cudaErrorCapturedEvent, and "when an invalid
+  // operation is attempted during stream capture, any associated capture graphs are invalidated".
+  cudaError_t captured_event_used(const EventState& ev, const char* call) {
+    for (auto& [st, c] : captures)
+      if (c.id == ev.captured_in) invalidate(c, std::string(call) + " of an event recorded in the capture");
+    return cudaErrorCapturedEvent;
+  }
   // The capture fails at cudaStreamEndCapture (cudaErrorStreamCaptureInvalidated), as CUDA's does; the
   // first reason is said.
   void invalidate(Capture& c, const std::string& why) {
@@ -477,33 +490,54 @@ struct Engine {
       }
     return hit ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
   }
-  // Whether submit's operation went into a capture instead of a queue. Work for the legacy stream
-  // would wait for a captured blocking stream, which CUDA refuses (cudaErrorStreamCaptureImplicit).
-  bool captured(EmuStream* st, std::function<bool()>& fn, const char* what) {
-    if (captures.empty()) return false;
+  // Work for the legacy stream would wait for a captured blocking stream, which CUDA refuses: the call fails
+  // (cudaErrorStreamCaptureImplicit) and the capture is invalidated.
+  bool implicit_dependency(EmuStream* st, const char* what) {
+    if (st != &legacy) return false;
+    bool hit = false;
+    for (auto& [other, c] : captures)
+      if (c.blocking) {
+        invalidate(c, std::string(what) + " on the legacy default stream while a blocking stream is captured "
+                                          "(cudaErrorStreamCaptureImplicit)");
+        hit = true;
+      }
+    return hit;
+  }
+  // Where submit's operation went: into a capture, refused, or (false) to the queue.
+  enum class Route { kQueue, kCaptured, kRefused };
+  Route route(EmuStream* st, std::function<bool()>& fn, const char* what) {
+    if (captures.empty()) return Route::kQueue;
     auto it = captures.find(st);
     if (it != captures.end()) {
+      if (!fn) {  // an event wait that raced with the capture's beginning (cudaStreamWaitEvent decides under mu)
+        invalidate(it->second, "an event wait enqueued as the capture began");
+        return Route::kRefused;
+      }
       it->second.nodes.push_back({std::move(fn), nullptr, nullptr, what});
-      return true;
+      return Route::kCaptured;
     }
-    if (st == &legacy)
-      for (auto& [other, c] : captures)
-        if (c.blocking)
-          invalidate(c, std::string(what) + " on the legacy default stream while a blocking stream is captured "
-                                            "(cudaErrorStreamCaptureImplicit)");
-    return false;
+    return implicit_dependency(st, what) ? Route::kRefused : Route::kQueue;
   }
 
-  void submit(cudaStream_t s, std::function<bool()> fn, std::shared_ptr<EventState> ev, uint64_t count,
-              const char* what) {
+  cudaError_t submit(cudaStream_t s, std::function<bool()> fn, std::shared_ptr<EventState> ev, uint64_t count,
+                     const char* what) {
     std::unique_lock<std::mutex> lk(mu);
     EmuStream* st = of(s);
-    if (captured(st, fn, what)) return;
+    switch (route(st, fn, what)) {
+      case Route::kCaptured: return cudaSuccess;
+      case Route::kRefused: return st == &legacy ? cudaErrorStreamCaptureImplicit : cudaErrorStreamCaptureInvalidated;
+      case Route::kQueue: break;
+    }
     if (!async) {
       lk.unlock();
       if (fn) while (!fn()) std::this_thread::yield();
-      return;
+      return cudaSuccess;
     }
+    queue_locked(st, std::move(fn), std::move(ev), count, what);
+    return cudaSuccess;
+  }
+  void queue_locked(EmuStream* st, std::function<bool()> fn, std::shared_ptr<EventState> ev, uint64_t count,
+                    const char* what) {
     Op op;
     op.fn = std::move(fn);
     op.wait_event = std::move(ev);
@@ -513,6 +547,12 @@ struct Engine {
     op.eligible = Clock::now() + std::chrono::microseconds(delay_us ? rng() % (delay_us + 1) : 0);
     st->ops.push_back(std::move(op));
     cv.notify_all();
+  }
+  // An event wait, queued under mu (cudaStreamWaitEvent decides capture and queue in one hold of the lock).
+  // With streams run in the call every earlier record has run: nothing to wait for.
+  cudaError_t submit_wait_locked(cudaStream_t s, std::shared_ptr<EventState> ev, uint64_t count) {
+    if (async) queue_locked(of(s), nullptr, std::move(ev), count, "event wait");
+    return cudaSuccess;
   }
   // Blocks the calling host thread until done() holds (checked under the lock), everything runnable
   // running at once meanwhile.
@@ -539,8 +579,11 @@ Engine& engine() {
 }  // namespace
 
 namespace emu {
-void stream_submit(cudaStream_t s, std::function<bool()> op, const char* what) {
-  engine().submit(s, std::move(op), nullptr, 0, what);
+cudaError_t stream_submit(cudaStream_t s, std::function<bool()> op, const char* what) {
+  return engine().submit(s, std::move(op), nullptr, 0, what);
+}
+void set_launch_error(cudaError_t e) {
+  if (t_last_error == cudaSuccess) t_last_error = e;
 }
 bool async_streams() { return engine().async; }
 bool is_device_memory(const void* p) { return is_device(p); }
@@ -558,7 +601,7 @@ bool capture_host_func(cudaStream_t s, cudaHostFn_t fn, void* data) {
   std::lock_guard<std::mutex> g(e.mu);
   Capture* c = e.capture_of(s);
   if (c) c->nodes.push_back({nullptr, fn, data, "host function"});
-  return c != nullptr;
+  return c != nullptr;  // (not captured: stream_submit makes the legacy-stream check)
 }
 // One run of fn(data) as a stream operation; a graph launch makes a fresh one for each launch.
 std::function<bool()> host_func_op(cudaHostFn_t fn, void* data) {
@@ -587,8 +630,7 @@ extern "C" {
 // up its stream only, while the device runs the others. A captured one becomes a node of the graph.
 cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
   if (capture_host_func(s, fn, data)) return cudaSuccess;
-  emu::stream_submit(s, host_func_op(fn, data), "host function");
-  return cudaSuccess;
+  return emu::stream_submit(s, host_func_op(fn, data), "host function");
 }
 
 cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int) {
@@ -627,6 +669,7 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
       e.invalidate(*c, "cudaStreamSynchronize of the stream being captured (cudaErrorStreamCaptureUnsupported)");
       return cudaErrorStreamCaptureUnsupported;
     }
+    if (e.implicit_dependency(st, "cudaStreamSynchronize")) return cudaErrorStreamCaptureImplicit;
   }
   e.wait([&] { return st->ops.empty(); });
   return cudaSuccess;
@@ -641,28 +684,39 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
 // order already); CUDA refuses a record from outside it (cudaErrorStreamCaptureIsolation, unless the wait
 // says cudaEventWaitExternal, which the emulator does not do). A stream outside the capture that waits for a
 // captured record would join the capture (a fork): not emulated, and said so.
-cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int) {
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
   Engine& e = engine();
   std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
   uint64_t count;
   {
     std::lock_guard<std::mutex> g(e.mu);
     count = st->recorded;  // the most recent record, as CUDA's wait takes it
+    Capture* live = nullptr;  // the capture that made the event's last record, if it is still going
+    for (auto& [other, c] : e.captures)
+      if (st->captured_in && c.id == st->captured_in) live = &c;
     if (Capture* c = e.capture_of(s)) {
-      if (st->captured_in == c->id || count == 0) return cudaSuccess;
-      e.invalidate(*c, "cudaStreamWaitEvent for an event recorded outside the capture (cudaErrorStreamCaptureIsolation)");
-      return cudaErrorStreamCaptureIsolation;
+      if (flags != 0) {
+        e.invalidate(*c, "cudaStreamWaitEvent with flags (cudaEventWaitExternal) is not emulated");
+        return cudaErrorNotSupported;
+      }
+      if (st->captured_in == c->id || (st->captured_in == 0 && count == 0)) return cudaSuccess;
+      // "It is invalid to merge two separate capture graphs by waiting on a captured event" (Programming
+      // Guide, Prohibited and Unhandled Operations); an event from outside crosses the capture's boundary.
+      const bool merge = live != nullptr;
+      e.invalidate(*c, merge ? "cudaStreamWaitEvent for an event of another capture (cudaErrorStreamCaptureMerge)"
+                             : "cudaStreamWaitEvent for an event recorded outside the capture "
+                               "(cudaErrorStreamCaptureIsolation)");
+      return merge ? cudaErrorStreamCaptureMerge : cudaErrorStreamCaptureIsolation;
     }
-    if (st->captured_in) {
-      for (auto& [other, c] : e.captures)
-        if (c.id == st->captured_in)
-          e.invalidate(c, "another stream waits for an event recorded in the capture: a fork, not emulated");
+    if (live) {
+      e.invalidate(*live, "another stream waits for an event recorded in the capture: a fork, not emulated");
       emu::note("cudaStreamWaitEvent: a wait for a captured event (a fork of the capture) is not emulated");
       return cudaErrorNotSupported;
     }
+    if (st->captured_in) return cudaErrorCapturedEvent;  // its capture has ended: the record is in a graph
+    if (e.implicit_dependency(e.of(s), "cudaStreamWaitEvent")) return cudaErrorStreamCaptureImplicit;
+    if (count) return e.submit_wait_locked(s, std::move(st), count);
   }
-  if (count) e.submit(s, nullptr, std::move(st), count, "event wait");
-  return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = 0, *greatest = -5;
@@ -695,19 +749,23 @@ cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
     st->captured_in = 0;
     n = ++st->recorded;
   }
-  e.submit(s, [&e, st, n]() {
+  const cudaError_t err = e.submit(s, [&e, st, n]() {
     std::lock_guard<std::mutex> g(e.mu);  // (an operation runs with the engine unlocked)
     st->complete(n);
     st->at = Clock::now();
     return true;
   }, nullptr, 0, "event record");
-  return cudaSuccess;
+  if (err != cudaSuccess) {  // refused (cudaErrorStreamCaptureImplicit): the record was not made
+    std::lock_guard<std::mutex> g(e.mu);
+    if (st->recorded == n) --st->recorded;
+  }
+  return err;
 }
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t ev) {
   Engine& e = engine();
   const EventState& st = *reinterpret_cast<EmuEvent*>(ev)->state;
   std::lock_guard<std::mutex> g(e.mu);
-  if (st.captured_in) return cudaErrorCapturedEvent;
+  if (st.captured_in) return e.captured_event_used(st, "cudaEventQuery");
   return st.done(st.recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
@@ -716,7 +774,7 @@ cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t ev) {
   uint64_t n;
   {
     std::lock_guard<std::mutex> g(e.mu);
-    if (st->captured_in) return cudaErrorCapturedEvent;
+    if (st->captured_in) return e.captured_event_used(*st, "cudaEventSynchronize");
     n = st->recorded;
   }
   e.wait([&] { return st->done(n); });
@@ -776,6 +834,9 @@ cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
 cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
   Engine& e = engine();
   std::lock_guard<std::mutex> g(e.mu);
+  if (e.of(s) == &e.legacy)  // "will return cudaErrorStreamCaptureImplicit ... not invalidated"
+    for (const auto& [st, c] : e.captures)
+      if (c.blocking) return cudaErrorStreamCaptureImplicit;
   const Capture* c = e.capture_of(s);
   *status = !c ? cudaStreamCaptureStatusNone
                : c->invalid.empty() ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusInvalidated;
@@ -790,7 +851,8 @@ cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (!exec) return cudaErrorInvalidValue;
   ++engine().graph_launches;
   for (const Node& n : reinterpret_cast<const EmuGraph*>(exec)->nodes)
-    engine().submit(s, n.host_fn ? host_func_op(n.host_fn, n.host_data) : n.fn, nullptr, 0, n.what);
+    if (cudaError_t e = engine().submit(s, n.host_fn ? host_func_op(n.host_fn, n.host_data) : n.fn, nullptr, 0, n.what))
+      return e;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
@@ -812,6 +874,7 @@ const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream (emulated)";
     case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream (emulated)";
     case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread (emulated)";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences (emulated)";
     case cudaErrorIllegalState: return "the operation is not permitted in the current state (emulated)";
     default: return "emulated error";
   }

@@ -109,11 +109,16 @@ int main() {
     cudaError_t query = cudaSuccess, wait_own = cudaErrorUnknown;
     end = captured(s, cudaStreamCaptureModeThreadLocal, [&] {
       cudaEventRecord(ev, s);
-      query = cudaEventQuery(ev);
       wait_own = cudaStreamWaitEvent(s, ev, 0);
     }, &graph);
-    check(query == cudaErrorCapturedEvent, "querying an event recorded in the capture is cudaErrorCapturedEvent");
     check(wait_own == cudaSuccess && end == cudaSuccess, "the captured stream may wait for its own captured record");
+    if (graph) cudaGraphDestroy(graph);
+    end = captured(s, cudaStreamCaptureModeThreadLocal, [&] {
+      cudaEventRecord(ev, s);
+      query = cudaEventQuery(ev);
+    }, &graph);
+    check(query == cudaErrorCapturedEvent && end == cudaErrorStreamCaptureInvalidated,
+          "querying an event recorded in the capture is cudaErrorCapturedEvent, and invalidates it");
     if (graph) cudaGraphDestroy(graph);
     check(cudaEventSynchronize(ev) == cudaErrorCapturedEvent, "... and synchronising it after the capture too");
     cudaEventRecord(ev, s);
@@ -124,18 +129,39 @@ int main() {
     end = captured(s, cudaStreamCaptureModeThreadLocal, [&] { wait = cudaStreamWaitEvent(s, outside, 0); }, &graph);
     check(wait == cudaErrorStreamCaptureIsolation && end == cudaErrorStreamCaptureInvalidated,
           "waiting for an event recorded outside the capture is cudaErrorStreamCaptureIsolation");
+    // Two captures at once (two streams): one waiting for the other's captured event would merge them.
+    cudaStream_t s2;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(ev, s2);
+    end = captured(s, cudaStreamCaptureModeThreadLocal, [&] { wait = cudaStreamWaitEvent(s, ev, 0); }, &graph);
+    check(wait == cudaErrorStreamCaptureMerge && end == cudaErrorStreamCaptureInvalidated,
+          "waiting for another capture's event is cudaErrorStreamCaptureMerge");
+    cudaGraph_t graph2 = nullptr;
+    check(cudaStreamEndCapture(s2, &graph2) == cudaSuccess, "... and the other capture is not disturbed");
+    if (graph2) cudaGraphDestroy(graph2);
+    check(cudaStreamWaitEvent(blocking, ev, 0) == cudaErrorCapturedEvent,
+          "a stream waiting for an event of an ended capture gets cudaErrorCapturedEvent");
+    cudaEventRecord(ev, s);
+    cudaStreamDestroy(s2);
     cudaDeviceSynchronize();
     cudaEventDestroy(ev);
     cudaEventDestroy(outside);
   }
   {  // The legacy stream would wait for a captured blocking stream.
     cudaGraph_t graph = nullptr;
-    cudaError_t end = captured(blocking, cudaStreamCaptureModeThreadLocal, [&] { cudaMemsetAsync(dst, 1, n, nullptr); },
-                               &graph);
-    check(end == cudaErrorStreamCaptureInvalidated, "legacy-stream work while a blocking stream is captured invalidates it");
+    cudaError_t memset = cudaSuccess, capturing = cudaSuccess;
+    cudaStreamCaptureStatus status;
+    cudaError_t end = captured(blocking, cudaStreamCaptureModeThreadLocal, [&] {
+      capturing = cudaStreamIsCapturing(nullptr, &status);
+      memset = cudaMemsetAsync(dst, 1, n, nullptr);
+    }, &graph);
+    check(capturing == cudaErrorStreamCaptureImplicit, "asking the legacy stream then is cudaErrorStreamCaptureImplicit");
+    check(memset == cudaErrorStreamCaptureImplicit && end == cudaErrorStreamCaptureInvalidated,
+          "legacy-stream work while a blocking stream is captured fails and invalidates the capture");
     cudaDeviceSynchronize();
-    end = captured(s, cudaStreamCaptureModeThreadLocal, [&] { cudaMemsetAsync(dst, 1, n, nullptr); }, &graph);
-    check(end == cudaSuccess, "... and not while a non-blocking one is");
+    end = captured(s, cudaStreamCaptureModeThreadLocal, [&] { memset = cudaMemsetAsync(dst, 1, n, nullptr); }, &graph);
+    check(memset == cudaSuccess && end == cudaSuccess, "... and not while a non-blocking one is");
     if (graph) cudaGraphDestroy(graph);
     cudaDeviceSynchronize();
   }

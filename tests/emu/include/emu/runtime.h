@@ -135,7 +135,9 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
 // Queues op on stream s: it runs now, in the caller (the default), or with EMU_ASYNC_STREAMS=1 on the
 // emulated device's thread in stream order (README, Streams). It returns true once done; one that returns
 // false (a collective waiting for its peers) keeps its stream busy and is called again later.
-void stream_submit(cudaStream_t s, std::function<bool()> op, const char* what);
+cudaError_t stream_submit(cudaStream_t s, std::function<bool()> op, const char* what);
+// A launch's error, for cudaGetLastError (the first one until it is taken).
+void set_launch_error(cudaError_t e);
 bool async_streams();
 // Whether s is being captured into a CUDA graph (cudaStreamBeginCapture).
 bool stream_capturing(cudaStream_t s);
@@ -155,11 +157,12 @@ struct Launch {
     auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
     const dim3 g = grid, b = block;
     const size_t sm = smem;
-    stream_submit(stream, [kernel, params, g, b, sm]() {
+    const cudaError_t e = stream_submit(stream, [kernel, params, g, b, sm]() {
       run_grid(reinterpret_cast<const void*>(kernel), g, b, sm,
                [&]() { std::apply([&](auto... p) { kernel(p...); }, *params); });
       return true;
     }, "kernel");
+    if (e != cudaSuccess) set_launch_error(e);
   }
 };
 
