@@ -63,7 +63,6 @@ cublasStatus_t refuse(cublasStatus_t st, const std::string& why) {
   return st;
 }
 bool supported_type(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
-size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
 double load(const void* p, cudaDataType t, size_t i) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
   return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
@@ -71,11 +70,6 @@ double load(const void* p, cudaDataType t, size_t i) {
 void store(void* p, cudaDataType t, size_t i, double v) {
   if (t == CUDA_R_32F) static_cast<float*>(p)[i] = static_cast<float>(v);
   else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(static_cast<float>(v));  // one rounding: fp32 -> bf16
-}
-// Rounded as stored in type t (aux is stored, then read back by the GELU)
-double round_to(cudaDataType t, double v) {
-  const float f = static_cast<float>(v);
-  return t == CUDA_R_32F ? f : __bfloat162float(__float2bfloat16(f));
 }
 double gelu(double x) {
   const double s = std::sqrt(2.0 / M_PI);
@@ -334,7 +328,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
           v += load(d.bias, bias_t, i);
         if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
           store(const_cast<void*>(d.aux), t, i + j * d.aux_ld, v);
-          v = gelu(round_to(CUDA_R_32F, v));
+          v = gelu(static_cast<float>(v));  // the fused kernel's fp32 value
         } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
           v *= gelu_grad(load(d.aux, t, i + j * d.aux_ld));
         }

@@ -327,7 +327,6 @@ struct Capture {
   uint64_t id = 0;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   std::thread::id thread;  // the one that began it
-  bool blocking = true;    // its stream's
   std::vector<Node> nodes;
   std::string invalid;  // why it was invalidated ("": it was not)
 };
@@ -496,7 +495,7 @@ struct Engine {
     if (st != &legacy) return false;
     bool hit = false;
     for (auto& [other, c] : captures)
-      if (c.blocking) {
+      if (other->blocking) {
         invalidate(c, std::string(what) + " on the legacy default stream while a blocking stream is captured "
                                           "(cudaErrorStreamCaptureImplicit)");
         hit = true;
@@ -687,10 +686,9 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
   Engine& e = engine();
   std::shared_ptr<EventState> st = reinterpret_cast<EmuEvent*>(ev)->state;
-  uint64_t count;
+  std::lock_guard<std::mutex> g(e.mu);  // capture and queue decided in one hold
+  const uint64_t count = st->recorded;  // the most recent record, as CUDA's wait takes it
   {
-    std::lock_guard<std::mutex> g(e.mu);
-    count = st->recorded;  // the most recent record, as CUDA's wait takes it
     Capture* live = nullptr;  // the capture that made the event's last record, if it is still going
     for (auto& [other, c] : e.captures)
       if (st->captured_in && c.id == st->captured_in) live = &c;
@@ -715,8 +713,9 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsign
     }
     if (st->captured_in) return cudaErrorCapturedEvent;  // its capture has ended: the record is in a graph
     if (e.implicit_dependency(e.of(s), "cudaStreamWaitEvent")) return cudaErrorStreamCaptureImplicit;
-    if (count) return e.submit_wait_locked(s, std::move(st), count);
   }
+  // A never-recorded event: nothing to wait for, as in CUDA
+  return count ? e.submit_wait_locked(s, std::move(st), count) : cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = 0, *greatest = -5;
@@ -805,7 +804,6 @@ cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCapt
   c.id = ++e.capture_ids;
   c.mode = mode;
   c.thread = std::this_thread::get_id();
-  c.blocking = st->blocking;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
@@ -836,7 +834,7 @@ cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptu
   std::lock_guard<std::mutex> g(e.mu);
   if (e.of(s) == &e.legacy)  // "will return cudaErrorStreamCaptureImplicit ... not invalidated"
     for (const auto& [st, c] : e.captures)
-      if (c.blocking) return cudaErrorStreamCaptureImplicit;
+      if (st->blocking) return cudaErrorStreamCaptureImplicit;
   const Capture* c = e.capture_of(s);
   *status = !c ? cudaStreamCaptureStatusNone
                : c->invalid.empty() ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusInvalidated;

@@ -124,6 +124,7 @@ int main() {
     cudaEventRecord(ev, s);
     cudaStreamSynchronize(s);
     check(cudaEventQuery(ev) == cudaSuccess, "a record outside a capture makes the event usable again");
+    check(cudaStreamWaitEvent(blocking, outside, 0) == cudaSuccess, "waiting for a never-recorded event is a no-op");
     cudaEventRecord(outside, blocking);
     cudaError_t wait = cudaSuccess;
     end = captured(s, cudaStreamCaptureModeThreadLocal, [&] { wait = cudaStreamWaitEvent(s, outside, 0); }, &graph);
