@@ -23,8 +23,25 @@ import sys
 
 
 def load(path):
+    """The benchmarks of one --benchmark_out file. A run that `timeout` ended (the phase step's limit) leaves
+    the file cut short: Google Benchmark flushes it after each benchmark (a full stream buffer can also
+    end it inside one) and writes the closing "]}" only at the end. The benchmarks it finished are read
+    (each ends with a line "    }" in the reporter's layout), and the cut is said."""
     with open(path) as f:
-        return [b for b in json.load(f)["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
+        text = f.read()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        last = text.rfind("\n    }")
+        head = text[:last + 6] if last >= 0 else text[:text.find("[", text.find('"benchmarks"')) + 1]
+        try:
+            doc = json.loads(head + "]}")
+        except json.JSONDecodeError:
+            print(f"{path}: not benchmark JSON, nothing read from it", file=sys.stderr)
+            return []
+        print(f"{path}: cut short (its step ran out of time): the {len(doc['benchmarks'])} benchmarks it finished "
+              f"are read", file=sys.stderr)
+    return [b for b in doc.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
 
 
 def ceilings(path):
