@@ -7,7 +7,7 @@
 namespace gpt2 {
 
 namespace {
-void mpi_abort_hook(int code) {
+void mpi_abort_hook(int code, const std::string& /*what: printed already*/) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -47,7 +47,7 @@ void fatal(const std::string& what, const char* file, int line) {
     r();
     std::fflush(stderr);
   }
-  if (g_abort_hook != nullptr) g_abort_hook(1);
+  if (g_abort_hook != nullptr) g_abort_hook(1, what);
   std::exit(1);
 }
 

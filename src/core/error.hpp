@@ -16,9 +16,10 @@ struct ErrorContext {
 void set_error_context_rank(int rank);
 void set_error_context_device(int device);
 
-// Called by fatal() after printing: ends the job. The MPI environment installs one that calls
-// MPI_Abort; before that (and in plain unit tests) the default calls std::exit(exit_code).
-using AbortHook = void (*)(int exit_code);
+// Called by fatal() after printing `what`: ends the job. The MPI environment installs one that calls
+// MPI_Abort; before that (and in plain unit tests) the default calls std::exit(exit_code). A harness that
+// must go on after a failure (the fuzzers, bench_gpu_kernels) installs one that throws.
+using AbortHook = void (*)(int exit_code, const std::string& what);
 void set_abort_hook(AbortHook hook);
 
 // Called by fatal() once, before the abort hook, to leave evidence behind (the communicator writes its

@@ -20,7 +20,7 @@ struct Rejected {};
 // Installed once: fatal() prints its message (hidden by libFuzzer's -close_fd_mask=2) and throws.
 inline void install_reject_hook() {
   static const bool once = [] {
-    set_abort_hook([](int) { throw Rejected{}; });
+    set_abort_hook([](int, const std::string&) { throw Rejected{}; });
     return true;
   }();
   (void)once;

@@ -51,10 +51,22 @@ struct AttentionBuffers {
   DeviceBuffer<char> scratch;
 };
 
-void BM_attention_forward_bf16(benchmark::State& state) {
+// The attention paths as they were before a benchmark chose its own: put back when it ends, in an error
+// too, so that the next benchmark measures the path its name says.
+struct AttentionPathsRestored {
+  kernels::AttentionForwardPath forward = kernels::attention_forward_path();
+  kernels::AttentionBackwardPath backward = kernels::attention_backward_path();
+  ~AttentionPathsRestored() {
+    kernels::attention_force_generic(false);
+    kernels::attention_set_forward_path(forward);
+    kernels::attention_set_backward_path(backward);
+  }
+};
+
+void BM_attention_forward_bf16(benchmark::State& state) try {
   const int B = static_cast<int>(state.range(0));
+  const AttentionPathsRestored restored;
   kernels::attention_force_generic(state.range(1) != 0);
-  const kernels::AttentionForwardPath saved = kernels::attention_forward_path();
   const kernels::AttentionForwardPath paths[3] = {kernels::AttentionForwardPath::kMmaSync,
                                                   kernels::AttentionForwardPath::kWgmma,
                                                   kernels::AttentionForwardPath::kWgmmaPingPong};
@@ -69,14 +81,14 @@ void BM_attention_forward_bf16(benchmark::State& state) {
         kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, s);
       },
       forward_flops(B), bytes);
-  kernels::attention_force_generic(false);
-  kernels::attention_set_forward_path(saved);
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
-void BM_attention_backward_bf16(benchmark::State& state) {
+void BM_attention_backward_bf16(benchmark::State& state) try {
   const int B = static_cast<int>(state.range(0));
+  const AttentionPathsRestored restored;
   kernels::attention_force_generic(state.range(1) != 0);
-  const kernels::AttentionBackwardPath saved = kernels::attention_backward_path();
   const kernels::AttentionBackwardPath paths[3] = {kernels::AttentionBackwardPath::kRecomputeDq,
                                                    kernels::AttentionBackwardPath::kAccumulateDq,
                                                    kernels::AttentionBackwardPath::kWgmma};
@@ -94,8 +106,8 @@ void BM_attention_backward_bf16(benchmark::State& state) {
                                                buf.out.data(), buf.lse.data(), B, kT, kC, kNH, s);
       },
       2.5 * forward_flops(B), bytes);
-  kernels::attention_force_generic(false);
-  kernels::attention_set_backward_path(saved);
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, wgmma, wgmma

@@ -43,26 +43,30 @@ DeviceBuffer<T> zeros(size_t n) {
 
 // GELU over the MLP activation (B*T, 4C).
 template <class T>
-void BM_GeluForward(benchmark::State& state) {
+void BM_GeluForward(benchmark::State& state) try {
   const long n = state.range(0) * 4 * kC;
   auto inp = zeros<T>(n), out = zeros<T>(n);
   gpt2::bench::time_launches(
       state, [&](cudaStream_t s) { k::gelu_forward_cuda<T>(out.data(), inp.data(), n, s); }, 0, 2.0 * n * sizeof(T));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // In place, as the model calls it: dinp aliases dout.
 template <class T>
-void BM_GeluBackward(benchmark::State& state) {
+void BM_GeluBackward(benchmark::State& state) try {
   const long n = state.range(0) * 4 * kC;
   auto inp = zeros<T>(n), d = zeros<T>(n);
   gpt2::bench::time_launches(
       state, [&](cudaStream_t s) { k::gelu_backward_cuda<T>(d.data(), inp.data(), d.data(), n, s); }, 0,
       3.0 * n * sizeof(T));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // Logits (B*T, Vp); range(1) = write_grad.
 template <class T>
-void BM_SoftmaxXent(benchmark::State& state) {
+void BM_SoftmaxXent(benchmark::State& state) try {
   const int N = static_cast<int>(state.range(0));
   const bool write_grad = state.range(1) != 0;
   auto logits = zeros<T>(static_cast<size_t>(N) * kVp);
@@ -78,11 +82,13 @@ void BM_SoftmaxXent(benchmark::State& state) {
         k::softmax_xent_cuda<T>(losses.data(), logits.data(), d_targets.data(), N, kV, kVp, 1.0f / N, write_grad, s);
       },
       0, logit_bytes * (write_grad ? 2 : 1) + N * (sizeof(float) + sizeof(int32_t)));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // One optimizer step over all of GPT-2 124M. bf16: separate bf16 params; fp32: params are the master.
 template <class T>
-void BM_AdamW(benchmark::State& state) {
+void BM_AdamW(benchmark::State& state) try {
   const long n = kParams;
   auto master = zeros<float>(n), m = zeros<float>(n), v = zeros<float>(n);
   auto grads = zeros<T>(n);
@@ -101,13 +107,15 @@ void BM_AdamW(benchmark::State& state) {
         k::adamw_update_cuda<T>(master.data(), params, grads.data(), m.data(), v.data(), n, step, s);
       },
       0, bytes);
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // The model's optimizer step as the trainer issues it: 124M's 148 tensors with their own weight
 // decay, either one launch per tensor (Arg 0) or one multi-tensor launch over the chunk table (Arg 1).
 // Same bytes as BM_AdamW; the difference is the launches and the small tensors' tails.
 template <class T>
-void BM_AdamWModel(benchmark::State& state) {
+void BM_AdamWModel(benchmark::State& state) try {
   const bool multi = state.range(0) == 1;
   std::vector<gpt2::OwnedPiece> pieces;
   size_t off = 0;
@@ -154,11 +162,13 @@ void BM_AdamWModel(benchmark::State& state) {
         }
       },
       0, bytes);
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // Global gradient norm: sum of squares over all gradients.
 template <class T>
-void BM_SumSquares(benchmark::State& state) {
+void BM_SumSquares(benchmark::State& state) try {
   const long n = kParams;
   auto x = zeros<T>(n);
   auto scratch = zeros<char>(k::sum_squares_scratch_bytes(n));
@@ -166,15 +176,19 @@ void BM_SumSquares(benchmark::State& state) {
   gpt2::bench::time_launches(
       state, [&](cudaStream_t s) { k::sum_squares_cuda<T>(result.data(), scratch.data(), x.data(), n, s); }, 0,
       1.0 * n * sizeof(T));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // Gradient clipping: scale all gradients in place.
 template <class T>
-void BM_Scale(benchmark::State& state) {
+void BM_Scale(benchmark::State& state) try {
   const long n = kParams;
   auto x = zeros<T>(n);
   gpt2::bench::time_launches(
       state, [&](cudaStream_t s) { k::scale_cuda<T>(x.data(), 0.5f, n, s); }, 0, 2.0 * n * sizeof(T));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 BENCHMARK_TEMPLATE(BM_GeluForward, bf16)->Arg(8192)->Arg(65536)->UseManualTime()->Unit(benchmark::kMicrosecond);

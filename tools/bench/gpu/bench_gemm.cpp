@@ -64,6 +64,16 @@ k::GemmContext& context(k::GemmBackend be) {
   return *c;
 }
 
+// A benchmark's context with no test hook set: the hooks it sets are cleared when it ends, in an error
+// too, so that the next benchmark runs the kernel its name says.
+struct HooksCleared {
+  explicit HooksCleared(k::GemmContext& c) : ctx(c) { ctx.test_hooks() = k::GemmTestHooks{}; }
+  ~HooksCleared() { ctx.test_hooks() = k::GemmTestHooks{}; }
+  HooksCleared(const HooksCleared&) = delete;
+  HooksCleared& operator=(const HooksCleared&) = delete;
+  k::GemmContext& ctx;
+};
+
 struct Layer {
   const char* name;
   int in, out;  // linear: IC -> OC; lm_head: C -> Vp
@@ -110,7 +120,7 @@ Product product_for(const Layer& l, Pass p, int rows) {
 
 // wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
 void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, Layer layer, Pass pass,
-             int rows) {
+             int rows) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
@@ -124,11 +134,11 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
   const bool has_aux = p.ep == k::GemmEpilogue::kBiasGelu || p.ep == k::GemmEpilogue::kDGelu;
   auto bias = random_device(has_bias ? p.N : 0, 4), aux = random_device(has_aux ? mn : 0, 5);
   k::GemmContext& ctx = context(be);
+  const HooksCleared cleared(ctx);
   if (wgmma) {
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
     ctx.test_hooks().wgmma_kernel = wgmma_kernel;
     if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
-      ctx.test_hooks() = k::GemmTestHooks{};
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
       return;
     }
@@ -143,12 +153,13 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
                            has_aux ? aux.data() : nullptr, p.M, p.N, p.K, p.trans_a, p.trans_b, p.accumulate, p.ep, s);
       },
       2.0 * p.M * p.N * p.K, 0);
-  ctx.test_hooks() = k::GemmTestHooks{};
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
 void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, bool unfused,
-                       Layer layer, int rows) {
+                       Layer layer, int rows) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
@@ -159,6 +170,7 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaK
   auto dw = random_device(static_cast<size_t>(IC) * OC, 3), dbias = random_device(OC, 4);
   DeviceBuffer<char> scratch(k::weight_bias_grad_scratch_bytes(rows, OC));
   k::GemmContext& ctx = context(be);
+  const HooksCleared cleared(ctx);
   if (wgmma) {
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
     ctx.test_hooks().wgmma_kernel = wgmma_kernel;
@@ -175,12 +187,13 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaK
                                        OC, s);
       },
       2.0 * IC * OC * rows, 2.0 * (static_cast<double>(rows) * (IC + OC) + 2.0 * IC * OC));
-  ctx.test_hooks() = k::GemmTestHooks{};
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // The ceiling the hand GEMM is judged against (issue 10: ~800 TFLOP/s on the lent H100): cuBLASLt on
 // a square 8192^3 bf16 product, no epilogue. Named Ceiling/... so phase A's kernel table finds it.
-void BM_CeilingGemm(benchmark::State& state) {
+void BM_CeilingGemm(benchmark::State& state) try {
   constexpr int n = 8192;
   const size_t nn = static_cast<size_t>(n) * n;
   auto a = random_device(nn, 1), b = random_device(nn, 2), c = random_device(nn, 3);
@@ -192,6 +205,8 @@ void BM_CeilingGemm(benchmark::State& state) {
                            k::GemmEpilogue::kNone, s);
       },
       2.0 * n * n * n, 0);
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 const bool kRegistered = [] {

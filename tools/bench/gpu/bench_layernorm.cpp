@@ -62,7 +62,7 @@ void compare_with_copy(benchmark::State& state, size_t copy_bytes) {
   state.counters["pct_of_copy"] = 100.0 * state.counters["GB_per_s"].value / copy;
 }
 
-void BM_layernorm_fwd_bf16(benchmark::State& state) {
+void BM_layernorm_fwd_bf16(benchmark::State& state) try {
   const int N = static_cast<int>(state.range(0)), C = static_cast<int>(state.range(1));
   const size_t n = static_cast<size_t>(N) * C;
   DeviceBuffer<bf16> inp, out(n), w, b;
@@ -80,9 +80,11 @@ void BM_layernorm_fwd_bf16(benchmark::State& state) {
       },
       0, bytes);
   compare_with_copy(state, n * sizeof(bf16));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
-void BM_residual_layernorm_fwd_bf16(benchmark::State& state) {
+void BM_residual_layernorm_fwd_bf16(benchmark::State& state) try {
   const int N = static_cast<int>(state.range(0)), C = static_cast<int>(state.range(1));
   const size_t n = static_cast<size_t>(N) * C;
   DeviceBuffer<bf16> a, b, residual(n), out(n), w, bias;
@@ -101,9 +103,11 @@ void BM_residual_layernorm_fwd_bf16(benchmark::State& state) {
       },
       0, bytes);
   compare_with_copy(state, 2 * n * sizeof(bf16));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
-void BM_layernorm_bwd_bf16(benchmark::State& state) {
+void BM_layernorm_bwd_bf16(benchmark::State& state) try {
   const int N = static_cast<int>(state.range(0)), C = static_cast<int>(state.range(1));
   const size_t n = static_cast<size_t>(N) * C;
   DeviceBuffer<bf16> dinp, dw, db, dout, inp, w;
@@ -128,15 +132,19 @@ void BM_layernorm_bwd_bf16(benchmark::State& state) {
       },
       0, bytes);
   compare_with_copy(state, 2 * n * sizeof(bf16));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
-void BM_copy_d2d(benchmark::State& state) {
+void BM_copy_d2d(benchmark::State& state) try {
   const size_t bytes = static_cast<size_t>(state.range(0)) * state.range(1) * state.range(2) * sizeof(bf16);
   DeviceBuffer<char> src(bytes), dst(bytes);
   bench::time_launches(
       state,
       [&](cudaStream_t s) { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, s)); },
       0, 2.0 * static_cast<double>(bytes));
+} catch (...) {
+  gpt2::bench::error_row(state);
 }
 
 // (N = B*T, C): GPT-2 124M at B=8 and B=64 (T=1024), GPT-2 1.5B at B=8.

@@ -7,12 +7,42 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <exception>
 #include <functional>
+#include <string>
 
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
 
 namespace gpt2::bench {
+
+// What fatal() throws in bench_gpu_kernels (the abort hook its main sets) instead of ending the process:
+// a CUDA call or a kernel's check that fails inside one benchmark must not take the others with it, nor
+// leave the --benchmark_out file without its end.
+struct Failed {
+  std::string what;
+};
+
+// How many benchmarks failed (main's exit status): an error row from error_row, not an expected skip.
+inline std::atomic<int> failed_count{0};
+
+// The handler of every benchmark function's try block: the failure becomes this benchmark's error row in
+// the output and the JSON, and the benchmarks after it run. After a sticky CUDA error (an illegal address,
+// a trap) they fail too, each saying so.
+inline void error_row(benchmark::State& state) {
+  std::string why = "failed: an exception of unknown type";
+  try {
+    throw;
+  } catch (const Failed& e) {
+    why = "failed: " + e.what;
+  } catch (const std::exception& e) {
+    why = std::string("failed: ") + e.what();
+  } catch (...) {
+  }
+  ++failed_count;
+  state.SkipWithError(why.c_str());
+}
 
 // Overwrites a buffer larger than L2 (H100: 50 MB) so the next launch finds nothing cached.
 inline void flush_l2(cudaStream_t s) {
