@@ -96,7 +96,7 @@ struct WgmmaBwdConfig {
   static constexpr int kProducerRegs = 24;                               // setmaxnreg's least
   static constexpr int kConsumerRegs = 240;
   static constexpr int kWgKeys = 64;                      // one wgmma M of keys per consumer
-  static constexpr int kBlockN = kWgKeys * kConsumers;    // 64 keys a block
+  static constexpr int kBlockN = kWgKeys * kConsumers;    // 128 keys a block
   static constexpr int kBlockM = 64;                      // queries a tile: every product is m64n64, 32 registers
   static constexpr int kWgmmaK = 16;
   static constexpr int kStages = 2;                       // Q, dO of tile j + 1 load while tile j is used
@@ -410,18 +410,20 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     }
     score_grads(dpt, st, sD(s), lane);
 
-    // dV += P^T dO, dK += dS^T Q; dS^T to shared memory for the dQ share
+    // dS^T to shared memory for the dQ share, then dV += P^T dO, dK += dS^T Q. The store comes first: dsa
+    // is the dK product's A operand, and the PTX ISA makes reading it before the wait that retires the
+    // product undefined (as FlashAttention-3 orders it too).
     uint32_t pa[kQSteps][4], dsa[kQSteps][4];
     pack_a(pa, st);
     pack_a(dsa, dpt);
+    bf16* sds = sDs(j % 2);
+    store_ds(sds, dsa, wrow + g, tq);
     cuda::wgmma_fence();
     fence_acc(dv);
     fence_acc(dk);
     issue_tokens_dot<kQSteps>(dv, pa, cuda::smem_u32(sDo(s)), true);
     issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);
     cuda::wgmma_commit_group();
-    bf16* sds = sDs(j % 2);
-    store_ds(sds, dsa, wrow + g, tq);
     cuda::wgmma_wait_group<0>();
     fence_acc(dv);
     fence_acc(dk);
