@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,31 @@
 #include "kernels/common/cuda_dtype.hpp"
 
 namespace gpt2 {
+
+// The error of a cudaMalloc that the device had no room for (device_alloc): how much was asked for, for
+// what, and how much the device has left (CUDA's own text is only "out of memory"). The thread's last
+// error, which the failed cudaMalloc also set, is cleared first so that the query answers. Out of line:
+// the allocations that inline device_alloc stay small.
+[[noreturn]] __attribute__((noinline, cold)) inline void out_of_device_memory(size_t bytes, const char* what) {
+  (void)cudaGetLastError();
+  size_t free_bytes = 0, total_bytes = 0;
+  char left[96] = "the device's free memory unknown";
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+    std::snprintf(left, sizeof(left), "%.1f MiB free of %.1f MiB on the device", free_bytes / 1048576.0,
+                  total_bytes / 1048576.0);
+  char text[256];
+  std::snprintf(text, sizeof(text), "out of GPU memory: %.1f MiB for %s, with %s", bytes / 1048576.0, what, left);
+  fatal(text);
+}
+
+// cudaMalloc of `bytes` for `what` (named in the error when the device is full).
+inline void* device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) out_of_device_memory(bytes, what);
+  CUDA_CHECK(e);
+  return p;
+}
 
 // n elements of T in device memory (uninitialised unless zeroed).
 template <class T>
@@ -35,7 +61,7 @@ class DeviceBuffer {
   void resize(size_t n) {
     if (n == n_) return;
     release();
-    if (n > 0) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+    if (n > 0) p_ = static_cast<T*>(device_alloc(n * sizeof(T), "a device buffer"));
     n_ = n;
   }
   void zero(cudaStream_t s = nullptr) {

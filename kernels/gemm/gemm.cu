@@ -30,6 +30,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/device_buffer.hpp"
 #include "kernels/common/kernel_paths.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
@@ -801,7 +802,7 @@ bool gemm_hand_wgmma_available() {
 GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
   if (backend_ == GemmBackend::kHand) {
     splitk_ws_bytes_ = kSplitKWorkspaceBytes;
-    CUDA_CHECK(cudaMalloc(&splitk_ws_, splitk_ws_bytes_));
+    splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
     // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md).
     const char* env = std::getenv("GPT2_GEMM_SM90");
     const std::string choice = env != nullptr ? env : "";
@@ -818,6 +819,10 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
   } else {
     lt_.reset(detail::create_cublaslt_state());
   }
+}
+
+size_t GemmContext::workspace_bytes(GemmBackend backend) {
+  return backend == GemmBackend::kHand ? kSplitKWorkspaceBytes : detail::cublaslt_workspace_bytes();
 }
 
 GemmWgmmaKernel GemmContext::hand_wgmma_kernel() const {

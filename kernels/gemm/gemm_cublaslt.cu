@@ -24,6 +24,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/device_buffer.hpp"
 #include "kernels/gemm/gemm_cuda.hpp"
 
 // CUBLAS_CHECK: the cuBLAS member of the one error family; names the status.
@@ -162,10 +163,14 @@ void CublasLtStateDeleter::operator()(CublasLtState* s) const {
   delete s;
 }
 
+size_t cublaslt_workspace_bytes() {
+  return kLtWorkspaceBytes;
+}
+
 CublasLtState* create_cublaslt_state() {
   auto s = std::make_unique<CublasLtState>();
   CUBLAS_CHECK(cublasLtCreate(&s->handle));
-  CUDA_CHECK(cudaMalloc(&s->workspace, s->workspace_bytes));
+  s->workspace = device_alloc(s->workspace_bytes, "cuBLASLt's workspace");
   return s.release();
 }
 

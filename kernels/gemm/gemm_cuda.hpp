@@ -92,6 +92,8 @@ class GemmContext {
   GemmContext& operator=(const GemmContext&) = delete;
 
   GemmBackend backend() const { return backend_; }
+  // The device memory a context of `backend` allocates (its workspace): for device memory estimates.
+  static size_t workspace_bytes(GemmBackend backend);
 
   // Hand backend: fp32 split-K partials, splits x M x N floats at most splitk_workspace_bytes().
   float* splitk_workspace() const { return splitk_ws_; }
@@ -173,6 +175,7 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
 namespace detail {
 // The cuBLASLt backend (gemm_cublaslt.cu); gemm_cuda dispatches to it after checking the arguments.
 CublasLtState* create_cublaslt_state();
+size_t cublaslt_workspace_bytes();
 template <class T>
 void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K,
                    bool trans_a, bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);

@@ -40,23 +40,26 @@ double known_peak_tflops(const std::string& name, Precision p) {
 // Prints this rank's device memory estimate and refuses, before GPT2Cuda allocates anything, a run the
 // GPU cannot hold, with the numbers (issue 11). estimate_device_memory counts the device's own buffers:
 // the weights and gradients in the run's precision, fp32 master weights (bf16 runs), fp32 Adam moments,
-// one micro-batch's activations as DeviceActivations keeps them under --recompute. Returns the
-// estimate, and the free memory before anything was allocated in *free_before.
-double check_device_memory(const GPT2Config& cfg, Precision p, int micro_batch, int seq_len, Recompute recompute,
-                           int device, int optimizer_shards, size_t* free_before) {
+// one micro-batch's activations as DeviceActivations keeps them under --recompute; and the GEMM
+// backend's workspace (GPT2Cuda's one GemmContext: 32 MiB for cuBLASLt, 64 MiB for the hand GEMM's
+// split-K, more than a small model's own buffers). Returns the estimate, and the free memory before
+// anything was allocated in *free_before.
+double check_device_memory(const GPT2Config& cfg, Precision p, GemmBackend gemm, int micro_batch, int seq_len,
+                           Recompute recompute, int device, int optimizer_shards, size_t* free_before) {
   MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, recompute);
   d.optimizer /= optimizer_shards;  // ZeRO-1: this rank's moments only
   const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
   const double grads = d.grads, acts = d.activations;
-  const double need = d.total();
+  const double workspace = static_cast<double>(kernels::GemmContext::workspace_bytes(gemm));
+  const double need = d.total() + workspace;
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   *free_before = free_b;
   log_info("device memory per rank (estimate): weights %s + master %s + gradients %s + optimizer %s + "
-           "activations %s = %s of %s free on cuda:%d\n",
+           "activations %s + GEMM workspace %s = %s of %s free on cuda:%d\n",
            format_bytes(weights).c_str(), format_bytes(master).c_str(), format_bytes(grads).c_str(),
-           format_bytes(d.optimizer).c_str(), format_bytes(acts).c_str(), format_bytes(need).c_str(),
-           format_bytes(static_cast<double>(free_b)).c_str(), device);
+           format_bytes(d.optimizer).c_str(), format_bytes(acts).c_str(), format_bytes(workspace).c_str(),
+           format_bytes(need).c_str(), format_bytes(static_cast<double>(free_b)).c_str(), device);
   GPT2_REQUIRE(need <= static_cast<double>(free_b),
                "this run needs an estimated " << format_bytes(need) << " on the GPU per rank, but cuda:" << device
                                               << " has " << format_bytes(static_cast<double>(free_b)) << " free of "
@@ -78,8 +81,8 @@ class CudaRunner final : public ModelRunner {
     mo.precision = o.precision;
     mo.gemm = o.gemm;
     mo.cuda_graph = o.cuda_graph;
-    memory_estimate_ = check_device_memory(host.config(), mo.precision, o.micro_batch, o.seq_len, o.recompute,
-                                           device_, o.zero1 ? o.world_size : 1, &free_before_);
+    memory_estimate_ = check_device_memory(host.config(), mo.precision, mo.gemm, o.micro_batch, o.seq_len,
+                                           o.recompute, device_, o.zero1 ? o.world_size : 1, &free_before_);
     stream_ = std::make_unique<CudaStream>();
     model_ = std::make_unique<GPT2Cuda>(host.config(), mo, stream_->get());
     model_->set_recompute(o.recompute);
@@ -226,7 +229,7 @@ class CudaRunner final : public ModelRunner {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double used = static_cast<double>(free_before_) - static_cast<double>(free_b);
     log_info("device memory after the first step: %s in use by this run on cuda:%d (estimate %s; the estimate "
-             "leaves out workspaces and communication buffers)\n",
+             "leaves out communication buffers)\n",
              format_bytes(used).c_str(), device_, format_bytes(memory_estimate_).c_str());
     // What ran where an operation has several kernels: an opt-in that did not apply fell back silently.
     log_info("kernels: %s\n", kernels::kernel_paths_used().c_str());

@@ -14,7 +14,8 @@
 #                                         attention_bwd,gemm} (their options: the checks below)
 #   tests/emu/emu.sh BUILD_DIR --gpu-tests  the repository's GPU test suites (tests/gpu: GEMM's hand backend,
 #                                         attention, layernorm, elementwise, encoder, model, decode) against
-#                                         every kernel file of kernels/, CI's cases (~5 min); --gpu-tests-build
+#                                         every kernel file of kernels/, CI's cases, and bench_gpu_kernels on
+#                                         a few cheap benchmarks (bench_emu.py) (~6 min); --gpu-tests-build
 #                                         builds them only
 #   tests/emu/emu.sh BUILD_DIR --train [MPIEXEC]  gpt2-train, gpt2-sample and the device reducer on the GPU path,
 #                                         NCCL emulated over MPI (train_emu.py: against the CPU backend, 1 and 2
@@ -120,7 +121,7 @@ build_gpu_tests() {
     local src=$1 obj=$2
     shift 2
     objs+=("$obj")
-    [[ -f $obj && $obj -nt $src && -z $(find "$here/include" "$repo/kernels" "$repo/src" "$repo/tests/gpu" \
+    [[ -f $obj && $obj -nt $src && -z $(find "$here/include" "$repo/kernels" "$repo/src" "$repo/tests/gpu" "$repo/tools/bench/gpu" \
            -name '*.h*' -newer "$obj" -print -quit) ]] && return 0
     while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n; done
     "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "$@" -c "$src" -o "$obj" || { echo "emu: compiling $src failed" >&2; return 1; } &
@@ -139,12 +140,20 @@ build_gpu_tests() {
   gpu_lib_objs=("${objs[@]}")
   local lib=("${objs[@]}")
   for f in "${gpu_test_families[@]}"; do compile "$repo/tests/gpu/test_$f.cpp" "$g/test_$f.o"; done
+  local bench_objs=()
+  for f in "$repo"/tools/bench/gpu/*.cpp; do
+    compile "$f" "$g/bench_$(basename "$f" .cpp).o"
+    bench_objs+=("$g/bench_$(basename "$f" .cpp).o")
+  done
   local p ok=1
   for p in "${pids[@]}"; do wait "$p" || ok=0; done
   ((ok)) || return 1
   for f in "${gpu_test_families[@]}"; do
     "${cxx[@]}" -fopenmp -o "$g/test_gpu_$f" "$g/test_$f.o" "${lib[@]}" -lgtest -lopenblas || return 1
   done
+  local o bench_lib=()  # the suites' objects but their main
+  for o in "${lib[@]}"; do [[ $o == */gpu_test_main.o ]] || bench_lib+=("$o"); done
+  "${cxx[@]}" -fopenmp -o "$g/bench_gpu_kernels" "${bench_objs[@]}" "${bench_lib[@]}" -lbenchmark -lopenblas
 }
 
 # The training programs (gpt2-train, gpt2-sample, gpt2-data), the device reducer's test and the emulated CUDA
@@ -264,6 +273,9 @@ if [[ $mode == --gpu-tests || $mode == --gpu-tests-build ]]; then
     check "gpu_tests $f" env EMU_FIBERS=1 EMU_ASYNC_STREAMS=${EMU_ASYNC_STREAMS:-1} "$out/gpu/test_gpu_$f" \
       "--gtest_filter=${gpu_test_filter[$f]:-*}"
   done
+  # phase A's kernel benchmarks and their table: a few cheap ones, one failing by design (bench_emu.py)
+  check "bench_gpu_kernels" env EMU_ASYNC_STREAMS=${EMU_ASYNC_STREAMS:-1} python3 "$here/bench_emu.py" \
+    "$out/gpu/bench_gpu_kernels" "$repo" "$out/bench_work"
   echo "emu: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
   exit $status
 fi

@@ -161,6 +161,25 @@ lt16, _ = train("bf16_cublaslt", steps, lt)
 compare("GPU bf16, cuBLASLt (fused bias, GELU and bias-gradient epilogues) ~ CPU", lt16, cpu, 2e-2)
 
 
+def memory_check(name):
+    """On one rank the device memory estimate that admits a run (runner_cuda.cpp) is all it allocates: the
+    emulated device counts what cudaMalloc holds, and the last run's log prints both after its first step."""
+    m = re.search(r"device memory after the first step: ([\d.]+) MiB in use .*\(estimate ([\d.]+) MiB", train.log)
+    used, estimate = (float(m[1]), float(m[2])) if m else (0.0, -1.0)
+    check(f"{name}: the device memory estimate is what the run allocates", abs(used - estimate) <= 0.01 * used,
+          f": {used} MiB in use, estimate {estimate} MiB" if m else ": no memory line in its log")
+
+
+memory_check("bf16, cuBLASLt")
+# A device the estimate does not fit (41.6 MiB here: the GEMM workspace is 32 of them) refuses the run before
+# anything is allocated, with the numbers, on every rank, quickly
+rc, _, err = launch([f"{bin_dir}/gpt2-train", *common, "--micro-batch", "4", "--max-steps", "1", "--out",
+                     f"{work}/small_device", *lt], {"EMU_DEVICE_MEMORY_MIB": "40"}, timeout=60)
+check("a device too small for the run refuses it with the estimate", rc != 0 and
+      "this run needs an estimated 41.6 MiB on the GPU per rank, but cuda:0 has 40.0 MiB free" in err,
+      f": exit {rc}, {next((l for l in err.splitlines() if 'error:' in l), 'no error line')}")
+
+
 def lt_calls():
     """The emulated cuBLASLt's matmul calls by epilogue in the last run (its report at exit), or None."""
     m = re.search(r"cuBLASLt: matmul calls by epilogue: default (\d+), bias (\d+), gelu_aux_bias (\d+), "
@@ -185,6 +204,7 @@ open(f"{resumed}/ckpt/latest", "w").write("step_00000002.h5\n")
 res, _ = train("resumed", 4, cuda + ["--resume", "auto"])
 check("bf16 resume continues bit for bit", sorted(res) == [3, 4] and all(res[s] == bf16[s] for s in res),
       f": {res} against {bf16}")
+memory_check("bf16, hand GEMM")
 recomputed, _ = train("fp32_recompute", steps, cuda + fp32 + ["--recompute", "full"])
 check("fp32 --recompute full repeats bit for bit", recomputed == gpu32, f": {recomputed} against {gpu32}")
 

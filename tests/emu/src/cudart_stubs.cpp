@@ -90,6 +90,16 @@ int emu_devices() {
   const int n = e ? std::atoi(e) : 1;
   return n > 0 ? n : 1;
 }
+// The device's memory: 80 GiB as on the lent H100, or EMU_DEVICE_MEMORY_MIB (a device that a program fills,
+// to see how it fails). Every device of EMU_DEVICES has this much, counted together (one process uses one).
+size_t emu_device_memory() {
+  static const size_t bytes = [] {
+    const char* e = std::getenv("EMU_DEVICE_MEMORY_MIB");
+    const long long mib = e ? std::atoll(e) : 0;
+    return mib > 0 ? static_cast<size_t>(mib) << 20 : size_t{80} << 30;
+  }();
+  return bytes;
+}
 }  // namespace
 cudaError_t CUDARTAPI cudaGetDeviceCount(int* n) {
   *n = emu_devices();
@@ -107,12 +117,12 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int d
   std::snprintf(prop->name, sizeof prop->name, "emulated sm_90 (tests/emu, on the CPU)");
   prop->major = 9, prop->minor = 0;
   prop->multiProcessorCount = static_cast<int>(emu::config().sms);
-  prop->totalGlobalMem = size_t{80} << 30;
+  prop->totalGlobalMem = emu_device_memory();
   prop->sharedMemPerBlockOptin = 227 * 1024;
   prop->warpSize = 32;
   return cudaSuccess;
 }
-// An 80 GiB device, less what cudaMalloc holds: the training binaries report their device memory in use
+// The device's memory, less what cudaMalloc holds: the training binaries report their device memory in use
 // after the first step (against their estimate) from this.
 namespace {
 std::mutex g_alloc_mu;
@@ -120,7 +130,7 @@ std::map<void*, size_t> g_allocs;  // cudaMalloc's live allocations and their si
 size_t g_alloc_bytes = 0;
 }  // namespace
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  *total_bytes = size_t{80} << 30;
+  *total_bytes = emu_device_memory();
   std::lock_guard<std::mutex> g(g_alloc_mu);
   *free_bytes = *total_bytes - g_alloc_bytes;
   return cudaSuccess;
@@ -144,13 +154,26 @@ cudaError_t unsafe_during_capture(const char* call);  // below, with the streams
 cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
   if (cudaError_t e = unsafe_during_capture("cudaMalloc")) return e;
   const size_t rounded = (bytes + 255) / 256 * 256;
-  *p = std::aligned_alloc(256, rounded ? rounded : 256);
-  if (!*p) return cudaErrorMemoryAllocation;
-  std::memset(*p, 0xFF, rounded);
-  emu::register_global(*p, bytes);
-  std::lock_guard<std::mutex> g(g_alloc_mu);
-  g_allocs[*p] = bytes;
-  g_alloc_bytes += bytes;
+  // More than the device has left is refused as the runtime refuses it: *p untouched, and the error also
+  // this thread's last error (cudaGetLastError), not sticky. Reserved first, under the lock.
+  {
+    std::lock_guard<std::mutex> g(g_alloc_mu);
+    if (bytes > emu_device_memory() - g_alloc_bytes) return t_last_error = cudaErrorMemoryAllocation;
+    g_alloc_bytes += bytes;
+  }
+  void* q = std::aligned_alloc(256, rounded ? rounded : 256);
+  if (!q) {
+    std::lock_guard<std::mutex> g(g_alloc_mu);
+    g_alloc_bytes -= bytes;
+    return t_last_error = cudaErrorMemoryAllocation;
+  }
+  std::memset(q, 0xFF, rounded);
+  emu::register_global(q, bytes);
+  {
+    std::lock_guard<std::mutex> g(g_alloc_mu);
+    g_allocs[q] = bytes;
+  }
+  *p = q;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void* p) {
@@ -866,6 +889,7 @@ cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
 const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing (emulated)";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture (emulated)";
     case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream (emulated)";

@@ -28,9 +28,11 @@ struct Failed {
 inline std::atomic<int> failed_count{0};
 
 // The handler of every benchmark function's try block: the failure becomes this benchmark's error row in
-// the output and the JSON, and the benchmarks after it run. After a sticky CUDA error (an illegal address,
-// a trap) they fail too, each saying so.
+// the output and the JSON, and the benchmarks after it run. A failed runtime call (a cudaMalloc the device
+// has no room for) is also the thread's last error, which the next launch check would report as its own:
+// it is cleared here. A sticky error (an illegal address, a trap) cannot be, and fails every later one.
 inline void error_row(benchmark::State& state) {
+  (void)cudaGetLastError();
   std::string why = "failed: an exception of unknown type";
   try {
     throw;
