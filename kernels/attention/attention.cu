@@ -838,10 +838,7 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
   const int* turn = dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;
   const int my_turn = attention_detail::dq_turn(kt, qt, Cfg::kBlockM, Cfg::kBlockN,
                                                 static_cast<int>((T_ + Cfg::kBlockN - 1) / Cfg::kBlockN));
-  if (threadIdx.x == 0) {
-    while (cuda::ld_acquire_gpu(turn) < my_turn) {
-    }
-  }
+  if (threadIdx.x == 0) cuda::wait_flag_at_least(turn, my_turn);  // a turn that never comes traps
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -16,7 +16,8 @@
 //  * Registers: the producer gives its registers to the consumers (setmaxnreg: 24 for it, 240 for each
 //    consumer; WgmmaBwdConfig). The consumers' barrier waits therefore have no time bound (ptx.cuh,
 //    mbarrier_wait_untimed), and the producer's first warp is the watchdog: it waits, bounded, for their
-//    release of the last stages, so a phase that never completes still ends the launch with a trap.
+//    release of the last stages and for their last dQ turn, so a phase or a turn that never completes
+//    still ends the launch with a trap.
 //  * Per query tile the consumer computes, keys on the accumulator rows (m64n64, 32 fp32 registers each):
 //      S^T  = K Q^T                 A = its 64 K rows (registers, ldmatrix), B = Q (smem, K-major)
 //      dP^T = V dO^T                A = its 64 V rows (registers, ldmatrix), B = dO (smem, K-major)
@@ -346,9 +347,13 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     // mbarrier_wait_untimed), so this warp waits, bounded, until they have released the last stages it
     // filled: the waits for tiles n_tiles .. n_tiles + kStages - 1 that the loop would make next. A phase
     // that never completes (a copy that never lands, an arrival count that is off) traps here, ending
-    // the launch, instead of hanging it.
+    // the launch, instead of hanging it. Then until their last dQ turn (at the last query tile, which every
+    // key tile visits) is counted: a turn that never comes, for which a consumer spins unbounded, traps too.
     for (int j = n_tiles; j < n_tiles + Cfg::kStages; ++j)
       cuda::mbarrier_wait(&empty[j % Cfg::kStages], ((j / Cfg::kStages) & 1) ^ 1);
+    if (lane == 0)
+      cuda::wait_flag_at_least(args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + nq - 1,
+                               dq_turn(kt, nq - 1, Cfg::kBlockM, Cfg::kBlockN, n_kv) + 1);
     return;
   }
 

@@ -93,6 +93,34 @@ __device__ __forceinline__ void red_release_gpu_add(int* flag, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" : : "l"(flag), "r"(v) : "memory");
 }
 
+// A wait that has not completed after 10 seconds is a bug (a count or a phase that never comes): it traps
+// rather than hanging the job, so the launch fails with an error the host's CUDA_CHECK reports, within
+// seconds instead of at a test's or a job's time limit. The bound is in time (%globaltimer, ns), not in
+// tries, because how long one try suspends is up to the hardware; 10 s leaves room for compute-sanitizer's
+// slowdown. No printf before the trap: a function call in a kernel that issues wgmma makes ptxas
+// serialize every wgmma (warning C7510).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
+
+// Waits (acquire, as ld_acquire_gpu) until `flag`, which other blocks raise with red_release_gpu_add,
+// reaches `target`; traps after kBarrierWaitTrapNs. The clock is read once every 256 tries, so a wait that
+// completes soon never reads it.
+__device__ __forceinline__ void wait_flag_at_least(const int* flag, int target) {
+  uint32_t tries = 0;
+  uint64_t t0 = 0;
+  while (ld_acquire_gpu(flag) < target) {
+    if ((++tries & 255u) == 0) {
+      const uint64_t now = global_timer_ns();
+      if (t0 == 0) t0 = now;
+      else if (now - t0 > kBarrierWaitTrapNs) __trap();
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // sm_90: mbarrier, TMA, proxy fence
 
@@ -119,17 +147,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // completed, so waiting on parity 1 returns at once: the "previous" phase counts as complete. That is
 // how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS
 // make_producer_start_state starts the producer at phase 1 for the same reason).
-// A wait that has not completed after 10 seconds is a bug (a phase or byte count that never completes):
-// it traps rather than hanging the job, so the launch fails with an error the host's CUDA_CHECK reports.
-// The bound is in time (%globaltimer, ns), not in tries, because how long one try_wait suspends is up
-// to the hardware; 10 s leaves room for compute-sanitizer's slowdown. No printf before the trap: a
-// function call in a kernel that issues wgmma makes ptxas serialize every wgmma (warning C7510).
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
+// A wait that has not completed after kBarrierWaitTrapNs is a bug (a phase or byte count that never
+// completes): it traps rather than hanging the job (above, with the clock).
 
 // One try: true once the phase with parity `parity` has completed (it may suspend the thread a while).
 __device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar_addr, uint32_t parity) {

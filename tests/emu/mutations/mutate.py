@@ -267,8 +267,8 @@ ATTENTION_MMA = {
     "bwd_wait_short": [("      cp_async_commit();\n      cp_async_wait<1>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cQ",
                         "      cp_async_commit();\n      cp_async_wait<2>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cQ")],
     # accumulate-dq: a key tile adds its dQ share without waiting for its turn
-    "dq_turn_not_waited": [("    while (cuda::ld_acquire_gpu(turn) < my_turn) {\n    }",
-                            "    while (false && cuda::ld_acquire_gpu(turn) < my_turn) {\n    }")],
+    "dq_turn_not_waited": [("if (threadIdx.x == 0) cuda::wait_flag_at_least(turn, my_turn);",
+                            "if (false && threadIdx.x == 0) cuda::wait_flag_at_least(turn, my_turn);")],
     # accumulate-dq: dS^T read by the dQ product before every warp wrote its rows
     "dq_no_barrier_before_ds": [("  __syncthreads();                                        // every warp's dS^T rows are in sdS\n", "")],
 }

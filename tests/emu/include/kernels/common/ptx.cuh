@@ -28,6 +28,12 @@ inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 // A spin on a flag that other blocks set: yields, and a value unchanged for EMU_TIMEOUT_S is a deadlock.
 inline int ld_acquire_gpu(const int* flag) { return emu::spin_load_acquire(flag); }
 inline void red_release_gpu_add(int* flag, int v) { __atomic_fetch_add(flag, v, __ATOMIC_RELEASE); }
+// The repository's traps after 10 s; here a count that never comes is the spin's deadlock report
+// (emu::spin_load_acquire: EMU_TIMEOUT_S during which the whole grid made no progress).
+inline void wait_flag_at_least(const int* flag, int target) {
+  while (ld_acquire_gpu(flag) < target) {
+  }
+}
 
 // ---- sm_90: mbarrier, TMA, proxy fence ----
 inline void mbarrier_init(uint64_t* bar, uint32_t count) { emu::mbar_init(smem_u32(bar), count); }
