@@ -34,7 +34,8 @@ inline void* device_alloc(size_t bytes, const char* what) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) out_of_device_memory(bytes, what);
-  CUDA_CHECK(e);
+  GPT2_CHECK_GEN(e == cudaSuccess, (msg() << "CUDA: cudaMalloc of " << bytes << " bytes for " << what
+                                          << " failed: " << cudaGetErrorString(e)).str());
   return p;
 }
 

@@ -801,9 +801,8 @@ bool gemm_hand_wgmma_available() {
 
 GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
   if (backend_ == GemmBackend::kHand) {
-    splitk_ws_bytes_ = kSplitKWorkspaceBytes;
-    splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
-    // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md).
+    // Opt-in until a GPU has verified the wgmma kernel (docs/performance.md). Checked before the workspace
+    // is allocated: a harness that goes on after an error (bench_gpu_kernels) must not leak it.
     const char* env = std::getenv("GPT2_GEMM_SM90");
     const std::string choice = env != nullptr ? env : "";
     GemmWgmmaKernel kernel = GemmWgmmaKernel::kDefault;
@@ -816,6 +815,8 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
                                   << "': use 1 or 128x128 (the wgmma kernel on compute capability 9.0), 128x256 "
                                      "(its wide tiles), 128x128-pingpong (its ping-pong schedule) or 0");
     hand_wgmma_kernel_ = gemm_hand_wgmma_available() ? kernel : GemmWgmmaKernel::kDefault;
+    splitk_ws_bytes_ = kSplitKWorkspaceBytes;
+    splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
   } else {
     lt_.reset(detail::create_cublaslt_state());
   }

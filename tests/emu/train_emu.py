@@ -163,20 +163,25 @@ compare("GPU bf16, cuBLASLt (fused bias, GELU and bias-gradient epilogues) ~ CPU
 
 def memory_check(name):
     """On one rank the device memory estimate that admits a run (runner_cuda.cpp) is all it allocates: the
-    emulated device counts what cudaMalloc holds, and the last run's log prints both after its first step."""
+    emulated device counts what cudaMalloc holds, and the last run's log prints both after its first step.
+    Returns the estimate in MiB."""
     m = re.search(r"device memory after the first step: ([\d.]+) MiB in use .*\(estimate ([\d.]+) MiB", train.log)
     used, estimate = (float(m[1]), float(m[2])) if m else (0.0, -1.0)
     check(f"{name}: the device memory estimate is what the run allocates", abs(used - estimate) <= 0.01 * used,
           f": {used} MiB in use, estimate {estimate} MiB" if m else ": no memory line in its log")
+    return estimate
 
 
-memory_check("bf16, cuBLASLt")
-# A device the estimate does not fit (41.6 MiB here: the GEMM workspace is 32 of them) refuses the run before
-# anything is allocated, with the numbers, on every rank, quickly
+estimate = memory_check("bf16, cuBLASLt")
+# A device smaller than the estimate (most of it the GEMM workspace, 32 MiB) refuses the run before anything
+# is allocated, with the numbers, on every rank, quickly
+small = int(estimate) - 1
 rc, _, err = launch([f"{bin_dir}/gpt2-train", *common, "--micro-batch", "4", "--max-steps", "1", "--out",
-                     f"{work}/small_device", *lt], {"EMU_DEVICE_MEMORY_MIB": "40"}, timeout=60)
-check("a device too small for the run refuses it with the estimate", rc != 0 and
-      "this run needs an estimated 41.6 MiB on the GPU per rank, but cuda:0 has 40.0 MiB free" in err,
+                     f"{work}/small_device", *lt], {"EMU_DEVICE_MEMORY_MIB": str(small)})
+refusal = re.search(r"this run needs an estimated ([\d.]+) MiB on the GPU per rank, but cuda:0 has ([\d.]+) MiB free",
+                    err)
+check(f"a device of {small} MiB refuses the run with the estimate", rc != 0 and refusal is not None and
+      float(refusal[1]) == estimate and float(refusal[2]) == small,
       f": exit {rc}, {next((l for l in err.splitlines() if 'error:' in l), 'no error line')}")
 
 

@@ -31,6 +31,8 @@ inline std::atomic<int> failed_count{0};
 // the output and the JSON, and the benchmarks after it run. A failed runtime call (a cudaMalloc the device
 // has no room for) is also the thread's last error, which the next launch check would report as its own:
 // it is cleared here. A sticky error (an illegal address, a trap) cannot be, and fails every later one.
+// (Single-threaded benchmarks only: a benchmark with ->Threads(n > 1) that leaves its timing loop by an
+// exception skips the loop's closing barrier, which the other threads would wait at.)
 inline void error_row(benchmark::State& state) {
   (void)cudaGetLastError();
   std::string why = "failed: an exception of unknown type";
