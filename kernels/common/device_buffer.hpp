@@ -14,11 +14,9 @@
 namespace gpt2 {
 
 // The error of a cudaMalloc that the device had no room for (device_alloc): how much was asked for, for
-// what, and how much the device has left (CUDA's own text is only "out of memory"). The thread's last
-// error, which the failed cudaMalloc also set, is cleared first so that the query answers. Out of line:
-// the allocations that inline device_alloc stay small.
+// what, and how much the device has left (CUDA's own text is only "out of memory"). Out of line: the
+// allocations that inline device_alloc stay small.
 [[noreturn]] __attribute__((noinline, cold)) inline void out_of_device_memory(size_t bytes, const char* what) {
-  (void)cudaGetLastError();
   size_t free_bytes = 0, total_bytes = 0;
   char left[96] = "the device's free memory unknown";
   if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
