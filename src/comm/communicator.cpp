@@ -210,19 +210,24 @@ void Communicator::complete(CommRequest& r) {
 }
 
 void Communicator::wait_for(CommRequest& r) {
+  wait_until(r.seq_, [&r] { return r.poll(); });
+  complete(r);
+}
+
+void Communicator::wait_until(int64_t seq, const std::function<bool()>& ready) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const double announce_after = std::min(1.0, timeout_s_ / 4);
   bool announced = false;
   for (long spins = 0;; ++spins) {
-    if (r.poll()) return complete(r);
+    if (ready()) return;
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
     if (size_ > 1 && (spins & 63) == 0) poll_side_channel();
     if (!announced && size_ > 1 && waited > announce_after) {
-      if (const FlightEntry* e = entry(r.seq_)) notify_all(kNoticeWaiting, *e);
+      if (const FlightEntry* e = entry(seq)) notify_all(kNoticeWaiting, *e);
       announced = true;
     }
-    if (waited > timeout_s_) time_out(r);
+    if (waited > timeout_s_) time_out(seq);
     // MPI's nonblocking collectives move only when polled (Open MPI's libnbc advances a large
     // all-reduce one round per MPI_Test), so a short wait keeps polling, yielding the core to any
     // thread that needs it; only a long wait (a straggler, a lost peer) sleeps between polls.
@@ -275,10 +280,10 @@ void Communicator::poll_side_channel() {
   }
 }
 
-void Communicator::time_out(CommRequest& r) {
-  const FlightEntry* found = entry(r.seq_);
+void Communicator::time_out(int64_t seq) {
+  const FlightEntry* found = entry(seq);
   FlightEntry e = found != nullptr ? *found : FlightEntry{};
-  e.seq = r.seq_;
+  e.seq = seq;
   // Late arrivals announce themselves kAnnounceAfter into their own wait: listen that long before judging.
   const double grace = std::min(1.0, timeout_s_ / 4) + 0.5;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
@@ -313,7 +318,8 @@ void Communicator::time_out(CommRequest& r) {
   if (!missing.empty()) why += "; rank(s) " + missing + " did not arrive (" + missing_detail + ")";
   if (!elsewhere.empty())
     why += "; the ranks issue different collectives: " + elsewhere;
-  if (missing.empty() && elsewhere.empty()) why += "; every peer has arrived, so the transport itself is stuck";
+  const bool stuck = missing.empty() && elsewhere.empty();
+  if (stuck) why += "; every peer has arrived, so the transport itself is stuck" + stuck_transport_hint();
   const std::string path = write_flight_record(what + why);
   dumped_ = true;
   // Give the peers that are alive a moment to write theirs before MPI_Abort ends them.
@@ -329,7 +335,7 @@ void Communicator::time_out(CommRequest& r) {
   else
     files = "flight records of the last collectives, one per rank that could write one: " + g_flight_dir +
             "/flight_rank<R>*.json (this rank's: " + path + ")";
-  fatal(what + why + ". A peer is hung, dead or behind; " + files + "; aborting the job");
+  fatal(what + why + (stuck ? "; " : ". A peer is hung, dead or behind; ") + files + "; aborting the job");
 }
 
 std::string Communicator::write_flight_record(const std::string& reason) {

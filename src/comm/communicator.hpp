@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // An MPI communicator over the same ranks, to make another Communicator from (a duplicate of the control).
+  MPI_Comm group() const { return side_; }
   virtual const char* backend() const = 0;  // "mpi" | "nccl"
 
   // ---- asynchronous collectives. Counts are in elements; label names the call site in errors and the
@@ -123,6 +126,11 @@ class Communicator {
   int64_t begin_collective(const char* kind, const std::string& label, size_t bytes, const std::string& trace_line);
   // Called on a timeout before the job ends: tear the transport down without waiting for peers (NCCL).
   virtual void abort_backend() {}
+  // Appended to a timeout's message when every peer arrived and the transport still did not complete.
+  virtual std::string stuck_transport_hint() const { return ""; }
+  // Blocks until ready() is true, with the timeout, its diagnosis and its end of the job as for collective
+  // seq (what wait() does, without completing a request): for a transport's own steps within a collective.
+  void wait_until(int64_t seq, const std::function<bool()>& ready);
 
  private:
   friend class CommRequest;
@@ -146,7 +154,7 @@ class Communicator {
   };
   void complete(CommRequest& r);
   void wait_for(CommRequest& r);
-  [[noreturn]] void time_out(CommRequest& r);
+  [[noreturn]] void time_out(int64_t seq);
   void poll_side_channel();
   void notify_all(int32_t type, const FlightEntry& e);
   const FlightEntry* entry(int64_t seq) const;

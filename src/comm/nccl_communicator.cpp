@@ -2,6 +2,10 @@
 
 #include <nccl.h>
 
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
 #include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "kernels/common/cuda_check.cuh"
@@ -16,26 +20,66 @@
 
 namespace gpt2 {
 
+// NCCL's communicator is made nonblocking (config.blocking = 0) so that the host never blocks inside NCCL,
+// whatever its peers do: a peer that is hung or cannot be reached would otherwise hold this rank forever in
+// ncclCommInitRankConfig, or inside a collective's call while NCCL connects its channels on first use. With
+// it, any call may return ncclInProgress and finish in the background; until ncclCommGetAsyncError says
+// ncclSuccess nothing of it is on the stream yet and no other NCCL call may be made on the communicator
+// (NCCL's user guide, "Fault Tolerance"). The Communicator's timed wait covers that wait too.
 class NcclState {
  public:
-  NcclState(MPI_Comm control, cudaStream_t producer) : producer_(producer) {
-    int rank = 0, size = 1;
-    MPI_CHECK(MPI_Comm_rank(control, &rank));
-    MPI_CHECK(MPI_Comm_size(control, &size));
-    ncclUniqueId id;
-    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, control));
-    NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
+  NcclState(cudaStream_t producer, double timeout_s) : producer_(producer), timeout_s_(timeout_s) {
     // The highest priority: a bucket's kernels should not queue behind backward's kernels.
     int least = 0, greatest = 0;
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     stream_ = std::make_unique<CudaStream>(greatest);
   }
+  // Finalizing (this rank's work flushed, then the peers let go) is nonblocking as well: polled for at most
+  // the timeout, after which a communicator that has not settled (a peer gone by now) is aborted instead of
+  // holding the exit.
   ~NcclState() {
-    if (comm_) ncclCommDestroy(comm_);
+    if (!comm_) return;
+    ncclResult_t state = ncclCommFinalize(comm_);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < until) {
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (state == ncclSuccess) {
+      ncclCommDestroy(comm_);
+    } else {
+      std::fprintf(stderr, "[gpt2] warning: NCCL's communicator did not finalize (%s): aborted it\n",
+                   ncclGetErrorString(state));
+      ncclCommAbort(comm_);
+    }
   }
   NcclState(const NcclState&) = delete;
   NcclState& operator=(const NcclState&) = delete;
+  // Starts the initialisation; settled() says when it has finished.
+  void start_init(const ncclUniqueId& id, int size, int rank) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    in_progress(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
+  }
+  // A call's result: true when it goes on in the background (ncclInProgress: settled() must be true before
+  // the next call), false when it is done; anything else is an error in the call itself.
+  bool in_progress(ncclResult_t rc, const char* call) {
+    GPT2_CHECK_GEN(rc == ncclSuccess || rc == ncclInProgress,
+                   (msg() << "NCCL: " << call << " failed: " << ncclGetErrorString(rc) << last_error()).str());
+    return rc == ncclInProgress;
+  }
+  // True once the communicator's last call has finished (ncclSuccess); false while it is ncclInProgress.
+  // An error aborts the communicator and ends the job with NCCL's reason.
+  bool settled(int rank) {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm(), &async));
+    if (async == ncclSuccess) return true;
+    if (async == ncclInProgress) return false;
+    const std::string why = std::string(ncclGetErrorString(async)) + last_error();
+    abort();
+    fatal(msg() << "NCCL failed asynchronously on rank " << rank << ": " << why << " (a peer may have died, or "
+                << "the ranks cannot reach each other); aborting the job");
+  }
   // Tear down without waiting for the peers (after a timeout or an asynchronous error).
   void abort() {
     if (comm_) ncclCommAbort(comm_);
@@ -53,8 +97,14 @@ class NcclState {
   }
 
  private:
+  std::string last_error() const {
+    const char* e = ncclGetLastError(comm_);
+    return e != nullptr && *e ? std::string(" (") + e + ")" : std::string();
+  }
+
   ncclComm_t comm_ = nullptr;
   cudaStream_t producer_;
+  double timeout_s_;
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<DeviceBuffer<int>> scratch_;
 };
@@ -91,6 +141,7 @@ class NcclRequest final : public CommRequest {
     ready_.record(state_.producer());
     CUDA_CHECK(cudaStreamWaitEvent(state_.stream(), ready_.get(), 0));
   }
+  // After the collective's call has settled (NcclCommunicator::enqueued): it is on the stream now.
   void enqueued() { done_.record(state_.stream()); }
   void* device_event() const override { return done_.get(); }
 
@@ -99,13 +150,7 @@ class NcclRequest final : public CommRequest {
     const cudaError_t q = cudaEventQuery(done_.get());
     if (q == cudaSuccess) return true;
     if (q != cudaErrorNotReady) CUDA_CHECK(q);
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(state_.comm(), &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      state_.abort();
-      fatal(msg() << "NCCL collective failed asynchronously on rank " << rank_ << ": " << ncclGetErrorString(async)
-                  << " (a peer may have died); aborting the job");
-    }
+    state_.settled(rank_);  // an asynchronous error (a peer gone) ends the job here
     return false;
   }
   // What the producer enqueues from now on (the optimizer) reads the result.
@@ -116,14 +161,54 @@ class NcclRequest final : public CommRequest {
   CudaEvent ready_, done_;
 };
 
+// NCCL's initialisation as a request: complete when the communicator has settled.
+class InitRequest final : public CommRequest {
+ public:
+  InitRequest(Communicator& comm, int64_t seq, NcclState& state, int rank)
+      : CommRequest(comm, seq), state_(state), rank_(rank) {}
+
+ private:
+  bool poll() override { return state_.settled(rank_); }
+  NcclState& state_;
+  int rank_;
+};
+
+// Every rank is at this point once the barrier returns (with the bootstrap's timeout): the MPI calls that
+// make this communicator (MPI_Comm_dup) block until every rank makes them.
+MPI_Comm all_arrived(Communicator& bootstrap) {
+  bootstrap.barrier("nccl setup");
+  return bootstrap.group();
+}
+
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm control, double timeout_s, cudaStream_t producer)
-    : Communicator(control, timeout_s), state_(std::make_unique<NcclState>(control, producer)) {}
+NcclCommunicator::NcclCommunicator(Communicator& bootstrap, double timeout_s, cudaStream_t producer)
+    : Communicator(all_arrived(bootstrap), timeout_s), state_(std::make_unique<NcclState>(producer, timeout_s)) {
+  ncclUniqueId id;
+  if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  bootstrap.broadcast(&id, sizeof(id), 0, "nccl unique id");
+  // A collective of its own: a peer that never joins, or ranks that cannot connect, end the job after the
+  // timeout with the usual diagnosis (who did not arrive, or that the transport is stuck) and flight record.
+  const int64_t seq = begin_collective("init", "nccl init", 0, msg() << "init nranks=" << size());
+  InitRequest init(*this, seq, *state_, rank());
+  state_->start_init(id, size(), rank());
+  init.wait();
+}
 
 NcclCommunicator::~NcclCommunicator() = default;
 
 void NcclCommunicator::abort_backend() { state_->abort(); }
+
+std::string NcclCommunicator::stuck_transport_hint() const {
+  return " (NCCL: NCCL_SOCKET_IFNAME must name an interface by which every node reaches the others, and "
+         "NCCL_DEBUG=WARN prints NCCL's own reason)";
+}
+
+// A call that returned ncclInProgress: NCCL may still be connecting to the peers in the background. Nothing
+// of it is on the stream yet, so the request's event waits (timed) until it is.
+void NcclCommunicator::settle(int64_t seq) {
+  wait_until(seq, [this] { return state_->settled(rank()); });
+}
 
 std::unique_ptr<CommRequest> NcclCommunicator::iallreduce(void* buf, size_t n, DType t, ReduceOp op,
                                                           const std::string& label) {
@@ -131,7 +216,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::iallreduce(void* buf, size_t n, D
       begin_collective("allreduce", label, n * dtype_bytes(t),
                        msg() << "allreduce " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
-  NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), nccl_op(op), state_->comm(), state_->stream()));
+  const ncclResult_t rc = ncclAllReduce(buf, buf, n, nccl_type(t), nccl_op(op), state_->comm(), state_->stream());
+  if (state_->in_progress(rc, "ncclAllReduce")) settle(seq);
   req->enqueued();
   return req;
 }
@@ -142,7 +228,9 @@ std::unique_ptr<CommRequest> NcclCommunicator::ireduce_scatter(const void* send,
       begin_collective("reduce_scatter", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
                        msg() << "reduce_scatter " << dtype_name(t) << " n=" << n << " op=" << reduce_op_name(op));
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
-  NCCL_CHECK(ncclReduceScatter(send, recv, n, nccl_type(t), nccl_op(op), state_->comm(), state_->stream()));
+  const ncclResult_t rc =
+      ncclReduceScatter(send, recv, n, nccl_type(t), nccl_op(op), state_->comm(), state_->stream());
+  if (state_->in_progress(rc, "ncclReduceScatter")) settle(seq);
   req->enqueued();
   return req;
 }
@@ -152,7 +240,9 @@ std::unique_ptr<CommRequest> NcclCommunicator::iallgather(const void* send, void
   const int64_t seq = begin_collective("allgather", label, n * dtype_bytes(t) * static_cast<size_t>(size()),
                                        msg() << "allgather " << dtype_name(t) << " n=" << n);
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
-  NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(t), state_->comm(), state_->stream()));  // in place allowed
+  // In place is allowed.
+  const ncclResult_t rc = ncclAllGather(send, recv, n, nccl_type(t), state_->comm(), state_->stream());
+  if (state_->in_progress(rc, "ncclAllGather")) settle(seq);
   req->enqueued();
   return req;
 }
@@ -175,7 +265,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::igather(const void* send, void* r
   } else {
     NCCL_CHECK(ncclSend(send, n, nccl_type(t), root, state_->comm(), state_->stream()));
   }
-  NCCL_CHECK(ncclGroupEnd());
+  const ncclResult_t rc = ncclGroupEnd();
+  if (state_->in_progress(rc, "ncclGroupEnd")) settle(seq);
   if (rank() == root && send != static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes)
     CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(root) * bytes, send, bytes,
                                cudaMemcpyDeviceToDevice, state_->stream()));
@@ -186,7 +277,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::igather(const void* send, void* r
 std::unique_ptr<CommRequest> NcclCommunicator::ibroadcast(void* buf, size_t bytes, int root, const std::string& label) {
   const int64_t seq = begin_collective("broadcast", label, bytes, msg() << "broadcast bytes=" << bytes << " root=" << root);
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
-  NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, state_->comm(), state_->stream()));
+  const ncclResult_t rc = ncclBroadcast(buf, buf, bytes, ncclUint8, root, state_->comm(), state_->stream());
+  if (state_->in_progress(rc, "ncclBroadcast")) settle(seq);
   req->enqueued();
   return req;
 }
@@ -196,7 +288,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::ibarrier(const std::string& label
   const int64_t seq = begin_collective("barrier", label, 0, "barrier");
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
   int* one = state_->scratch();
-  NCCL_CHECK(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, state_->comm(), state_->stream()));
+  const ncclResult_t rc = ncclAllReduce(one, one, 1, ncclInt32, ncclSum, state_->comm(), state_->stream());
+  if (state_->in_progress(rc, "ncclAllReduce")) settle(seq);
   req->enqueued();
   return req;
 }

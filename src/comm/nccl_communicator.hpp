@@ -5,6 +5,8 @@
 // complete, the producer stream is made to wait for it, so what is enqueued next reads the result.
 // Waiting polls the event and ncclCommGetAsyncError (nccl-tests' testStreamSynchronize); on a timeout or an
 // asynchronous error the NCCL communicator is aborted and the job ends with the Communicator's message.
+// The host never blocks inside NCCL (a nonblocking NCCL communicator): its initialisation is a collective
+// with the timeout like any other, and so is the background work of a call that returns ncclInProgress.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,8 +22,10 @@ class NcclState;  // keeps nccl.h out of this header
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Call after cudaSetDevice. producer: the stream whose work writes the buffers handed to collectives.
-  NcclCommunicator(MPI_Comm control, double timeout_s, cudaStream_t producer);
+  // Call after cudaSetDevice, on every rank of bootstrap. bootstrap: a host communicator over the same ranks
+  // (the trainer's MPI one): the ranks meet on it and rank 0's ncclUniqueId travels on it, with its timeout.
+  // producer: the stream whose work writes the buffers handed to collectives.
+  NcclCommunicator(Communicator& bootstrap, double timeout_s, cudaStream_t producer);
   ~NcclCommunicator() override;
   const char* backend() const override { return "nccl"; }
 
@@ -39,8 +43,10 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   void abort_backend() override;
+  std::string stuck_transport_hint() const override;
 
  private:
+  void settle(int64_t seq);
   std::unique_ptr<NcclState> state_;
 };
 

@@ -90,7 +90,7 @@ class CudaRunner final : public ModelRunner {
     if (zero1_) model_->set_optimizer_shard(opt.owned());
     if (o.world_size > 1) {
       if (comm_kind_ == Comm::kNccl)
-        nccl_ = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, o.comm_timeout_s, stream_->get());
+        nccl_ = std::make_unique<NcclCommunicator>(host_comm, o.comm_timeout_s, stream_->get());
       reducer_ = std::make_unique<DeviceGradReducer>(nccl_ ? *nccl_ : host_comm, plan, model_->grads_device(),
                                                      mo.precision, stream_->get(),
                                                      zero1_ ? BucketMode::kReduceScatter : BucketMode::kAllReduce);

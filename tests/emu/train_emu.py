@@ -15,7 +15,10 @@ GEMM (the emulated cuBLASLt computes in double: what it checks is the wrapper's 
   5. the device reducer's exact all-reduce (tests/gpu/test_device_reducer.cpp) on 1 and 2 ranks;
   6. --cuda-graph (each micro-step's forward and backward captured once, then replayed) repeats the eager run
      bit for bit, fp32 with accumulation and bf16, and the emulator counts the captures and launches it expects;
-     the emulated capture refuses what CUDA's refuses (graph_capture_test.cpp).
+     the emulated capture refuses what CUDA's refuses (graph_capture_test.cpp);
+  7. on NCCL (a nonblocking communicator, emulated as always in progress), a peer hung before a gradient
+     bucket or before NCCL's initialisation, and an initialisation that never completes, end the job within
+     --comm-timeout-s with the message that names the cause.
 usage: train_emu.py EMU_TRAIN_DIR WORK_DIR MPIEXEC [--streams]    (EMU_TRAIN_DIR: BUILD_DIR/train of emu.sh)
 --streams: only the fp32 checks that the ordering between streams and the host decides (accumulation, the
 CUDA graph's replay, 2 ranks over MPI and NCCL, ZeRO-1), stopping at the first failure: what emu.sh --mutants
@@ -28,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 bin_dir, work, mpiexec = sys.argv[1], sys.argv[2], sys.argv[3]
 streams_only = "--streams" in sys.argv[4:]
@@ -242,6 +246,52 @@ for ranks in (1, 2):
     cases = out.count("\nok  ") + out.startswith("ok  ")
     check(f"device reducer, {ranks} rank(s), NCCL and MPI transports", rc == 0 and cases == 12,
           f": exit {rc}, {cases} of 12 cases ok" + ("" if rc == 0 else "\n" + out[-2000:]))
+
+
+
+def nccl_fault(name, extra_env, want):
+    """2 ranks on NCCL with a fault: the job must end within --comm-timeout-s (5 s here) of the fault, non-zero,
+    with a message matching `want` and rank 0's flight record. What a one-GPU lent machine cannot run (its
+    NCCL needs a device per rank) and what a real NCCL would do the same: the host never blocks inside it."""
+    out = f"{work}/{name}"
+    fault_env = dict(two_devices, **extra_env)
+    cmd = [mpiexec, "--oversubscribe", "-n", "2"] + [a for k in fault_env for a in ("-x", k)] + \
+          [f"{bin_dir}/gpt2-train", *common, *cuda, "--comm", "nccl", "--micro-batch", "2", "--max-steps", "20",
+           "--comm-timeout-s", "5", "--out", out]
+    t0 = time.monotonic()
+    rc, so, se = launch(cmd, fault_env, timeout=240)
+    seconds = time.monotonic() - t0
+    text = so + se
+    for m in re.finditer(r"rank \d+ pid (\d+) stops itself", text):  # a stopped rank left behind: by its PID
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(int(m.group(1)), sig)
+            except ProcessLookupError:
+                pass
+    flight = os.path.exists(f"{out}/flight_rank0.nccl.json")
+    # 2 emulated steps of about 5 s before a step-3 fault, the timeout, mpirun's teardown
+    check(name, rc != 0 and re.search(want, text) is not None and flight and seconds < 90,
+          f": exit {rc} after {seconds:.0f} s, flight record {flight}" +
+          ("" if re.search(want, text) else "\n" + text[-2000:]))
+
+
+if not streams_only:
+    # Rank 1 stops itself (SIGSTOP) before its gradient bucket of step 3: tests/gpu/test_gpu_train.py's hung
+    # peer on NCCL, which needs 2 GPUs there
+    nccl_fault("NCCL: a hung peer ends the job within --comm-timeout-s, naming it",
+               {"GPT2_FAULT_STALL": "1:grad bucket:3"},
+               r"step 3: collective #\d+ allreduce 'grad bucket [^']+' \(\d+ bytes, nccl\) did not complete within "
+               r"--comm-timeout-s 5 s on rank 0; rank\(s\) 1 did not arrive")
+    # ... before it joins NCCL's initialisation: the nonblocking communicator's initialisation is timed
+    nccl_fault("NCCL: a peer that never joins the initialisation ends the job, naming it",
+               {"GPT2_FAULT_STALL": "1:nccl init:0"},
+               r"step 0: collective #0 init 'nccl init' \(0 bytes, nccl\) did not complete within --comm-timeout-s 5 s "
+               r"on rank 0; rank\(s\) 1 did not arrive \(rank 1 sent no word from any collective\)")
+    # every rank joins and NCCL never connects them (as with a wrong NCCL_SOCKET_IFNAME)
+    nccl_fault("NCCL: an initialisation that never completes ends the job, with what to check",
+               {"EMU_NCCL_INIT_STUCK": "1"},
+               r"collective #0 init 'nccl init' \(0 bytes, nccl\) did not complete within --comm-timeout-s 5 s on rank "
+               r"\d; every peer has arrived, so the transport itself is stuck \(NCCL: NCCL_SOCKET_IFNAME must name")
 
 # The emulator's CUDA graphs refuse what CUDA's stream capture refuses (tests/emu/src/graph_capture_test.cpp),
 # with streams run in the call and asynchronously

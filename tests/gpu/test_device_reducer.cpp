@@ -33,11 +33,10 @@ int run_case(Comm kind, size_t bucket_bytes, int rank, int world) {
   CudaStream stream;
   const BucketPlan plan(n, bucket_bytes);  // sizes in elements of 4 bytes, whatever T is
   const Precision dt = std::is_same_v<T, bf16> ? Precision::kBf16 : Precision::kFp32;
-  std::unique_ptr<Communicator> comm;
-  if (kind == Comm::kNccl)
-    comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, /*timeout_s=*/120, stream.get());
-  else
-    comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, /*timeout_s=*/120);
+  MpiCommunicator on_host(MPI_COMM_WORLD, /*timeout_s=*/120);
+  std::unique_ptr<NcclCommunicator> nccl;
+  if (kind == Comm::kNccl) nccl = std::make_unique<NcclCommunicator>(on_host, /*timeout_s=*/120, stream.get());
+  Communicator* comm = nccl ? static_cast<Communicator*>(nccl.get()) : &on_host;
   DeviceGradReducer reducer(*comm, plan, grads.data(), dt, stream.get());
   for (int step = 0; step < 2; ++step) {  // twice: the reducer is reused across steps
     if (step == 1) grads.upload(host);

@@ -12,6 +12,15 @@
 // two transports allow for that, and exact inputs give exact sums either way). ncclAvg is the sum times
 // 1/nranks. Bad arguments are NCCL's error codes with the reason printed and in ncclGetLastError; an MPI
 // failure inside a running collective is an emulator error.
+//
+// A nonblocking communicator (ncclCommInitRankConfig with config.blocking = 0, NCCL's fault-tolerance mode)
+// is emulated at its least convenient: its initialisation and every later call return ncclInProgress, and
+// the call's work is put on its stream only when ncclCommGetAsyncError finds it settled (the initialisation:
+// once every rank has joined; a call: EMU_NCCL_IN_PROGRESS_POLLS polls later, default 2). Until then any
+// other call on the communicator is refused (ncclInvalidUsage), as NCCL's contract forbids it. So a caller
+// that records an event after a call before it has settled, or that does not poll, fails its checks here.
+// EMU_NCCL_INIT_STUCK=1: every rank joins the initialisation and it never completes, as when NCCL cannot
+// connect the ranks (a wrong NCCL_SOCKET_IFNAME).
 #include <mpi.h>
 #include <nccl.h>
 
@@ -22,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <memory>
 #include <vector>
@@ -31,6 +41,11 @@
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  bool nonblocking = false;
+  MPI_Request joining = MPI_REQUEST_NULL;  // a nonblocking initialisation: its MPI_Comm_idup
+  bool initialising = false;
+  std::function<void()> deferred;  // a nonblocking call's work, put on its stream when it settles
+  int polls_left = 0;
 };
 
 namespace {
@@ -44,6 +59,7 @@ struct P2p {
   int peer;
   MPI_Comm mpi;  // (the communicator may be aborted while the group is queued)
   cudaStream_t stream;
+  ncclComm_t comm;
 };
 std::vector<P2p> g_group;  // the sends and receives of the open group
 
@@ -106,8 +122,40 @@ void store(char* p, ncclDataType_t t, double v) {
   }
 }
 
+// Refuses a call on a nonblocking communicator whose last call has not settled yet.
+ncclResult_t check_settled(ncclComm_t comm, const char* what) {
+  if (comm->initialising || comm->deferred)
+    return fail(ncclInvalidUsage, std::string(what) + ": called while the communicator's " +
+                                      (comm->initialising ? "initialisation" : "previous call") +
+                                      " is still in progress (ncclInProgress): poll ncclCommGetAsyncError until it "
+                                      "says ncclSuccess first");
+  return ncclSuccess;
+}
+
+int in_progress_polls() {
+  static const int n = [] {
+    const char* e = std::getenv("EMU_NCCL_IN_PROGRESS_POLLS");
+    return e ? std::atoi(e) : 2;
+  }();
+  return n;
+}
+
+// A call's work on comm: done now (on its stream, in stream order), or on a nonblocking communicator when
+// the call settles (ncclCommGetAsyncError).
+ncclResult_t submit(ncclComm_t comm, std::function<void()> work) {
+  if (!comm->nonblocking) {
+    work();
+    return ncclSuccess;
+  }
+  comm->deferred = std::move(work);
+  comm->polls_left = in_progress_polls();
+  return ncclInProgress;
+}
+
 ncclResult_t check_args(ncclComm_t comm, ncclDataType_t t, size_t count, cudaStream_t stream, const char* what) {
-  if (!comm || comm->mpi == MPI_COMM_NULL) return fail(ncclInvalidArgument, std::string(what) + ": no communicator");
+  if (!comm) return fail(ncclInvalidArgument, std::string(what) + ": no communicator");
+  if (ncclResult_t rc = check_settled(comm, what)) return rc;
+  if (comm->mpi == MPI_COMM_NULL) return fail(ncclInvalidArgument, std::string(what) + ": no communicator");
   // An emulated collective is started once and polled: it cannot be a node that a graph replays.
   if (emu::stream_capturing(stream))
     return fail(ncclInvalidUsage, std::string(what) + " on a stream being captured (a CUDA graph) is not emulated");
@@ -153,13 +201,13 @@ struct Pending {
 // Every rank's `count` elements from `send` into all[r * bytes...], then finish(all): what each reduction
 // and the all-gather are made of, as an operation on `stream`.
 template <class Finish>
-void gather_then(const void* send, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t stream,
-                 const char* what, Finish finish) {
+ncclResult_t gather_then(const void* send, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t stream,
+                         const char* what, Finish finish) {
   const int bytes = static_cast<int>(count * type_bytes(t));
   const MPI_Comm mpi = comm->mpi;
   const int size = comm->size;
   auto p = std::make_shared<Pending>();
-  emu::stream_submit(stream, [=]() {
+  return submit(comm, [=]() { emu::stream_submit(stream, [=]() {
     if (!p->started) {
       p->start();
       p->all.resize(static_cast<size_t>(bytes) * size);
@@ -170,7 +218,7 @@ void gather_then(const void* send, size_t count, ncclDataType_t t, ncclComm_t co
     if (!p->test(what)) return false;
     finish(p->all);
     return true;
-  }, what);
+  }, what); });
 }
 
 ncclResult_t check_op(ncclRedOp_t op) {
@@ -252,6 +300,40 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   return ncclSuccess;
 }
 
+// config.blocking = 0: a nonblocking communicator (see the top). Its MPI communicator is a duplicate of
+// MPI_COMM_WORLD made without blocking, so the rank must be the world rank.
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  if (config == nullptr || config->blocking != 0) return ncclCommInitRank(out, nranks, id, rank);
+  int init = 0, world = 0, world_rank = -1;
+  MPI_Initialized(&init);
+  if (!init) return fail(ncclInvalidUsage, "ncclCommInitRankConfig: the emulated NCCL runs over MPI, which is not initialised");
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (nranks != world || rank != world_rank)
+    return fail(ncclInvalidUsage, "ncclCommInitRankConfig: the emulated nonblocking NCCL needs all " +
+                                      std::to_string(world) + " ranks of MPI_COMM_WORLD, each as its world rank");
+  if (std::strncmp(id.internal, "emulated-nccl", sizeof id.internal) != 0)
+    return fail(ncclInvalidArgument, "ncclCommInitRankConfig: the unique id was not made by ncclGetUniqueId");
+  auto* c = new ncclComm;
+  c->nonblocking = true;
+  c->initialising = true;
+  c->rank = rank;
+  c->size = nranks;
+  if (MPI_Comm_idup(MPI_COMM_WORLD, &c->mpi, &c->joining) != MPI_SUCCESS) {
+    delete c;
+    return fail(ncclSystemError, "ncclCommInitRankConfig: MPI_Comm_idup failed");
+  }
+  *out = c;
+  return ncclInProgress;
+}
+
+// Nothing to flush beyond what ncclCommDestroy waits for; on a nonblocking communicator it settles later.
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (!comm) return fail(ncclInvalidArgument, "ncclCommFinalize: no communicator");
+  if (ncclResult_t rc = check_settled(comm, "ncclCommFinalize")) return rc;
+  return submit(comm, [] {});
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   cudaDeviceSynchronize();  // its collectives still queued use its MPI communicator
@@ -266,9 +348,26 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   delete comm;
   return ncclSuccess;
 }
+// Also what moves a nonblocking communicator's calls on (see the top). An MPI failure inside a running
+// collective ends the process (emu::fail): no asynchronous error is ever reported.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async) {
   if (!comm) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: no communicator");
-  *async = ncclSuccess;  // an MPI failure inside a running collective ends the process (emu::fail)
+  *async = ncclInProgress;
+  if (comm->initialising) {
+    static const bool stuck = std::getenv("EMU_NCCL_INIT_STUCK") && std::atoi(std::getenv("EMU_NCCL_INIT_STUCK"));
+    int joined = comm->joining == MPI_REQUEST_NULL;
+    if (!joined && MPI_Test(&comm->joining, &joined, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      emu::fail("emulated NCCL: MPI_Test of the initialisation's MPI_Comm_idup failed");
+    if (!joined || stuck) return ncclSuccess;
+    comm->initialising = false;
+  }
+  if (comm->deferred) {
+    if (comm->polls_left-- > 0) return ncclSuccess;
+    const std::function<void()> work = std::move(comm->deferred);
+    comm->deferred = nullptr;
+    work();
+  }
+  *async = ncclSuccess;
   return ncclSuccess;
 }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
@@ -286,10 +385,9 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (ncclResult_t rc = check_op(op)) return rc;
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclAllReduce inside a group is not emulated");
   const int size = comm->size;
-  gather_then(send, count, t, comm, stream, "ncclAllReduce", [=](const std::vector<char>& all) {
+  return gather_then(send, count, t, comm, stream, "ncclAllReduce", [=](const std::vector<char>& all) {
     reduce_into(all, count, 0, count, t, op, size, static_cast<char*>(recv));
   });
-  return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
@@ -299,10 +397,9 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclReduceScatter inside a group is not emulated");
   const int size = comm->size, rank = comm->rank;
   const size_t total = recvcount * size;
-  gather_then(send, total, t, comm, stream, "ncclReduceScatter", [=](const std::vector<char>& all) {
+  return gather_then(send, total, t, comm, stream, "ncclReduceScatter", [=](const std::vector<char>& all) {
     reduce_into(all, total, recvcount * rank, recvcount, t, op, size, static_cast<char*>(recv));
   });
-  return ncclSuccess;
 }
 
 // In place is allowed (send == recv + rank * sendcount): the contributions are gathered apart first.
@@ -310,9 +407,8 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
                            cudaStream_t stream) {
   if (ncclResult_t rc = check_args(comm, t, sendcount, stream, "ncclAllGather")) return rc;
   if (g_group_depth) return fail(ncclInvalidUsage, "ncclAllGather inside a group is not emulated");
-  gather_then(send, sendcount, t, comm, stream, "ncclAllGather",
-              [=](const std::vector<char>& all) { std::memcpy(recv, all.data(), all.size()); });
-  return ncclSuccess;
+  return gather_then(send, sendcount, t, comm, stream, "ncclAllGather",
+                     [=](const std::vector<char>& all) { std::memcpy(recv, all.data(), all.size()); });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
@@ -324,7 +420,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   const bool is_root = comm->rank == root;
   const MPI_Comm mpi = comm->mpi;
   auto p = std::make_shared<Pending>();
-  emu::stream_submit(stream, [=]() {
+  return submit(comm, [=]() { emu::stream_submit(stream, [=]() {
     if (!p->started) {  // into a buffer of its own: the output is written when the collective ends
       p->start();
       p->all.resize(static_cast<size_t>(bytes));
@@ -336,8 +432,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     if (!p->test("ncclBroadcast")) return false;
     std::memcpy(recv, p->all.data(), bytes);
     return true;
-  }, "ncclBroadcast");
-  return ncclSuccess;
+  }, "ncclBroadcast"); });
 }
 
 // Point to point: only inside a group (ncclGroupEnd posts every receive and send of it, then waits for all),
@@ -347,14 +442,14 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
   if (ncclResult_t rc = check_args(comm, t, count, stream, "ncclSend")) return rc;
   if (!g_group_depth) return fail(ncclInvalidUsage, "ncclSend outside ncclGroupStart/End is not emulated");
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclSend: peer out of range");
-  g_group.push_back({true, const_cast<void*>(send), count * type_bytes(t), peer, comm->mpi, stream});
+  g_group.push_back({true, const_cast<void*>(send), count * type_bytes(t), peer, comm->mpi, stream, comm});
   return ncclSuccess;
 }
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t rc = check_args(comm, t, count, stream, "ncclRecv")) return rc;
   if (!g_group_depth) return fail(ncclInvalidUsage, "ncclRecv outside ncclGroupStart/End is not emulated");
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclRecv: peer out of range");
-  g_group.push_back({false, recv, count * type_bytes(t), peer, comm->mpi, stream});
+  g_group.push_back({false, recv, count * type_bytes(t), peer, comm->mpi, stream, comm});
   return ncclSuccess;
 }
 
@@ -371,7 +466,7 @@ ncclResult_t ncclGroupEnd() {
   g_group.clear();
   auto p = std::make_shared<Pending>();
   auto received = std::make_shared<std::vector<std::vector<char>>>(ops.size());
-  emu::stream_submit(ops.front().stream, [=]() {
+  return submit(ops.front().comm, [=]() { emu::stream_submit(ops.front().stream, [=]() {
     if (!p->started) {  // receives into buffers of their own: the outputs are written when all are done
       p->start();
       p->reqs.resize(ops.size());
@@ -389,8 +484,7 @@ ncclResult_t ncclGroupEnd() {
     for (size_t i = 0; i < ops.size(); ++i)
       if (!ops[i].send) std::memcpy(ops[i].buf, (*received)[i].data(), ops[i].bytes);
     return true;
-  }, "ncclGroupEnd");
-  return ncclSuccess;
+  }, "ncclGroupEnd"); });
 }
 
 }  // extern "C"
