@@ -26,6 +26,9 @@ namespace gpt2 {
 // it, any call may return ncclInProgress and finish in the background; until ncclCommGetAsyncError says
 // ncclSuccess nothing of it is on the stream yet and no other NCCL call may be made on the communicator
 // (NCCL's user guide, "Fault Tolerance"). The Communicator's timed wait covers that wait too.
+// The price (NCCL 2.28's source, group.cc): every call outside a group is launched by a thread of its own,
+// so each returns ncclInProgress and the host waits for that thread's launch, tens of microseconds a
+// gradient bucket, while the GPU runs what is already queued.
 class NcclState {
  public:
   NcclState(cudaStream_t producer, double timeout_s) : producer_(producer), timeout_s_(timeout_s) {
@@ -97,9 +100,10 @@ class NcclState {
   }
 
  private:
+  // NCCL keeps one last-error text per process, never cleared: it may be older than this error.
   std::string last_error() const {
     const char* e = ncclGetLastError(comm_);
-    return e != nullptr && *e ? std::string(" (") + e + ")" : std::string();
+    return e != nullptr && *e ? std::string(" (NCCL's last error message: ") + e + ")" : std::string();
   }
 
   ncclComm_t comm_ = nullptr;
@@ -255,17 +259,24 @@ std::unique_ptr<CommRequest> NcclCommunicator::igather(const void* send, void* r
   const int64_t seq = begin_collective("gather", label, bytes * static_cast<size_t>(size()),
                                        msg() << "gather " << dtype_name(t) << " n=" << n << " root=" << root);
   auto req = std::make_unique<NcclRequest>(*this, seq, *state_, rank());
+  // The group is ended whatever its calls returned: a group left open would swallow every later NCCL call,
+  // the abort too.
   NCCL_CHECK(ncclGroupStart());
+  ncclResult_t queued = ncclSuccess;
+  auto keep = [&queued](ncclResult_t rc) {
+    if (queued == ncclSuccess || queued == ncclInProgress) queued = rc;
+  };
   if (rank() == root) {
     char* out = static_cast<char*>(recv);
     for (int r = 0; r < size(); ++r) {
       if (r == root) continue;
-      NCCL_CHECK(ncclRecv(out + static_cast<size_t>(r) * bytes, n, nccl_type(t), r, state_->comm(), state_->stream()));
+      keep(ncclRecv(out + static_cast<size_t>(r) * bytes, n, nccl_type(t), r, state_->comm(), state_->stream()));
     }
   } else {
-    NCCL_CHECK(ncclSend(send, n, nccl_type(t), root, state_->comm(), state_->stream()));
+    keep(ncclSend(send, n, nccl_type(t), root, state_->comm(), state_->stream()));
   }
   const ncclResult_t rc = ncclGroupEnd();
+  state_->in_progress(queued, rank() == root ? "ncclRecv" : "ncclSend");
   if (state_->in_progress(rc, "ncclGroupEnd")) settle(seq);
   if (rank() == root && send != static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes)
     CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(root) * bytes, send, bytes,

@@ -295,6 +295,11 @@ ATTENTION_DECODE = {
 NCCL_COMM = {
     # a bucket's collective may start before backward has written the bucket's gradients
     "collective_before_grads": [("    CUDA_CHECK(cudaStreamWaitEvent(state_.stream(), ready_.get(), 0));\n", "")],
+    # an all-reduce's completion event is recorded before its call has settled (ncclInProgress: the nonblocking
+    # communicator has not put it on the stream yet), so the optimizer does not wait for it
+    "event_before_settled": [('  if (state_->in_progress(rc, "ncclAllReduce")) settle(seq);\n  req->enqueued();\n',
+                              '  req->enqueued();\n  if (state_->in_progress(rc, "ncclAllReduce")) settle(seq);\n',
+                              2)],
     # (Not a mutant: on_complete()'s stream wait. DeviceGradReducer::finish() waits on the host for every
     # bucket before the optimizer is enqueued, so without the wait nothing changes.)
 }
