@@ -276,8 +276,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::igather(const void* send, void* r
     keep(ncclSend(send, n, nccl_type(t), root, state_->comm(), state_->stream()));
   }
   const ncclResult_t rc = ncclGroupEnd();
-  state_->in_progress(queued, rank() == root ? "ncclRecv" : "ncclSend");
   if (state_->in_progress(rc, "ncclGroupEnd")) settle(seq);
+  state_->in_progress(queued, rank() == root ? "ncclRecv" : "ncclSend");
   if (rank() == root && send != static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes)
     CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(root) * bytes, send, bytes,
                                cudaMemcpyDeviceToDevice, state_->stream()));

@@ -170,6 +170,25 @@ void measure_skew(Communicator& comm, StepMetrics& sm) {
   sm.skew = median > 0 ? all[static_cast<size_t>(sm.slowest_rank)] / median : 1.0;
 }
 
+// Each rank resolves the backends on its own node, and they must be the same on every rank, or the ranks would
+// run different collectives and hang or corrupt each other: a node without a working GPU driver falls back to
+// --device cpu, one with fewer GPUs than ranks to --comm mpi. One all-reduce of (x, -x) under max gives every
+// decision's highest and lowest value; a job where they differ ends on every rank, each saying what it chose.
+void agree_backends(const Backends& be, Communicator& comm) {
+  const int mine[4] = {static_cast<int>(be.device), static_cast<int>(be.precision), static_cast<int>(be.comm),
+                       static_cast<int>(be.gemm)};
+  int v[8];
+  for (int i = 0; i < 4; ++i) v[i] = mine[i], v[4 + i] = -mine[i];
+  comm.allreduce(v, 8, ReduceOp::kMax, "backends check");
+  bool same = true;
+  for (int i = 0; i < 4; ++i) same = same && v[i] == -v[4 + i];
+  GPT2_REQUIRE(same, "the ranks chose different backends; this one: --device " << name_of(be.device) << " --precision "
+                         << name_of(be.precision) << " --comm " << name_of(be.comm) << " --gemm " << name_of(be.gemm)
+                         << ". A node without a working GPU driver falls back to --device cpu, and one with fewer "
+                            "GPUs than ranks to --comm mpi: launch as many ranks per node as it has GPUs, or give "
+                            "--device, --precision and --comm explicitly");
+}
+
 }  // namespace
 
 Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
@@ -214,6 +233,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
   comm.set_flight_dir(cfg.out_dir);
+  agree_backends(be, comm);
 
   // ---- which checkpoint, which model ---------------------------------------------------------------
   const std::string resume_path = choose_checkpoint(cfg, comm);

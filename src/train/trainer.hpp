@@ -71,7 +71,8 @@ struct Backends {
 
 // Resolves the "auto" choices of cfg on this machine, once, and refuses the combinations a backend
 // does not implement, with the option to change (--precision bf16 on the CPU, --zero 1 on the GPU ...).
-// Every rank resolves alike (a GPU count per node is the same on every node of a job).
+// Each rank resolves on its own node; the trainer then checks that all chose alike (nodes can differ: a
+// missing driver, fewer GPUs than ranks) and ends the job, saying so, where they did not.
 Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env);
 
 // Runs training (or evaluation / benchmark) as configured. Returns the process exit status.

@@ -17,8 +17,9 @@ GEMM (the emulated cuBLASLt computes in double: what it checks is the wrapper's 
      bit for bit, fp32 with accumulation and bf16, and the emulator counts the captures and launches it expects;
      the emulated capture refuses what CUDA's refuses (graph_capture_test.cpp);
   7. on NCCL (a nonblocking communicator, emulated as always in progress), a peer hung before a gradient
-     bucket or before NCCL's initialisation, and an initialisation that never completes, end the job within
-     --comm-timeout-s with the message that names the cause.
+     bucket, before the ranks meet to set NCCL up or before NCCL's initialisation, and an initialisation that
+     never completes, end the job within --comm-timeout-s with the message that names the cause; ranks whose
+     nodes resolve different backends (1 and 2 GPUs) end it at once, saying so.
 usage: train_emu.py EMU_TRAIN_DIR WORK_DIR MPIEXEC [--streams]    (EMU_TRAIN_DIR: BUILD_DIR/train of emu.sh)
 --streams: only the fp32 checks that the ordering between streams and the host decides (accumulation, the
 CUDA graph's replay, 2 ranks over MPI and NCCL, ZeRO-1), stopping at the first failure: what emu.sh --mutants
@@ -249,7 +250,7 @@ for ranks in (1, 2):
 
 
 
-def nccl_fault(name, tag, timeout_s, extra_env, want):
+def nccl_fault(name, tag, timeout_s, extra_env, want, flight_file="flight_rank0.nccl.json"):
     """2 ranks on NCCL with a fault: the job must end within --comm-timeout-s of the fault, non-zero, with a
     message matching `want` and rank 0's flight record. What a one-GPU lent machine cannot run (its NCCL needs
     a device per rank) and what a real NCCL would do the same: the host never blocks inside it."""
@@ -269,7 +270,7 @@ def nccl_fault(name, tag, timeout_s, extra_env, want):
             except ProcessLookupError:
                 pass
     found = re.search(want.replace("TIMEOUT", str(timeout_s)), text) is not None
-    flight = os.path.exists(f"{out}/flight_rank0.nccl.json")
+    flight = os.path.exists(f"{out}/{flight_file}")
     # the steps before the fault (a few seconds each, emulated), the timeout, mpirun's teardown
     check(name, rc != 0 and found and flight and seconds < timeout_s + 60,
           f": exit {rc} after {seconds:.0f} s, flight record {flight}" + ("" if found else "\n" + text[-2000:]))
@@ -283,6 +284,11 @@ if not streams_only:
                {"GPT2_FAULT_STALL": "1:grad bucket:3"},
                r"step 3: collective #\d+ allreduce 'grad bucket [^']+' \(\d+ bytes, nccl\) did not complete within "
                r"--comm-timeout-s TIMEOUT s on rank 0; rank\(s\) 1 did not arrive")
+    # ... before the ranks meet to set NCCL up: the trainer's MPI communicator names it
+    nccl_fault("NCCL: a peer that never reaches NCCL's set-up ends the job, naming it", "hung_setup", 5,
+               {"GPT2_FAULT_STALL": "1:nccl setup:0"},
+               r"step 0: collective #\d+ barrier 'nccl setup' \(0 bytes, mpi\) did not complete within --comm-timeout-s "
+               r"TIMEOUT s on rank 0; rank\(s\) 1 did not arrive", flight_file="flight_rank0.json")
     # ... before it joins NCCL's initialisation: the nonblocking communicator's initialisation is timed
     nccl_fault("NCCL: a peer that never joins the initialisation ends the job, naming it", "hung_init", 5,
                {"GPT2_FAULT_STALL": "1:nccl init:0"},
@@ -293,6 +299,20 @@ if not streams_only:
                {"EMU_NCCL_INIT_STUCK": "1"},
                r"collective #0 init 'nccl init' \(0 bytes, nccl\) did not complete within --comm-timeout-s TIMEOUT s "
                r"on rank \d; every peer has arrived, so the transport itself is stuck \(NCCL: NCCL_SOCKET_IFNAME must")
+
+    # MPMD: rank 0's node has 1 GPU and rank 1's 2 (EMU_DEVICES), 2 ranks a node: rank 0 falls back to --comm
+    # mpi, rank 1 takes NCCL. Both must end, saying so, before the first collective of the run.
+    args = [f"{bin_dir}/gpt2-train", *common, *cuda, "--micro-batch", "2", "--max-steps", "2",
+            "--comm-timeout-s", "20", "--out", f"{work}/mixed"]
+    t0 = time.monotonic()
+    rc, so, se = launch([mpiexec, "--oversubscribe", "-n", "1", "env", "EMU_DEVICES=1", *args,
+                         ":", "-n", "1", "env", "EMU_DEVICES=2", *args], timeout=240)
+    seconds = time.monotonic() - t0
+    found = re.findall(r"the ranks chose different backends; this one: --device cuda --precision bf16 --comm (\w+)",
+                       so + se)
+    check("nodes that resolve different backends (1 and 2 GPUs for 2 ranks) end the job, saying so",
+          rc != 0 and bool(found) and seconds < 60, f": exit {rc} after {seconds:.0f} s, rank messages {found}" +
+          ("" if found else "\n" + (so + se)[-2000:]))
 
 # The emulator's CUDA graphs refuse what CUDA's stream capture refuses (tests/emu/src/graph_capture_test.cpp),
 # with streams run in the call and asynchronously

@@ -7,6 +7,7 @@
 // Run under mpiexec with 1 and 2 ranks; exits 77 ("skipped: no GPU") without a GPU on every rank.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -109,7 +110,8 @@ int nccl_collectives(int rank, int world) {
   expect("reduce-scatter", block, n,
          [&](size_t i) { return ranks_sum * n + world * (static_cast<double>(rank) * n + i); });
 
-  // all-gather in place: rank r's block r of the output is its input
+  // all-gather in place: rank r's block r of the output is its input (the other blocks -1 until it arrives)
+  std::fill(h.begin(), h.end(), -1.0f);
   for (size_t i = 0; i < n; ++i) h[static_cast<size_t>(rank) * n + i] = static_cast<float>(mine(i));
   whole.upload(h);
   comm.iallgather(whole.data() + static_cast<size_t>(rank) * n, whole.data(), n, DType::kF32, "test all-gather")
