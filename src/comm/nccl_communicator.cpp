@@ -145,7 +145,7 @@ class NcclRequest final : public CommRequest {
     ready_.record(state_.producer());
     CUDA_CHECK(cudaStreamWaitEvent(state_.stream(), ready_.get(), 0));
   }
-  // After the collective's call has settled (NcclCommunicator::enqueued): it is on the stream now.
+  // After the collective's call has settled (NcclCommunicator::settle): it is on the stream now.
   void enqueued() { done_.record(state_.stream()); }
   void* device_event() const override { return done_.get(); }
 

@@ -245,6 +245,21 @@ void reduce_into(const std::vector<char>& all, size_t total, size_t first, size_
   }
 }
 
+// What both initialisations need: MPI running, every rank of MPI_COMM_WORLD in the communicator, the id made
+// by ncclGetUniqueId.
+ncclResult_t check_init(const char* what, int nranks, const ncclUniqueId& id) {
+  int init = 0, world = 0;
+  MPI_Initialized(&init);
+  if (!init) return fail(ncclInvalidUsage, std::string(what) + ": the emulated NCCL runs over MPI, which is not initialised");
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (nranks != world)
+    return fail(ncclInvalidUsage, std::string(what) + ": the emulated NCCL needs all " + std::to_string(world) +
+                                      " ranks of MPI_COMM_WORLD in one communicator, not " + std::to_string(nranks));
+  if (std::strncmp(id.internal, "emulated-nccl", sizeof id.internal) != 0)
+    return fail(ncclInvalidArgument, std::string(what) + ": the unique id was not made by ncclGetUniqueId");
+  return ncclSuccess;
+}
+
 }  // namespace
 
 extern "C" {
@@ -279,15 +294,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 // Every rank of MPI_COMM_WORLD must call it (it splits the world): the repository makes one communicator of
 // all ranks.
 ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
-  int init = 0, world = 0;
-  MPI_Initialized(&init);
-  if (!init) return fail(ncclInvalidUsage, "ncclCommInitRank: the emulated NCCL runs over MPI, which is not initialised");
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (nranks != world)
-    return fail(ncclInvalidUsage, "ncclCommInitRank: the emulated NCCL needs all " + std::to_string(world) +
-                                      " ranks of MPI_COMM_WORLD in one communicator, not " + std::to_string(nranks));
-  if (std::strncmp(id.internal, "emulated-nccl", sizeof id.internal) != 0)
-    return fail(ncclInvalidArgument, "ncclCommInitRank: the unique id was not made by ncclGetUniqueId");
+  if (ncclResult_t rc = check_init("ncclCommInitRank", nranks, id)) return rc;
   auto* c = new ncclComm;
   if (MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi) != MPI_SUCCESS) {
     delete c;
@@ -304,16 +311,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
 // MPI_COMM_WORLD made without blocking, so the rank must be the world rank.
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   if (config == nullptr || config->blocking != 0) return ncclCommInitRank(out, nranks, id, rank);
-  int init = 0, world = 0, world_rank = -1;
-  MPI_Initialized(&init);
-  if (!init) return fail(ncclInvalidUsage, "ncclCommInitRankConfig: the emulated NCCL runs over MPI, which is not initialised");
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (ncclResult_t rc = check_init("ncclCommInitRankConfig", nranks, id)) return rc;
+  int world_rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  if (nranks != world || rank != world_rank)
-    return fail(ncclInvalidUsage, "ncclCommInitRankConfig: the emulated nonblocking NCCL needs all " +
-                                      std::to_string(world) + " ranks of MPI_COMM_WORLD, each as its world rank");
-  if (std::strncmp(id.internal, "emulated-nccl", sizeof id.internal) != 0)
-    return fail(ncclInvalidArgument, "ncclCommInitRankConfig: the unique id was not made by ncclGetUniqueId");
+  if (rank != world_rank)
+    return fail(ncclInvalidUsage, "ncclCommInitRankConfig: the emulated nonblocking NCCL needs each rank as its "
+                                  "MPI_COMM_WORLD rank, not " + std::to_string(rank) + " for " +
+                                  std::to_string(world_rank));
   auto* c = new ncclComm;
   c->nonblocking = true;
   c->initialising = true;
