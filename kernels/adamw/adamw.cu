@@ -49,13 +49,17 @@ AdamWCoeffs make_coeffs(const AdamWStep& s) {
   return c;
 }
 
-// The same expression, in the same order, as adamw_update_cpu (IEEE sqrt and division).
+// The same expression, in the same order, as adamw_update_cpu (IEEE sqrt and division), every product
+// and sum rounded on its own (__fmul_rn, __fadd_rn: nvcc may not contract them into an fma). Left to
+// itself nvcc contracts `a * b + c * d` into fma(a, b, c * d) in some inlined copies and not in others:
+// on the H100 (2026-11-27) the multi-tensor launch and the per-tensor one differed in the last bit of
+// about 1 weight in 3, while each matched the CPU only to a tolerance. Memory-bound: the fmas saved nothing.
 __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float grad, const AdamWCoeffs& c) {
-  const float g = grad * c.grad_scale;
-  m = c.b1 * m + c.one_b1 * g;
-  v = c.b2 * v + c.one_b2 * g * g;
-  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
-  p = p * c.decay - c.step_size * m / denom;
+  const float g = __fmul_rn(grad, c.grad_scale);
+  m = __fadd_rn(__fmul_rn(c.b1, m), __fmul_rn(c.one_b1, g));
+  v = __fadd_rn(__fmul_rn(c.b2, v), __fmul_rn(__fmul_rn(c.one_b2, g), g));
+  const float denom = __fadd_rn(sqrtf(v) / c.bc2_sqrt, c.eps);
+  p = __fsub_rn(__fmul_rn(p, c.decay), __fmul_rn(c.step_size, m) / denom);
 }
 
 // K consecutive floats through K/4 128-bit accesses.

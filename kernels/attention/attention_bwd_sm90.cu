@@ -376,66 +376,64 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     const int q0 = qt * Cfg::kBlockM;
     const bool diagonal = q0 < k0 + Cfg::kBlockN;
     cuda::mbarrier_wait_untimed(&full[s], (j / Cfg::kStages) & 1);
-    if (j < c) {
-      // Every query of the tile precedes every key of this consumer (consumer 1 on the first tile):
-      // P^T = dS^T = 0, so dV and dK stay as they are and its half of dS^T is not written (the dQ share
-      // skips it). What remains is the stage's release and the barrier the dQ share waits at; the dQ
-      // share itself is consumer j % kConsumers's, never one that skips.
-      if (lane == 0) cuda::mbarrier_arrive(&empty[s]);
-      cuda::named_barrier_sync(1, Cfg::kConsumerThreads);
-      continue;
-    }
-
-    // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
-    float st[32], dpt[32];
+    // j < c: every query of the tile precedes every key of this consumer (consumer 1 on the first tile):
+    // P^T = dS^T = 0, so dV and dK stay as they are and its half of dS^T is not written (the dQ share
+    // skips it). It still releases the stage and meets the other consumer at barrier 1, at the same
+    // bar.sync instruction: bar.sync is .aligned, and two call sites of one barrier are undefined
+    // (compute-sanitizer's synccheck on the H100, 2026-11-27, "Divergent thread(s) in block", when the
+    // skip had a barrier of its own). The dQ share is consumer j % kConsumers's, never one that skips.
+    bf16* sds = sDs(j % 2);  // this tile's dS^T buffer
+    if (j >= c) {
+      // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
+      float st[32], dpt[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) st[i] = dpt[i] = 0.0f;
-    {  // S^T = K Q^T
-      uint32_t ka[kKSteps][4];
-      load_rows_a<kKSteps>(ka, sK, wrow, lane, 0);
-      cuda::wgmma_fence();
-      fence_acc(st);
-      issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);
-      cuda::wgmma_commit_group();
-      cuda::wgmma_wait_group<0>();
-      fence_acc(st);
-      fence_frags(ka);
-    }
-    {  // dP^T = V dO^T; P^T is computed while it runs
-      uint32_t va[kKSteps][4];
-      load_rows_a<kKSteps>(va, sV, wrow, lane, 0);
-      cuda::wgmma_fence();
-      fence_acc(dpt);
-      issue_rows_dot<kKSteps>(dpt, va, cuda::smem_u32(sDo(s)), 0);
-      cuda::wgmma_commit_group();
-      probabilities(st, sLse(s), q0 - k0, diagonal, TileRows{wrow + g, lane}, args.scale_log2);
-      cuda::wgmma_wait_group<0>();
-      fence_acc(dpt);
-      fence_frags(va);
-    }
-    score_grads(dpt, st, sD(s), lane);
+      for (int i = 0; i < 32; ++i) st[i] = dpt[i] = 0.0f;
+      {  // S^T = K Q^T
+        uint32_t ka[kKSteps][4];
+        load_rows_a<kKSteps>(ka, sK, wrow, lane, 0);
+        cuda::wgmma_fence();
+        fence_acc(st);
+        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);
+        cuda::wgmma_commit_group();
+        cuda::wgmma_wait_group<0>();
+        fence_acc(st);
+        fence_frags(ka);
+      }
+      {  // dP^T = V dO^T; P^T is computed while it runs
+        uint32_t va[kKSteps][4];
+        load_rows_a<kKSteps>(va, sV, wrow, lane, 0);
+        cuda::wgmma_fence();
+        fence_acc(dpt);
+        issue_rows_dot<kKSteps>(dpt, va, cuda::smem_u32(sDo(s)), 0);
+        cuda::wgmma_commit_group();
+        probabilities(st, sLse(s), q0 - k0, diagonal, TileRows{wrow + g, lane}, args.scale_log2);
+        cuda::wgmma_wait_group<0>();
+        fence_acc(dpt);
+        fence_frags(va);
+      }
+      score_grads(dpt, st, sD(s), lane);
 
-    // dS^T to shared memory for the dQ share, then dV += P^T dO, dK += dS^T Q. The store comes first: dsa
-    // is the dK product's A operand, and the PTX ISA makes reading it before the wait that retires the
-    // product undefined (as FlashAttention-3 orders it too).
-    uint32_t pa[kQSteps][4], dsa[kQSteps][4];
-    pack_a(pa, st);
-    pack_a(dsa, dpt);
-    bf16* sds = sDs(j % 2);
-    store_ds(sds, dsa, wrow + g, tq);
-    cuda::wgmma_fence();
-    fence_acc(dv);
-    fence_acc(dk);
-    issue_tokens_dot<kQSteps>(dv, pa, cuda::smem_u32(sDo(s)), true);
-    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);
-    cuda::wgmma_commit_group();
-    cuda::wgmma_wait_group<0>();
-    fence_acc(dv);
-    fence_acc(dk);
-    fence_frags(pa);
-    fence_frags(dsa);
+      // dS^T to shared memory for the dQ share, then dV += P^T dO, dK += dS^T Q. The store comes first: dsa
+      // is the dK product's A operand, and the PTX ISA makes reading it before the wait that retires the
+      // product undefined (as FlashAttention-3 orders it too).
+      uint32_t pa[kQSteps][4], dsa[kQSteps][4];
+      pack_a(pa, st);
+      pack_a(dsa, dpt);
+      store_ds(sds, dsa, wrow + g, tq);
+      cuda::wgmma_fence();
+      fence_acc(dv);
+      fence_acc(dk);
+      issue_tokens_dot<kQSteps>(dv, pa, cuda::smem_u32(sDo(s)), true);
+      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);
+      cuda::wgmma_commit_group();
+      cuda::wgmma_wait_group<0>();
+      fence_acc(dv);
+      fence_acc(dk);
+      fence_frags(pa);
+      fence_frags(dsa);
+    }
     // This warp has read Q, dO, lse and D of the stage for the last time.
-    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);
+    cuda::mbarrier_arrive_warp(&empty[s], lane);
     cuda::named_barrier_sync(1, Cfg::kConsumerThreads);  // both halves of dS^T are in
 
     if (c == j % Cfg::kConsumers) {

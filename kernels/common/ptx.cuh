@@ -143,6 +143,15 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
+// One arrival for the whole warp (barriers that count warps), made by lane 0 once every lane is done:
+// __syncwarp orders the other lanes' shared-memory accesses before lane 0's arrive, whose release then
+// covers them. Without it lane 0 may run ahead of its warp (independent thread scheduling): a producer
+// that waits on the barrier may overwrite what the other lanes have yet to read (compute-sanitizer's
+// racecheck on the H100, 2026-11-27: the attention backward's lse and D rows).
+__device__ __forceinline__ void mbarrier_arrive_warp(uint64_t* bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbarrier_arrive(bar);
+}
 // Waits for the completion of the phase with parity `parity` (0 or 1). A barrier starts in phase 0, not
 // completed, so waiting on parity 1 returns at once: the "previous" phase counts as complete. That is
 // how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS
@@ -220,12 +229,19 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 // Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
 // __syncthreads): lets one warpgroup synchronise without the others.
+// bar.sync and bar.arrive are .aligned (PTX ISA: bar is barrier.aligned): every lane of a warp must
+// execute them together, and the barrier counts the warp as a whole. A warp that a lane-only branch
+// left diverged (`if (lane == 0) ...`, a spin of one thread) may reach it lane by lane, and then it
+// counts more arrivals than there are and lets a later phase through early (compute-sanitizer's
+// synccheck on the H100, 2026-11-27: "Divergent thread(s) in block"). __syncwarp reconverges it first.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  __syncwarp();
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Counts this thread's arrival at barrier `id` without waiting: with the barrier_sync of other threads
 // on the same id and count, one group lets another go on (a producer-consumer handoff).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  __syncwarp();  // aligned, as named_barrier_sync
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 

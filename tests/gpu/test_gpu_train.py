@@ -4,7 +4,7 @@
   2. the same GPU run twice gives identical losses (bit for bit);
   3. resume from a checkpoint continues bit for bit (steps after the checkpoint identical);
   4. --precision fp32 on the GPU follows the CPU backend's loss trajectory (1e-4 relative);
-  5. --gemm hand follows --gemm cublaslt (fp32: 1e-4; bf16: 2e-2);
+  5. --gemm hand follows the CPU in fp32 (1e-4); in bf16 both GEMMs follow the fp32 losses (2e-2);
   6. 2 ranks sharing the GPU (--comm mpi) follow 1 rank with twice the micro-batch;
   7. a rank killed mid-run (GPT2_FAULT_INJECT) ends the whole job with an error, never a hang:
      with --comm mpi always, with --comm nccl when there are two GPUs (then the NCCL timeout path).
@@ -89,7 +89,15 @@ compare("GPU fp32 == CPU", gpu32, cpu, 1e-4)
 hand32, _ = train("fp32_hand", 10, cuda + ["--precision", "fp32", "--gemm", "hand"])
 compare("GPU fp32 hand GEMM == CPU", hand32, cpu, 1e-4)
 hand16, _ = train("bf16_hand", 10, cuda + ["--gemm", "hand"])
-compare("GPU bf16 hand GEMM ~ cuBLASLt", hand16, {s: bf16[s] for s in range(1, 11)}, 2e-2)
+# bf16 follows the fp32 trajectory, with either GEMM: 2e-2 over 10 steps. On the H100 (2026-11-27) the
+# hand GEMM's run stayed within 1.4e-3 of the CPU's fp32 losses and cuBLASLt's left them by 9.6e-2. The
+# suspect, not yet confirmed on a GPU: a split-K that sums its parts in bf16, now excluded (gemm_cublaslt.cu);
+# GemmRounding in test_gemm.cpp checks each backend's products for the single rounding.
+print("step  cpu fp32   cuBLASLt bf16  hand bf16")
+for s in range(1, 11):
+    print(f"{s:4d}  {cpu[s]:.5f}    {bf16[s]:.5f}        {hand16[s]:.5f}")
+compare("GPU bf16 (cuBLASLt) follows fp32", {s: bf16[s] for s in range(1, 11)}, cpu, 2e-2)
+compare("GPU bf16 hand GEMM follows fp32", hand16, cpu, 2e-2)
 
 two, _ = train("fp32_2ranks", 10, cuda + ["--precision", "fp32", "--comm", "mpi"], ranks=2, micro_batch=8)
 compare("2 ranks sharing the GPU (--comm mpi) == 1 rank", two, gpu32, 1e-4)

@@ -7,6 +7,7 @@ varied text (English prose, C++ source, and seeded text from many scripts and sy
 That machine has no network: tiktoken reads the vocabulary from its cache directory, filled here from
 the bundle's copy (the same files, checked by tiktoken against OpenAI's sha256). Exit 77 without tiktoken.
 """
+import faulthandler
 import hashlib
 import os
 import random
@@ -14,6 +15,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+
+# On the H100 (2026-11-27) this step ran into its 90 s limit having printed nothing (its output was still
+# buffered): every stage now reports as it ends, and a stage stuck for 45 s prints where it is stuck (that
+# found it: varied_text summed its whole list at every piece).
+faulthandler.dump_traceback_later(45, exit=True)
+t0 = time.monotonic()
+
+
+def stage(what):
+    print(f"[{time.monotonic() - t0:5.1f} s] {what}", flush=True)
+
 
 try:
     import tiktoken
@@ -28,7 +41,9 @@ for name in ("vocab.bpe", "encoder.json"):
     url = f"https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/{name}"
     shutil.copy(os.path.join(vocab, name), os.path.join(cache, hashlib.sha1(url.encode()).hexdigest()))
 os.environ["TIKTOKEN_CACHE_DIR"] = cache
+stage(f"tiktoken {tiktoken.__version__} imported")
 enc = tiktoken.get_encoding("gpt2")
+stage("tiktoken's gpt2 encoding loaded from the bundle's vocabulary")
 
 
 def varied_text(seed, n_chars):
@@ -39,15 +54,17 @@ def varied_text(seed, n_chars):
               (0x2000, 0x206F), (0x20A0, 0x20CF), (0x300, 0x36F), (0x660, 0x669), (0xFF10, 0xFF19), (0x30, 0x39)]
     pieces = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000",
               "...", "--", "$5.99", "e.g.", "C++", "x86_64", "    "]
-    out = []
-    while sum(len(s) for s in out) < n_chars:
+    out, length = [], 0  # a running length: summing the list each time made this quadratic (minutes)
+    while length < n_chars:
         if rnd.random() < 0.3:
-            out.append(rnd.choice(pieces))
+            piece = rnd.choice(pieces)
         else:
             lo, hi = rnd.choice(ranges)
-            out.append("".join(chr(rnd.randint(lo, hi)) for _ in range(rnd.randint(1, 12))))
+            piece = "".join(chr(rnd.randint(lo, hi)) for _ in range(rnd.randint(1, 12)))
         if rnd.random() < 0.5:
-            out.append(" ")
+            piece += " "
+        out.append(piece)
+        length += len(piece)
     return "".join(out)
 
 
@@ -66,7 +83,9 @@ for name, text in texts.items():
         f.write(text)
     files.append(path)
 
+stage(f"{len(files)} texts written")
 r = subprocess.run([f"{bin_dir}/tokenizer_bpe_tool", vocab, "encode", *files], capture_output=True, text=True)
+stage(f"ours: tokenizer_bpe_tool exited {r.returncode}")
 if r.returncode != 0:
     print(r.stderr[-2000:])
     raise SystemExit(f"FAIL: tokenizer_bpe_tool exited {r.returncode}")
@@ -77,6 +96,7 @@ total, bad = 0, 0
 for (name, text), line in zip(texts.items(), lines):
     ours = [int(t) for t in line.split()]
     theirs = enc.encode(text, disallowed_special=())
+    stage(f"tiktoken encoded {name}")
     total += len(theirs)
     if ours != theirs:
         bad += 1

@@ -238,6 +238,13 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulP
     std::memcpy(&p.max_workspace, buf, size);
     return CUBLAS_STATUS_SUCCESS;
   }
+  // The emulated algorithm never splits K (the scheme "none"), which every mask allows.
+  if (attr == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK && size == sizeof(uint32_t)) {
+    uint32_t mask;
+    std::memcpy(&mask, buf, size);
+    if ((mask & ~static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK)) == 0) return CUBLAS_STATUS_SUCCESS;
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "reduction scheme mask " + std::to_string(mask));
+  }
   return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute " + std::to_string(attr) + " (size " +
                                                  std::to_string(size) + ") is not emulated");
 }

@@ -264,6 +264,8 @@ struct Copy {
 struct NamedBar {
   int expected = 0, arrived = 0;
   uint64_t gen = 0;
+  const char* sync_file = nullptr;  // the bar.sync call site of this phase's waiters (one: .aligned)
+  int sync_line = 0;
 };
 
 }  // namespace
@@ -1284,15 +1286,29 @@ static NamedBar& named_bar_at(Block& b, int id, int threads, const char* op) {
   if (id < 1 || id > 15) fail("%s id %d (1..15 for named barriers)", op, id);
   if (threads % 32 || threads <= 0 || threads > b.nthreads) fail("%s thread count %d", op, threads);
   NamedBar& nb = b.named[id];
-  if (nb.arrived == 0) nb.expected = threads;
+  if (nb.arrived == 0) {
+    nb.expected = threads;
+    nb.sync_file = nullptr;
+  }
   if (nb.expected != threads) fail("%s %d with thread counts %d and %d", op, id, nb.expected, threads);
   return nb;
 }
 
-void named_barrier(int id, int threads) {
+void named_barrier(int id, int threads, const char* file, int line) {
   Block& b = blk();
   std::unique_lock<std::mutex> lk(b.mu);
   NamedBar& nb = named_bar_at(b, id, threads, "bar.sync");
+  // bar.sync is barrier.sync.aligned (PTX ISA): every thread waiting in one phase of a barrier executes
+  // the same instruction. Two call sites in one phase are undefined; on the H100 compute-sanitizer's
+  // synccheck reports "Divergent thread(s) in block" (bar.arrive, the producer's side, may be anywhere).
+  if (nb.sync_file == nullptr) {
+    nb.sync_file = file;
+    nb.sync_line = line;
+  } else if (nb.sync_line != line || std::strcmp(nb.sync_file, file) != 0) {
+    fail("bar.sync %d, %d reached from two call sites in one phase (%s:%d and %s:%d): bar.sync is .aligned, "
+         "every thread of a phase must wait at the same instruction",
+         id, threads, nb.sync_file, nb.sync_line, file, line);
+  }
   char what[64];
   snprintf(what, sizeof what, "bar.sync %d, %d (named barrier)", id, threads);
   arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, what);

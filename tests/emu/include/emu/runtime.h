@@ -72,7 +72,7 @@ uint64_t stalled_ns(uint64_t since_ns);
 void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, int rank, const int* coords);
 void tma_prefetch(const void* tensor_map);
 void fence_proxy_async();
-void named_barrier(int id, int threads);
+void named_barrier(int id, int threads, const char* file, int line);  // file:line, the bar.sync call site
 void named_barrier_arrive(int id, int threads);  // bar.arrive: counts, does not wait
 
 // The recorded parameters of a tensor map (stored inside the 128-byte CUtensorMap).

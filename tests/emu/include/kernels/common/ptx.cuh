@@ -40,6 +40,11 @@ inline void mbarrier_init(uint64_t* bar, uint32_t count) { emu::mbar_init(smem_u
 inline void fence_mbarrier_init() { emu::mbar_fence_init(); }
 inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbar_arrive(smem_u32(bar), bytes); }
 inline void mbarrier_arrive(uint64_t* bar) { emu::mbar_arrive(smem_u32(bar), 0); }
+// One arrival for the warp, by lane 0 after a rendezvous of all 32 lanes (__syncwarp).
+inline void mbarrier_arrive_warp(uint64_t* bar, int lane) {
+  emu::syncwarp(0xffffffffu);
+  if (lane == 0) mbarrier_arrive(bar);
+}
 inline uint64_t global_timer_ns() { return emu::global_timer_ns(); }
 constexpr uint64_t kBarrierWaitTrapNs = 10'000'000'000ull;
 // try_wait.parity in a loop; like the repository's, a wait traps after 10 s (or EMU_TIMEOUT_S when that is
@@ -75,7 +80,10 @@ inline void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar, int c0
 }
 inline void tma_prefetch_descriptor(const void* tensor_map) { emu::tma_prefetch(tensor_map); }
 inline void fence_proxy_async_shared() { emu::fence_proxy_async(); }
-inline void named_barrier_sync(int id, int threads) { emu::named_barrier(id, threads); }
+// The call site (GCC's __builtin_FILE/LINE in a default argument: the caller's) for the .aligned check.
+inline void named_barrier_sync(int id, int threads, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  emu::named_barrier(id, threads, file, line);
+}
 inline void named_barrier_arrive(int id, int threads) { emu::named_barrier_arrive(id, threads); }
 
 // ---- sm_90a: wgmma ----
