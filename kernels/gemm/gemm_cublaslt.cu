@@ -17,8 +17,10 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -150,6 +152,9 @@ struct CublasLtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = kLtWorkspaceBytes;
+  // Split-K reduction schemes a bf16 plan may use: fp32 only, unless GPT2_CUBLASLT_REDUCTION=any (a
+  // diagnosis: cuBLASLt's own default, every scheme; see get_plan).
+  uint32_t bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   std::map<LtPlanKey, std::unique_ptr<LtPlan>> plans;
 
   ~CublasLtState() {
@@ -169,6 +174,13 @@ size_t cublaslt_workspace_bytes() {
 
 CublasLtState* create_cublaslt_state() {
   auto s = std::make_unique<CublasLtState>();
+  const char* env = std::getenv("GPT2_CUBLASLT_REDUCTION");
+  const std::string reduction = env != nullptr ? env : "";
+  GPT2_CHECK(reduction.empty() || reduction == "fp32" || reduction == "any",
+             "GPT2_CUBLASLT_REDUCTION='" << reduction
+                                         << "': use fp32 (split-K parts summed in fp32, the default) or any "
+                                            "(cuBLASLt's default, bf16 sums allowed: for diagnosis)");
+  if (reduction == "any") s->bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_MASK;
   CUBLAS_CHECK(cublasLtCreate(&s->handle));
   s->workspace = device_alloc(s->workspace_bytes, "cuBLASLt's workspace");
   return s.release();
@@ -241,7 +253,7 @@ LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool tran
   // not yet confirmed on a GPU; GemmRounding.Bf16ProductsAreRoundedOnce (test_gemm.cpp) checks each
   // backend's products for the single rounding. (fp32 output: every scheme is fp32.)
   if constexpr (!std::is_same_v<T, float>) {
-    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // and none: no split
+    const uint32_t schemes = st.bf16_reduction_schemes;  // and none (no split), always allowed
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                       sizeof(schemes)));
   }
