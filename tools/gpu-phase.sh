@@ -2,10 +2,12 @@
 # One phase of the GPU verification (../shared/GPU.md), made to run on a bare lent machine:
 #
 #   tools/gpu-bundle.sh                      here: build and pack .gpubundle/gpt2-bundle.tar.xz
-#   device run, carry [".gpubundle"], timeout_s 600, one call per session (the device budget is 15
-#   minutes a session, the machine's start included, and a second start needs 4 of them left):
-#     first lent session:   bash tools/gpu-phase.sh A; bash tools/gpu-phase.sh B
-#     next one:             bash tools/gpu-phase.sh C; bash tools/gpu-phase.sh D
+#   device run, carry [".gpubundle"], timeout_s 600 (the device budget is 15 minutes a session, the
+#   machine's start included, and a second start needs 4 of them left):
+#     all phases:   bash tools/gpu-phase.sh A; bash tools/gpu-phase.sh B, then on the warm machine (a call
+#                   within 30 s of the last) C and D (2026-11-27: A+B 435 s with the start, C 86 s, D 73 s)
+#     reruns:       the "rerun:" lines of the last summaries, with --deadline-s to share the call out
+#                   (docs/performance.md, "First lent GPU", says what the next call runs)
 #
 #   A  is it right, and how fast by default (360 s): the machine (os, glibc, driver, libraries), every
 #      GPU test suite, the 124M step with cuBLASLt and the hand GEMM, the two ceilings (copy, cuBLASLt
