@@ -819,12 +819,13 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
   } else {
     // A diagnosis (docs/performance.md, the first lent GPU): GPT2_CUBLASLT_EPILOGUES=unfused runs every
-    // cuBLASLt product plain and finishes bias and GELU in our kernels, as the test hook does.
+    // cuBLASLt product plain and finishes bias, GELU and the bias gradient in our kernels, as the test hooks
+    // do.
     const char* env = std::getenv("GPT2_CUBLASLT_EPILOGUES");
     const std::string choice = env != nullptr ? env : "";
     GPT2_CHECK(choice.empty() || choice == "fused" || choice == "unfused",
                "GPT2_CUBLASLT_EPILOGUES='" << choice << "': use fused (the default) or unfused");
-    hooks_.lt_force_unfused_epilogue = choice == "unfused";
+    hooks_.lt_force_unfused_epilogue = hooks_.unfused_bias_grad = choice == "unfused";
     lt_.reset(detail::create_cublaslt_state());
   }
 }

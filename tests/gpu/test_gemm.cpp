@@ -500,14 +500,15 @@ TYPED_TEST(GemmTest, Deterministic) {
   }
 }
 
-// bf16 products are rounded once: each output is the exact C (+ C_old) rounded to bf16, but for the rare
-// element whose exact value lies within the fp32 sum's error of a rounding boundary. A split-K that adds
-// its parts in bf16 (cuBLASLt's in-place and output-type reduction schemes) rounds once per part and
-// misses on a large share of the elements; the expect_close rule (the error against the largest |C|)
-// hides that, and training feels it: on the H100 (2026-11-27) test_gpu_train.py's bf16 cuBLASLt run left
-// the fp32 trajectory by 9.6e-2 within 10 steps, the hand GEMM's by 1.4e-3. Weight-gradient shapes, small
-// M x N over a long K, are the ones a heuristic splits: the gpu_train model's MLP dw (128 x 512 over 1024
-// rows) and 64 x 64 over 8192. Elements near 0 from cancellation (|C| < 1% of the rms) are not counted.
+// bf16 products are rounded once: each output is the exact C (+ C_old) rounded to bf16. Not counted:
+// outputs whose exact value lies within the fp32 sum's error of a rounding boundary (2 K 2^-24 rms(C);
+// the tensor cores' fp32 sums are not correctly rounded), and outputs near 0 from cancellation (|C| < 1%
+// of the rms). A split-K that adds its parts in bf16 (cuBLASLt's in-place and output-type reduction
+// schemes) rounds once per part and misses on a large share of the elements; the expect_close rule (the
+// error against the largest |C|) hides that, and training feels it: on the H100 (2026-11-27)
+// test_gpu_train.py's bf16 cuBLASLt run left the fp32 trajectory by 9.6e-2 within 10 steps, the hand
+// GEMM's by 1.4e-3. Weight-gradient shapes, small M x N over a long K, are the ones a heuristic splits:
+// the gpu_train model's MLP dw (128 x 512 over 1024 rows) and 64 x 64 over 8192.
 TEST(GemmRounding, Bf16ProductsAreRoundedOnce) {
   const GemmCase cases[] = {{128, 512, 1024, true, false, GemmEpilogue::kNone, true},
                             {64, 64, 8192, true, false, GemmEpilogue::kNone, true},
@@ -519,20 +520,21 @@ TEST(GemmRounding, Bf16ProductsAreRoundedOnce) {
     const std::vector<float> exact = reference(g, in, false).c;
     double sq = 0;
     for (float v : exact) sq += static_cast<double>(v) * v;
-    const double floor = 1e-2 * std::sqrt(sq / static_cast<double>(exact.size()));
+    const double rms = std::sqrt(sq / static_cast<double>(exact.size())), floor = 1e-2 * rms;
+    const float tol = static_cast<float>(2.0 * g.K * std::ldexp(1.0, -24) * rms);  // the fp32 sum's error
     for (GemmBackend be : kBackends) {
       SCOPED_TRACE(std::string(name_of(be)) + " " + g.str());
       const Outputs gpu = run_gpu<bf16>(shared_context(be), g, in, 0);
       long counted = 0, missed = 0;
       for (size_t i = 0; i < exact.size(); ++i) {
-        if (std::fabs(exact[i]) < floor) continue;
+        if (std::fabs(exact[i]) < floor || round_bf16(exact[i] - tol) != round_bf16(exact[i] + tol)) continue;
         ++counted;
         missed += gpu.c[i] != round_bf16(exact[i]);
       }
       const double share = static_cast<double>(missed) / static_cast<double>(counted > 0 ? counted : 1);
       std::printf("bf16 %s %s: %ld of %ld outputs not the exact value rounded once (%.2f%%)\n", name_of(be),
                   g.str().c_str(), missed, counted, 100.0 * share);
-      EXPECT_GT(counted, static_cast<long>(exact.size() / 2));
+      EXPECT_GT(counted, static_cast<long>(exact.size() / 4));
       EXPECT_LE(share, 0.01) << "outputs rounded more than once (a split-K summed in bf16?)";
     }
   }

@@ -26,6 +26,8 @@ t0 = time.monotonic()
 
 def stage(what):
     print(f"[{time.monotonic() - t0:5.1f} s] {what}", flush=True)
+    faulthandler.cancel_dump_traceback_later()  # 45 s for each stage, not for the whole run
+    faulthandler.dump_traceback_later(45, exit=True)
 
 
 try:
