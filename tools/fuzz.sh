@@ -42,7 +42,8 @@ if [[ " ${names[*]} " == *" tokenizer "* ]]; then
   GPT2_VOCAB_DIR=$(tools/get-gpt2-vocab.sh)
   export GPT2_VOCAB_DIR
 fi
-export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:${ASAN_OPTIONS:-}"
+# intercept_tls_get_addr=0: as tools/sanitize-tests.sh (LeakSanitizer's tracer crashing on dynamic TLS)
+export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:intercept_tls_get_addr=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 export TMPDIR=$(mktemp -d)

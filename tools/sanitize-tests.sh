@@ -33,7 +33,12 @@ common="halt_on_error=1:print_stacktrace=1:log_path=$reports/report"
 # Open MPI is built without frame pointers: the fast unwinder gives wrong stacks for its allocations,
 # and LSan could not match them against lsan.supp. Open MPI unloads its components at MPI_Finalize,
 # which would make their leaks "<unknown module>": keep them loaded.
-export ASAN_OPTIONS="$common:detect_leaks=1:fast_unwind_on_malloc=0:${ASAN_OPTIONS:-}"
+# intercept_tls_get_addr=0: LeakSanitizer's tracer read a bogus dynamic-TLS range of the process (a module
+# loaded at run time) and crashed with it ("Tracer caught signal 11", "LeakSanitizer has encountered a
+# fatal error", exit 1 instead of the program's status) on the CI's VM kind on 2026-11-27, in every
+# gpt2-train that parsed an option before failing; without the interception it scans static TLS, stacks
+# and heap as before and reports the same (no) leaks. A sanitizer runtime bug, not ours.
+export ASAN_OPTIONS="$common:detect_leaks=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0:${ASAN_OPTIONS:-}"
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 export UBSAN_OPTIONS="$common:${UBSAN_OPTIONS:-}"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
