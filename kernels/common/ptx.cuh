@@ -145,9 +145,10 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 }
 // One arrival for the whole warp (barriers that count warps), made by lane 0 once every lane is done:
 // __syncwarp orders the other lanes' shared-memory accesses before lane 0's arrive, whose release then
-// covers them. Without it lane 0 may run ahead of its warp (independent thread scheduling): a producer
-// that waits on the barrier may overwrite what the other lanes have yet to read (compute-sanitizer's
-// racecheck on the H100, 2026-11-27: the attention backward's lse and D rows).
+// covers them. Without it lane 0 may run ahead of its warp (independent thread scheduling), and a producer
+// that waits on the barrier may overwrite what the other lanes have yet to read. (racecheck on the H100,
+// 2026-11-27, reported the attention backward's lse and D rows; with this in place the H200 rerun still
+// did, which may be racecheck not following the mbarrier hand-off: docs/performance.md.)
 __device__ __forceinline__ void mbarrier_arrive_warp(uint64_t* bar, int lane) {
   __syncwarp();
   if (lane == 0) mbarrier_arrive(bar);
@@ -229,11 +230,11 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 // Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
 // __syncthreads): lets one warpgroup synchronise without the others.
-// bar.sync and bar.arrive are .aligned (PTX ISA: bar is barrier.aligned): every lane of a warp must
-// execute them together, and the barrier counts the warp as a whole. A warp that a lane-only branch
-// left diverged (`if (lane == 0) ...`, a spin of one thread) may reach it lane by lane, and then it
-// counts more arrivals than there are and lets a later phase through early (compute-sanitizer's
-// synccheck on the H100, 2026-11-27: "Divergent thread(s) in block"). __syncwarp reconverges it first.
+// bar.sync and bar.arrive are .aligned (PTX ISA: bar is barrier.aligned): every thread waiting in one
+// phase must execute the same bar instruction (one call site per barrier phase: the CPU emulator checks
+// it; two were the attention backward's synccheck error on the H100, 2026-11-27), and the lanes of a warp
+// must execute it together. A lane-only branch just before (`if (lane == 0) ...`, a spin of one thread)
+// may leave a warp diverged: __syncwarp reconverges it first.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   __syncwarp();
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
