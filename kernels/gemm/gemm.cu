@@ -340,8 +340,8 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
 
   // A warp finishes one 128-column row segment at a time: 32 lanes x 4 columns, coalesced.
   float* part = p.partial ? p.partial + static_cast<size_t>(blockIdx.y) * p.M * p.N : nullptr;
-  gemm_detail::finish_staged_tile<bf16, kEp, kBM, kBN / 4, Cfg::kThreads, 4>(sc, Cfg::kCStride, m0, n0, p.M, p.N, part,
-                                                                          p.ep, tid);
+  gemm_detail::finish_staged_tile<bf16, kEp, kBM, kBN / 4, Cfg::kThreads, 4>(
+      sc, gemm_detail::PaddedStaging{Cfg::kCStride}, m0, n0, p.M, p.N, part, p.ep, tid);
   if (bias_grad) store_bias_grad(p, n0 + tid, bias_sum);
 }
 
@@ -734,8 +734,9 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       // The split factor of the wgmma model (gemm_hand_splits), with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
-      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks, a, b, M, N, K, trans_a,
-                                   trans_b, k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
+      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks,
+                                   !ctx.test_hooks().wgmma_aux_from_global, a, b, M, N, K, trans_a, trans_b,
+                                   k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
                                    used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
                                    used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
     }

@@ -82,9 +82,11 @@ __device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t
   return v;
 }
 
-// Elements (row, col..col+3) of C; the caller guarantees row < M and col < N.
+// Elements (row, col..col+3) of C; the caller guarantees row < M and col < N. kDGelu reads the 4
+// pre-activations from p.aux, or from `pre` where the kernel has already staged them (gemm_sm90.cu).
 template <class T, GemmEpilogue kEp>
-__device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4]) {
+__device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4],
+                                                const float* pre = nullptr) {
   const size_t idx = static_cast<size_t>(row) * p.N + col;
   if (p.vec4) {
     float x[4];
@@ -106,7 +108,12 @@ __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int 
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = cuda::gelu_f32(x[j]);
     } else {
-      load4(p.aux + idx, x);
+      if (pre != nullptr) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = pre[j];
+      } else {
+        load4(p.aux + idx, x);
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] *= cuda::gelu_grad_f32(x[j]);
     }
@@ -114,7 +121,11 @@ __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int 
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (col + j < p.N) p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
+      if (col + j >= p.N) continue;
+      if (kEp == GemmEpilogue::kDGelu && pre != nullptr)
+        p.c[idx + j] = from_f32<T>(v[j] * cuda::gelu_grad_f32(pre[j]));
+      else
+        p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
     }
   }
 }
@@ -131,25 +142,56 @@ __device__ __forceinline__ void store_partial4(float* part, int N, bool vec4, in
   }
 }
 
+// Where a staged fp32 tile keeps its element (r, c).
+// Rows of `ld` floats, padded beyond the tile's width so that the fragment stores (float2 per lane, 8 rows
+// x 4 lanes per warp) fall on distinct banks (the mma.sync kernel).
+struct PaddedStaging {
+  int ld;
+  __device__ __forceinline__ int at(int r, int c) const { return r * ld + c; }
+};
+// Rows of 128 floats, unpadded: the 8-float (32-byte) block c / 8 of row r is stored at block
+// (c / 8) ^ (r % 8), so the 8 rows of a fragment store land on 8 different blocks (two per bank group
+// of 8: the two wavefronts 256 bytes need), and a row is still one contiguous 512-byte run that a warp
+// reads as float4s without conflict. 8 floats a row less than padding: the wgmma kernel needs the room
+// (gemm_sm90.cu: the GELU gradient's pre-activation tile).
+struct SwizzledStaging128 {
+  __device__ __forceinline__ int at(int r, int c) const { return r * 128 + (((c >> 3) ^ (r & 7)) << 3) + (c & 7); }
+};
+
+// The pre-activations of kDGelu: read from global memory by the epilogue (apply_epilogue4), unless a
+// kernel has staged its tile in shared memory (gemm_sm90.cu's AuxTileSmem).
+struct AuxFromGlobal {
+  __device__ __forceinline__ bool staged() const { return false; }
+  __device__ __forceinline__ void load4(int, int, float*) const {}
+};
+
 // A tile of fp32 results staged in shared memory, finished 4 columns at a time: kRows rows of kVecPerRow
-// 4-column vectors at a row stride of `ld` floats, element (r, c) being C's (row0 + r, col0 + c), C
-// being M x N. Thread `tid` of kThreads takes every kThreads-th vector, so a warp's 32 lanes cover a
-// 128-column row segment (coalesced stores). Split-K partials go to `part`; otherwise the epilogue runs.
+// 4-column vectors, element (r, c) at stg[layout.at(r, c)] being C's (row0 + r, col0 + c), C being M x N.
+// Thread `tid` of kThreads takes every kThreads-th vector, so a warp's 32 lanes cover a 128-column row
+// segment (coalesced stores). Split-K partials go to `part`; otherwise the epilogue runs, with the
+// tile's pre-activations from `aux` where it has them staged (its (r, c) are the staging tile's).
 // kUnroll is the caller's to choose: what its registers allow.
-template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, int kUnroll>
-__device__ __forceinline__ void finish_staged_tile(const float* stg, int ld, int row0, int col0, int M, int N,
-                                                   float* part, const EpilogueParams<T>& ep, int tid) {
+template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, int kUnroll, class Staging,
+          class AuxTile = AuxFromGlobal>
+__device__ __forceinline__ void finish_staged_tile(const float* stg, Staging layout, int row0, int col0, int M, int N,
+                                                   float* part, const EpilogueParams<T>& ep, int tid,
+                                                   AuxTile aux = AuxTile{}) {
 #pragma unroll(kUnroll)
   for (int e = tid; e < kRows * kVecPerRow; e += kThreads) {
     const int r = e / kVecPerRow, c4 = e % kVecPerRow;
     const int row = row0 + r, col = col0 + c4 * 4;
     if (row >= M || col >= N) continue;
     float v[4];
-    load4(stg + r * ld + c4 * 4, v);
-    if (part)
+    load4(stg + layout.at(r, c4 * 4), v);
+    if (part) {
       store_partial4(part, N, ep.vec4, row, col, v);
-    else
+    } else if (kEp == GemmEpilogue::kDGelu && aux.staged()) {
+      float pre[4];
+      aux.load4(r, c4 * 4, pre);
+      apply_epilogue4<T, kEp>(ep, row, col, v, pre);
+    } else {
       apply_epilogue4<T, kEp>(ep, row, col, v);
+    }
   }
 }
 

@@ -67,6 +67,9 @@ struct GemmTestHooks {
   GemmWgmmaKernel wgmma_kernel = GemmWgmmaKernel::kDefault;  // the wgmma kernel's tiles and schedule
   int wgmma_max_blocks = 0;  // wgmma: at most this many persistent blocks (> 0), so each takes many units
   bool unfused_bias_grad = false;                // weight_bias_grad_cuda as GEMM + bias_backward_cuda
+  // wgmma 128x128 kDGelu: the epilogue reads the pre-activations from global memory, as the other wgmma
+  // kernels do, instead of TMA loading them while the products run (the benchmarks' A/B of that tile)
+  bool wgmma_aux_from_global = false;
 };
 
 // The hand backend's wgmma kernel can run here: the binary holds its sm_90a code (CUDA architectures

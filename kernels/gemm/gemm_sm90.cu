@@ -101,25 +101,43 @@ struct WgmmaTile {
   // flight cover a TMA latency of about 1 us).
   static constexpr int kStages = kBN == 128 ? 4 : 3;
   // Epilogue staging per consumer: 64 rows x 128 fp32 (a 256-wide tile goes through it in two column
-  // halves), rows padded by 8 floats so the fragment stores (float2 per lane, 4 rows x 4 lanes per
-  // half-warp) hit 32 distinct banks.
+  // halves), rows padded by 8 floats so the fragment stores (float2 per lane, 8 rows x 4 lanes per warp)
+  // do not conflict. The kernels that also hold the aux tiles (below) need those 4 KB: theirs is
+  // unpadded and swizzled instead (gemm_common.cuh SwizzledStaging128; its XOR addressing costs the
+  // 168-register kernels a spill, so only they use it).
   static constexpr int kStageCols = 128;
   // The epilogue loop's unroll: ping-pong keeps the other row block's 64 accumulators live through it,
   // and unrolled 4 times the bias+GELU epilogue spilled (ptxas, 168 registers).
   static constexpr int kEpilogueUnroll = kPingPong ? 2 : 4;
   static constexpr int kCStride = kStageCols + 8;
-  static constexpr int kStagingBytes = kWgRows * kCStride * 4;
-  static constexpr int kBarrierBytes = (2 * kStages + kConsumers) * 8;  // full, empty, mainloop_done
+  static constexpr int kStagingBytesFor(bool aux) { return kWgRows * (aux ? kStageCols : kCStride) * 4; }
+  // The GELU gradient's pre-activations (kDGelu), read by TMA while the products run: each consumer loads
+  // its own 64 x kBN tile. Only the cooperative 128x128 kernel has the room (225 of 227 KiB with its 4
+  // stages); the others read them from global memory in the epilogue.
+  static constexpr bool kAuxFits = !kPingPong && kBN == 128;
+  static constexpr int kAuxBytes = kWgRows * kBN * 2;  // per consumer: kBN / 64 boxes of 64 x 64
+  static constexpr int kBarrierBytes = (2 * kStages + 2 * kConsumers) * 8;  // full, empty, mainloop_done, aux_full
   static constexpr int kAlign = 1024;  // swizzle atoms must start 1024-aligned (descriptor base offset 0)
-  static constexpr size_t kSmemBytes = kAlign + kStages * kStageBytes + kConsumers * kStagingBytes + kBarrierBytes;
+  static constexpr size_t kSmemBytesFor(bool aux) {
+    return kAlign + kStages * kStageBytes + kConsumers * kStagingBytesFor(aux) + (aux ? kConsumers * kAuxBytes : 0) +
+           kBarrierBytes;
+  }
+  static constexpr size_t kSmemBytes = kSmemBytesFor(kAuxFits);
   static_assert(kBN == 128 || kBN == 256, "wgmma tiles are 128x128 or 128x256");
   static_assert(kBM == kWgRows * kRowBlocks * kUnitConsumers, "the consumers' row blocks cover the tile");
   static_assert(!kPingPong || kBN == 128, "ping-pong: 2 x 64 accumulators per thread is what fits in 168 registers");
   static_assert(kBM == kABoxes * kBox && kBN == kBBoxes * kBox && kBK == kBox, "whole boxes per operand tile");
   static_assert(kBN % kStageCols == 0, "whole staging passes");
   static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0 && kBoxBytes % kAlign == 0, "1024-aligned boxes");
+  static_assert(kStageCols == 128, "SwizzledStaging128");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
 };
+
+// Shared memory of one kernel: the aux tiles only where the epilogue reads them (kDGelu) and they fit.
+template <class Cfg, GemmEpilogue kEp>
+constexpr bool kStagesAux = Cfg::kAuxFits && kEp == GemmEpilogue::kDGelu;
+template <class Cfg, GemmEpilogue kEp>
+constexpr size_t kSmemBytesOf = Cfg::kSmemBytesFor(kStagesAux<Cfg, kEp>);
 
 struct WgmmaParams {
   int M, N, K;
@@ -132,6 +150,24 @@ struct WgmmaParams {
   // store_bias_grad).
   bf16* dbias;
   float* dbias_partial;
+  // kDGelu without split-K, where the kernel has the room (kStagesAux): the consumers load their tiles
+  // of ep.aux with TMA (tmap_aux) while their products run. False where TMA cannot describe ep.aux.
+  bool aux_by_tma;
+};
+
+// A consumer's 64 x kBN tile of pre-activations as TMA leaves it: 64 x 64 boxes 8 KB apart, each row 128
+// bytes whose 16-byte chunks are swizzled with the row (the same 128-byte swizzle as the operands).
+struct AuxTileSmem {
+  const unsigned char* tile;  // nullptr: read them from global memory
+  __device__ __forceinline__ bool staged() const { return tile != nullptr; }
+  __device__ __forceinline__ void load4(int r, int c, float x[4]) const {
+    const unsigned char* box = tile + (c / kBox) * (kBox * kBox * 2);
+    const int chunk = (c % kBox) / 8, byte = (c % 8) * 2;  // c % 4 == 0: 4 values in one chunk
+    const uint2 raw = *reinterpret_cast<const uint2*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte);
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    x[0] = lo.x, x[1] = lo.y, x[2] = hi.x, x[3] = hi.y;
+  }
 };
 
 // Unit -> output tile origin and K range (identical in producer and consumers).
@@ -171,19 +207,24 @@ __device__ __forceinline__ float b_column_sum(const unsigned char* b_tile, int n
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     gemm_bf16_wgmma_tma_persistent(const __grid_constant__ CUtensorMap tmap_a,
-                                   const __grid_constant__ CUtensorMap tmap_b, const WgmmaParams p) {
+                                   const __grid_constant__ CUtensorMap tmap_b,
+                                   const __grid_constant__ CUtensorMap tmap_aux, const WgmmaParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageBytes + Cfg::kABytes; };
+  constexpr bool kAux = kStagesAux<Cfg, kEp>;
   float* staging = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kStageBytes);
-  uint64_t* full =
-      reinterpret_cast<uint64_t*>(smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kConsumers * Cfg::kStagingBytes);
+  constexpr int kStagingBytes = Cfg::kStagingBytesFor(kAux);
+  unsigned char* aux_tiles = smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kConsumers * kStagingBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(aux_tiles + (kAux ? Cfg::kConsumers * Cfg::kAuxBytes : 0));
   uint64_t* empty = full + Cfg::kStages;
   // Ping-pong: mainloop_done[c] completes a phase when consumer c's warps have passed every full wait of
   // one of its units (4 arrivals, lane 0 of each warp).
   uint64_t* mainloop_done = empty + Cfg::kStages;
+  // aux_full[c]: consumer c's aux tile has landed (1 arrival, its thread 0's expect_tx, + the bytes).
+  uint64_t* aux_full = mainloop_done + Cfg::kConsumers;
 
   const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
   const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
@@ -194,6 +235,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if (Cfg::kPingPong)
       for (int c = 0; c < Cfg::kConsumers; ++c) cuda::mbarrier_init(&mainloop_done[c], Cfg::kWarpgroupThreads / 32);
+    if (kAux)
+      for (int c = 0; c < Cfg::kConsumers; ++c) cuda::mbarrier_init(&aux_full[c], 1);
     cuda::fence_mbarrier_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles run independently
@@ -239,7 +282,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // 0 or 1. Cooperative: rows [64c, 64c+64) of every unit. Ping-pong: the block's units c, c+2, ... whole.
   const int c = wg - 1;
   const int warp = tid_wg / 32, lane = tid_wg % 32;
-  float* stg = staging + c * (Cfg::kStagingBytes / 4);
+  float* stg = staging + c * (kStagingBytes / 4);
+  using Staging = std::conditional_t<kAux, SwizzledStaging128, PaddedStaging>;
+  const Staging layout = [] {
+    if constexpr (kAux) return SwizzledStaging128{};
+    else return PaddedStaging{Cfg::kCStride};
+  }();
+  // This consumer's pre-activation tile (kAux and p.aux_by_tma; split-K defers the epilogue, so never then).
+  const bool aux_by_tma = kAux && p.aux_by_tma && p.partial == nullptr;
+  const AuxTileSmem aux_tile{aux_by_tma ? aux_tiles + c * Cfg::kAuxBytes : nullptr};
+  if (aux_by_tma && tid_wg == 0) cuda::tma_prefetch_descriptor(&tmap_aux);
   // Descriptor pieces that do not depend on the stage (ptx.cuh wgmma_desc; facts in the file comment).
   constexpr uint32_t kSbo = 1024;
   constexpr uint32_t kLboA = kTransA ? Cfg::kBoxBytes : 16;  // K-major: unused (encodes as 1)
@@ -273,6 +325,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // use u + 2 of a stage while use u completes, and a parity wait cannot tell the two apart: it
       // would read the other unit's tiles (CUTLASS orders its ping-pong mainloops for this reason too).
       if (nth > 0) cuda::mbarrier_wait(&mainloop_done[1 - c], ((nth - 1) / Cfg::kConsumers) & 1);
+    }
+    // The unit's pre-activations, loaded while its products run. The tile is free again once every thread
+    // of this warpgroup is past the previous unit's epilogue: each orders its reads of it before the
+    // copy (generic then async proxy) and the barrier gathers them.
+    if (aux_by_tma) {
+      if (nth > 0) {
+        cuda::fence_proxy_async_shared();
+        cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
+      }
+      if (tid_wg == 0) {
+        unsigned char* dst = aux_tiles + c * Cfg::kAuxBytes;
+        const int row = u.m0 + rb0 * Cfg::kWgRows;  // kAux: one row block per consumer
+        cuda::mbarrier_arrive_expect_tx(&aux_full[c], Cfg::kAuxBytes);
+#pragma unroll
+        for (int j = 0; j < Cfg::kBN / kBox; ++j)
+          cuda::tma_load_2d(dst + j * Cfg::kBoxBytes, &tmap_aux, &aux_full[c], u.n0 + j * kBox, row);
+      }
     }
     const bool bias_grad = bias_grad_wanted && u.m0 == 0;
     float bias_sum = 0.0f, bias_c = 0.0f;
@@ -339,6 +408,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     constexpr int kVecPerRow = Cfg::kStageCols / 4;
     constexpr int kPassAcc = Cfg::kStageCols / 2;
     float* part = p.partial ? p.partial + static_cast<size_t>(u.split) * p.M * p.N : nullptr;
+    if (aux_by_tma) cuda::mbarrier_wait(&aux_full[c], static_cast<uint32_t>(nth) & 1);  // this unit's: phase nth
 #pragma unroll
     for (int rb = 0; rb < Cfg::kRowBlocks; ++rb) {
 #pragma unroll
@@ -348,20 +418,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int j = 0; j < kPassAcc / 4; ++j) {
           const int i = pass * kPassAcc + 4 * j;
           const int r = cuda::wgmma_acc_row(warp, lane, i), col = cuda::wgmma_acc_col(lane, i) - pass * Cfg::kStageCols;
-          *reinterpret_cast<float2*>(stg + r * Cfg::kCStride + col) = make_float2(acc[rb][i], acc[rb][i + 1]);
-          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);
+          *reinterpret_cast<float2*>(stg + layout.at(r, col)) = make_float2(acc[rb][i], acc[rb][i + 1]);
+          *reinterpret_cast<float2*>(stg + layout.at(r + 8, col)) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);
         }
         cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
+        // kAux: one row block and one pass (kAuxFits), so the staging tile's (r, c) are the aux tile's.
         finish_staged_tile<bf16, kEp, Cfg::kWgRows, kVecPerRow, Cfg::kWarpgroupThreads, Cfg::kEpilogueUnroll>(
-            stg, Cfg::kCStride, u.m0 + (rb0 + rb) * Cfg::kWgRows, u.n0 + pass * Cfg::kStageCols, p.M, p.N, part, p.ep,
-            tid_wg);
+            stg, layout, u.m0 + (rb0 + rb) * Cfg::kWgRows, u.n0 + pass * Cfg::kStageCols, p.M, p.N, part, p.ep, tid_wg,
+            aux_tile);
       }
     }
   }
 #else
   // Compiled for another architecture: this kernel is launched only where wgmma_device_ready() found
   // its sm_90a code, so this body never runs.
-  (void)tmap_a, (void)tmap_b, (void)p;
+  (void)tmap_a, (void)tmap_b, (void)tmap_aux, (void)p;
   __trap();
 #endif
 }
@@ -379,14 +450,16 @@ CUtensorMap make_tensor_map(const bf16* base, int inner, int outer, int ld) {
 }
 
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
-void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const WgmmaParams& p, int max_blocks,
-                  cudaStream_t stream) {
+void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMap& taux, WgmmaParams p,
+                  int max_blocks, cudaStream_t stream) {
   auto kernel = gemm_bf16_wgmma_tma_persistent<Cfg, kTransA, kTransB, kEp>;
-  cuda::allow_dynamic_smem(kernel, Cfg::kSmemBytes);
+  constexpr size_t smem = kSmemBytesOf<Cfg, kEp>;
+  cuda::allow_dynamic_smem(kernel, smem);
+  p.aux_by_tma = p.aux_by_tma && kStagesAux<Cfg, kEp>;
   const long units = ceil_div(p.M, Cfg::kBM) * ceil_div(p.N, Cfg::kBN) * p.splits;
   const long blocks = max_blocks > 0 ? std::min(max_blocks, sm_count()) : sm_count();
   const unsigned grid = static_cast<unsigned>(units < blocks ? units : blocks);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(ta, tb, p);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(ta, tb, taux, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -411,8 +484,8 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, const bf16* b, int M, int N, int K,
-                     bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
+void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
+                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
                      const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
                      cudaStream_t stream) {
   GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault, "gemm_bf16_wgmma needs a resolved kernel (GemmContext::hand_wgmma_kernel)");
@@ -433,6 +506,11 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, cons
   WgmmaParams p;
   p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
   p.dbias = dbias, p.dbias_partial = dbias_partial;
+  // The GELU gradient's pre-activations by TMA (the kernels that have the room, launch_wgmma) when a
+  // tensor map can describe them: a 16-byte aligned base and rows of a multiple of 8 elements.
+  p.aux_by_tma = aux_by_tma && epilogue == GemmEpilogue::kDGelu && partial == nullptr && ep.vec4 && ep.aux != nullptr &&
+                 wgmma_takes(ep.aux, ep.aux, N, N);
+  const CUtensorMap taux = p.aux_by_tma ? make_tensor_map(ep.aux, N, M, N) : ta;  // else never read
   // The configuration as a type, then the transposes and the epilogue as template arguments.
   auto with_cfg = [&](auto cfg) {
     using Cfg = decltype(cfg);
@@ -440,12 +518,18 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, const bf16* a, cons
       dispatch_bool(trans_b, [&](auto trb) {
         constexpr bool kTa = decltype(tra)::value, kTb = decltype(trb)::value;
         switch (epilogue) {
-          case GemmEpilogue::kNone: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kNone>(ta, tb, p, max_blocks, stream); break;
-          case GemmEpilogue::kBias: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBias>(ta, tb, p, max_blocks, stream); break;
-          case GemmEpilogue::kBiasGelu:
-            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, p, max_blocks, stream);
+          case GemmEpilogue::kNone:
+            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kNone>(ta, tb, taux, p, max_blocks, stream);
             break;
-          case GemmEpilogue::kDGelu: launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, p, max_blocks, stream); break;
+          case GemmEpilogue::kBias:
+            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBias>(ta, tb, taux, p, max_blocks, stream);
+            break;
+          case GemmEpilogue::kBiasGelu:
+            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, taux, p, max_blocks, stream);
+            break;
+          case GemmEpilogue::kDGelu:
+            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, taux, p, max_blocks, stream);
+            break;
         }
       });
     });

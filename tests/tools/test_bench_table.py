@@ -51,6 +51,10 @@ wgmma = write("wgmma.json", [
      "error_message": "the wgmma GEMM does not take these operands", "real_time": 0.0},
     {"name": "Gemm/bf16/hand_wgmma256/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 700.0, "real_time": 70.0},
     {"name": "Gemm/bf16/hand_wgmma_pingpong/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 720.0, "real_time": 60.0},
+    {"name": "GemmNoEpilogue/bf16/hand_wgmma/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 780.0, "real_time": 50.0},
+    {"name": "GemmNoEpilogue/bf16/hand_wgmma_pingpong/qkv/fwd/BT:8192/manual_time", "error_occurred": True,
+     "error_message": "a test error", "real_time": 0.0},
+    {"name": "GemmAuxFromGlobal/bf16/hand_wgmma/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 390.0, "real_time": 150.0},
 ])
 out = subprocess.run([sys.executable, os.path.join(repo, "tools/gpu/bench_table.py"), ceilings, kernels, wgmma],
                      capture_output=True, text=True, check=True).stdout
@@ -99,7 +103,19 @@ expect(any(l.startswith("BM_attention_backward_bf16/8/0/2") and "1.50x vs recomp
 expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt/") and "1.10x" in l for l in optin), "bias grad 99/90")
 expect(any(l.startswith("WeightBiasGrad/bf16/hand_wgmma/") and "1.25x" in l for l in optin), "wgmma bias grad 100/80")
 expect(any(l.startswith("BM_AdamWModel<bf16>/multi:1") and "2.50x" in l for l in optin), "AdamW 300/120")
+optin = optin[:optin.index("")] if "" in optin else optin
 expect(len(optin) == 10, f"10 opt-in rows, got {len(optin)}")
+# The epilogue's cost: 75 us with it, 50 without; an error row named; no GemmNoEpilogue line among the kernels.
+cost = lines[lines.index(next(l for l in lines if l.startswith("epilogue cost"))) + 1:]
+expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "1.50x" in l for l in cost), "epilogue 75/50")
+expect(any(l.startswith("Gemm/bf16/hand_wgmma_pingpong/qkv/fwd") and "a test error" in l for l in cost),
+       "an epilogue-cost error row names its error")
+cost = cost[:cost.index("")] if "" in cost else cost
+expect(len(cost) == 2 and not any(l.startswith(("GemmNoEpilogue", "GemmAuxFromGlobal")) for l in lines),
+       "2 epilogue-cost rows, no diagnosis row among the kernels")
+aux = lines[lines.index(next(l for l in lines if l.startswith("GELU gradient's pre-activations"))) + 1:]
+expect(len(aux) == 1 and aux[0].startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "2.00x" in aux[0],
+       "the pre-activations by TMA: 150 us read in the epilogue / 75 by TMA")
 
 # A benchmark step that its timeout ended leaves its JSON cut short (Google Benchmark flushes after each
 # benchmark, and a full buffer can end it inside one; the closing "]}" comes last): the benchmarks it
@@ -149,6 +165,14 @@ if len(sys.argv) > 3:
         if n.startswith("Gemm/bf16/hand"):
             ref = "Gemm/bf16/cublaslt/" + n.split("/", 3)[3]
             expect(ref in names, f"{n}: no cuBLASLt benchmark of the same shape ({ref})")
+    for n in names:
+        if n.startswith("GemmNoEpilogue/"):
+            expect("Gemm/" + n.split("/", 1)[1] in names, f"{n}: no benchmark of the product with its epilogue")
+        if n.startswith("GemmAuxFromGlobal/"):
+            expect("Gemm/" + n.split("/", 1)[1] in names, f"{n}: no benchmark of the product by TMA")
+    expect(sum(n.startswith("GemmNoEpilogue/") for n in names) == 25,
+           "25 epilogue-cost rows: 4 forward products and mlp_down dinp, for 5 kernels")
+    expect(sum(n.startswith("GemmAuxFromGlobal/") for n in names) == 2, "mlp_down dinp's A/B at both row counts")
     listed = {n: {"name": n, "real_time": 1.0} for n in names}
     paired = {optin["name"] for optin, _, _ in bt.opt_in_pairs(listed)}
     for n in names:

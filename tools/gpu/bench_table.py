@@ -84,6 +84,8 @@ def main(argv):
     lines = []
     for b in rows:
         name = b["name"]
+        if name.startswith(("GemmNoEpilogue/", "GemmAuxFromGlobal/")):  # diagnoses: the epilogue section below
+            continue
         if b.get("error_occurred"):  # SkipWithError: no counters (the wgmma GEMM off compute capability 9.0)
             lines.append(f"{name:58s} not run: {b.get('error_message', '?')}")
             continue
@@ -128,7 +130,34 @@ def main(argv):
             print(f"{optin['name']:58s} no time ({optin.get('error_message', 'missing')})")
             continue
         print(f"{optin['name']:58s} {t_def / t_opt:5.2f}x {what}")
+    epilogue_cost(by_name)
     return 0
+
+
+# Diagnosis rows: the same product as a Gemm/ row, run another way; the table prints time(row) / time(Gemm/ row)
+# or its inverse, as the heading says.
+DIAGNOSES = [
+    ("GemmNoEpilogue/", False, "epilogue cost (time with the epilogue / time without it; 1.00x: the epilogue is free)"),
+    ("GemmAuxFromGlobal/", True, "GELU gradient's pre-activations by TMA during the products (time when the epilogue "
+     "reads them / time by TMA; > 1.00x: TMA is faster)"),
+]
+
+
+def epilogue_cost(by_name):
+    for prefix, inverse, heading in DIAGNOSES:
+        pairs = [(b, by_name.get(name.replace(prefix, "Gemm/", 1)))
+                 for name, b in by_name.items() if name.startswith(prefix)]
+        if not pairs:
+            continue
+        print(f"\n{heading}")
+        for other, gemm in pairs:
+            t_other, t_gemm = other.get("real_time"), gemm.get("real_time") if gemm else None
+            name = other["name"].replace(prefix, "Gemm/", 1)
+            if other.get("error_occurred") or not gemm or gemm.get("error_occurred") or not t_other or not t_gemm:
+                why = other.get("error_message") or (gemm or {}).get("error_message", "missing")
+                print(f"{name:58s} no time ({why})")
+                continue
+            print(f"{name:58s} {(t_other / t_gemm if inverse else t_gemm / t_other):5.2f}x")
 
 
 # (opt-in name pattern, how to name its default, what the default is)

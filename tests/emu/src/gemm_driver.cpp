@@ -252,6 +252,7 @@ Result run_case(const Case& g, uint32_t seed) {
   emu::clear_globals();
   emu::register_global(a.data(), in.a.size() * 2);
   emu::register_global(b.data(), in.b.size() * 2);
+  if (g.ep == GemmEpilogue::kDGelu) emu::register_global(aux.data(), mn * 2);  // the 128x128 kernel's TMA reads it
   const int lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
   if (!gd::wgmma_takes(a.data(), b.data(), lda, ldb)) {
     printf("SKIP %s: TMA cannot describe it (the launcher would fall back to mma.sync)\n", g.str().c_str());
@@ -271,7 +272,7 @@ Result run_case(const Case& g, uint32_t seed) {
   // sums into the bias scratch, which bias_backward_add_chunks adds into it in split order.
   Dev<bf16> dbias(in.dbias0);
   Dev<float> dbias_ws(std::vector<float>(g.bias_grad && used > 1 ? static_cast<size_t>(used) * g.N : 0, kNaN), kNaN);
-  gd::gemm_bf16_wgmma(g.kernel, 0, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
+  gd::gemm_bf16_wgmma(g.kernel, 0, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
                       used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
                       g.bias_grad && used == 1 ? dbias.data() : nullptr,
                       g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);

@@ -14,6 +14,12 @@
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
 // and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
 //   WeightBiasGrad/bf16/<hand|hand_unfused|cublaslt|cublaslt_unfused>/<layer>/BT:<rows>
+// What the epilogue costs: the products that have one (forward: bias, bias+GELU; mlp_down dinp: the GELU
+// gradient) again without it, at 8192 rows, for every kernel; phase A's table prints the time ratio.
+//   GemmNoEpilogue/bf16/<kernel>/<layer>/<fwd|dinp>/BT:8192
+// The 128x128 wgmma kernel's GELU-gradient epilogue with the pre-activations read in the epilogue instead of
+// loaded by TMA during the products (the test hook wgmma_aux_from_global): the A/B of that tile.
+//   GemmAuxFromGlobal/bf16/hand_wgmma/mlp_down/dinp/BT:<rows>
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -119,14 +125,17 @@ Product product_for(const Layer& l, Pass p, int rows) {
 }
 
 // wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
+// strip_epilogue: the same product with GemmEpilogue::kNone (GemmNoEpilogue rows); aux_from_global: the
+// test hook wgmma_aux_from_global (GemmAuxFromGlobal rows).
 void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, Layer layer, Pass pass,
-             int rows) try {
+             int rows, bool strip_epilogue, bool aux_from_global) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
     return;
   }
-  const Product p = product_for(layer, pass, rows);
+  Product p = product_for(layer, pass, rows);
+  if (strip_epilogue) p.ep = k::GemmEpilogue::kNone;
   const size_t mn = static_cast<size_t>(p.M) * p.N;
   auto a = random_device(static_cast<size_t>(p.M) * p.K, 1), b = random_device(static_cast<size_t>(p.K) * p.N, 2);
   auto c = random_device(mn, 3);
@@ -138,6 +147,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
   if (wgmma) {
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
     ctx.test_hooks().wgmma_kernel = wgmma_kernel;
+    ctx.test_hooks().wgmma_aux_from_global = aux_from_global;
     if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
       return;
@@ -216,20 +226,29 @@ const bool kRegistered = [] {
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers)
       for (Pass pass : {Pass::kFwd, Pass::kDinp, Pass::kDw})
-        for (int v = 0; v < 5; ++v) {
-          using W = k::GemmWgmmaKernel;
-          const k::GemmBackend be = v == 4 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
-          const W wk = v == 1 ? W::k128x128 : v == 2 ? W::k128x256 : v == 3 ? W::k128x128PingPong : W::kDefault;
-          const std::string kernel = v == 1   ? "hand_wgmma"
-                                     : v == 2 ? "hand_wgmma256"
-                                     : v == 3 ? "hand_wgmma_pingpong"
-                                              : name_of(be);
-          const std::string name =
-              "Gemm/bf16/" + kernel + "/" + l.name + "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
-          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows)
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond);
-        }
+        for (int v = 0; v < 5; ++v)
+          for (bool strip : {false, true}) {
+            if (strip && (rows != 8192 || product_for(l, pass, rows).ep == k::GemmEpilogue::kNone)) continue;
+            using W = k::GemmWgmmaKernel;
+            const k::GemmBackend be = v == 4 ? k::GemmBackend::kCublasLt : k::GemmBackend::kHand;
+            const W wk = v == 1 ? W::k128x128 : v == 2 ? W::k128x256 : v == 3 ? W::k128x128PingPong : W::kDefault;
+            const std::string kernel = v == 1   ? "hand_wgmma"
+                                       : v == 2 ? "hand_wgmma256"
+                                       : v == 3 ? "hand_wgmma_pingpong"
+                                                : name_of(be);
+            const std::string name = std::string(strip ? "GemmNoEpilogue" : "Gemm") + "/bf16/" + kernel + "/" +
+                                     l.name + "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
+            benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows, strip, false)
+                ->UseManualTime()
+                ->Unit(benchmark::kMicrosecond);
+          }
+  for (int rows : {8192, 65536}) {
+    const std::string name = "GemmAuxFromGlobal/bf16/hand_wgmma/mlp_down/dinp/BT:" + std::to_string(rows);
+    benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k::GemmBackend::kHand, k::GemmWgmmaKernel::k128x128,
+                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, true)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   struct WbVariant {
     const char* name;
     k::GemmBackend be;
