@@ -21,12 +21,14 @@
 //    gradient, C +=), or writes split-K partials: the same arithmetic and rounding as the mma.sync
 //    kernel's epilogue.
 //  * The bias gradient fused into a weight gradient (A transposed, B not, no epilogue: dW += inp^T dout
-//    with dbias += dout's column sums): on the units of row tile 0, consumer thread st sums column st of
-//    every B stage (all 128 columns by consumer 0 of the 128x128 cooperative kernel, the 256 of 128x256
-//    by both, the unit's consumer in ping-pong), after the stage's wgmma are issued and before it is
-//    released, one fp32 sum per k-step added with Kahan's compensation (gemm_common.cuh; the mma.sync
-//    kernel's arithmetic). 64 shared loads a stage against ~500 cycles of tensor work per 128 columns:
-//    hidden behind the products in flight.
+//    with dbias += dout's column sums): on the units of row tile 0, every consumer thread of the unit sums
+//    a pair of columns over a slice of the K rows of each B stage (WgmmaTile::kBiasGroups slices), after
+//    the stage's wgmma are issued and before it is released, one fp32 sum per k-step added with Kahan's
+//    compensation; at the unit's end the slices' sums are added in slice order through shared memory.
+//    16-32 bf16x2 shared loads per thread and stage, in 4 chains, against ~700 cycles of tensor work per
+//    128 x 128 x 64 stage: hidden behind the products in flight. (The first version, consumer 0 alone
+//    summing one column per thread over all 64 rows, 64 dependent loads a stage, ran the fused weight and
+//    bias gradient at 0.71-0.92x of the GEMM plus the separate bias kernel on the H100, 2026-11-27.)
 //
 // NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
 // GPT2_GEMM_SM90 or the test hooks (gemm_cuda.hpp GemmHandPath, GemmWgmmaKernel).
@@ -119,8 +121,12 @@ struct WgmmaTile {
   static constexpr int kBarrierBytes = (2 * kStages + 2 * kConsumers) * 8;  // full, empty, mainloop_done, aux_full
   static constexpr int kAlign = 1024;  // swizzle atoms must start 1024-aligned (descriptor base offset 0)
   static constexpr size_t kSmemBytesFor(bool aux) {
-    return kAlign + kStages * kStageBytes + kConsumers * kStagingBytesFor(aux) + (aux ? kConsumers * kAuxBytes : 0) +
-           kBarrierBytes;
+    return kAlign + kStages * kStageBytes + kConsumers * kStagingBytesFor(aux) + kExtraBytes(aux) + kBarrierBytes;
+  }
+  // After the staging: the aux tiles (kDGelu) or the bias slices' sums (the bias-gradient kernels), never
+  // both (the bias gradient rides only on kernels without an epilogue).
+  static constexpr int kExtraBytes(bool aux) {
+    return aux ? kConsumers * kAuxBytes : (kPingPong ? kConsumers : 1) * kBiasBytes;
   }
   static constexpr size_t kSmemBytes = kSmemBytesFor(kAuxFits);
   static_assert(kBN == 128 || kBN == 256, "wgmma tiles are 128x128 or 128x256");
@@ -130,7 +136,19 @@ struct WgmmaTile {
   static_assert(kBN % kStageCols == 0, "whole staging passes");
   static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0 && kBoxBytes % kAlign == 0, "1024-aligned boxes");
   static_assert(kStageCols == 128, "SwizzledStaging128");
-  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
+  // The fused bias gradient (file comment): the unit's consumer threads, one column pair and one slice of
+  // kBiasRows K rows each; their per-slice sums meet in kBiasBytes of shared memory per consumer that
+  // takes a unit whole (ping-pong) or for the block (cooperative), on named barrier 3 (cooperative: both
+  // consumers) or the consumer's own 1 + c.
+  static constexpr int kBiasThreads = kUnitConsumers * kWarpgroupThreads;
+  static constexpr int kBiasPairs = kBN / 2;
+  static constexpr int kBiasGroups = kBiasThreads / kBiasPairs;
+  static constexpr int kBiasRows = kBK / kBiasGroups;
+  static constexpr int kBiasBytes = kBiasGroups * kBN * 4;
+  static_assert(kBiasThreads % kBiasPairs == 0 && kBK % kBiasGroups == 0 && kBiasRows % 8 == 0,
+                "whole slices of whole swizzle atoms (8 rows)");
+  static_assert(kSmemBytes <= 227 * 1024 && kSmemBytesFor(false) <= 227 * 1024,
+                "fits the sm_90 shared-memory limit per block");
 };
 
 // Shared memory of one kernel: the aux tiles only where the epilogue reads them (kDGelu) and they fit.
@@ -189,19 +207,25 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int 
   return u;
 }
 
-// Column n of a stage's MN-major B tile (kTransB false) summed over its kBK K rows, in K order: box
-// n / 64 holds 64 columns, each K row 128 bytes of it whose 16-byte chunks are swizzled with the row (the
-// TMA 128-byte swizzle: chunk XOR row % 8, boxes 1024-aligned, as the file comment says).
-// Even and odd rows in two chains: half the dependent adds in a row.
+// Columns 2 pair and 2 pair + 1 of a stage's MN-major B tile (kTransB false) summed over its K rows
+// [slice * kBiasRows, (slice + 1) * kBiasRows), in K order: box n / 64 holds 64 columns, each K row 128
+// bytes of it whose 16-byte chunks are swizzled with the row (the TMA 128-byte swizzle: chunk XOR row % 8,
+// boxes 1024-aligned, as the file comment says). A warp's 32 pairs are one 128-byte row: one wavefront per
+// load. Even and odd rows in two chains per column: four independent chains of adds.
 template <class Cfg>
-__device__ __forceinline__ float b_column_sum(const unsigned char* b_tile, int n) {
-  const unsigned char* box = b_tile + (n / kBox) * Cfg::kBoxBytes;
+__device__ __forceinline__ float2 b_pair_sum(const unsigned char* b_tile, int pair, int slice) {
+  const int n = 2 * pair;
+  const unsigned char* rows = b_tile + (n / kBox) * Cfg::kBoxBytes + slice * Cfg::kBiasRows * 128;
   const int chunk = (n % kBox) / 8, byte = (n % 8) * 2;
-  float t[2] = {0.0f, 0.0f};
-#pragma unroll 8
-  for (int r = 0; r < Cfg::kBK; ++r)
-    t[r % 2] += __bfloat162float(*reinterpret_cast<const bf16*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte));
-  return t[0] + t[1];
+  float2 t[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+#pragma unroll
+  for (int r = 0; r < Cfg::kBiasRows; ++r) {  // slices start on a swizzle atom: the row's swizzle is r % 8
+    const float2 v =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rows + r * 128 + ((chunk ^ (r % 8)) * 16) + byte));
+    t[r % 2].x += v.x;
+    t[r % 2].y += v.y;
+  }
+  return make_float2(t[0].x + t[1].x, t[0].y + t[1].y);
 }
 
 template <class Cfg, bool kTransA, bool kTransB, GemmEpilogue kEp>
@@ -218,7 +242,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float* staging = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kStageBytes);
   constexpr int kStagingBytes = Cfg::kStagingBytesFor(kAux);
   unsigned char* aux_tiles = smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kConsumers * kStagingBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(aux_tiles + (kAux ? Cfg::kConsumers * Cfg::kAuxBytes : 0));
+  float* bias_slices = reinterpret_cast<float*>(aux_tiles);  // the same room: the kernels without kAux
+  uint64_t* full = reinterpret_cast<uint64_t*>(aux_tiles + Cfg::kExtraBytes(kAux));
   uint64_t* empty = full + Cfg::kStages;
   // Ping-pong: mainloop_done[c] completes a phase when consumer c's warps have passed every full wait of
   // one of its units (4 arrivals, lane 0 of each warp).
@@ -301,10 +326,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Row block rb of this warpgroup is the tile's row block rb0 + rb: 64 rows of A, the next 64 rows of a
   // K-major tile (64 x 128 bytes) or the next box of an MN-major one, 8 KB in either case.
   const int rb0 = Cfg::kPingPong ? 0 : c;
-  // The fused bias gradient (WgmmaParams::dbias): this thread sums column st of the unit's B stages.
+  // The fused bias gradient (WgmmaParams::dbias): this thread sums column pair bias_pair of the unit's B
+  // stages over K slice bias_slice.
   constexpr bool kCanBiasGrad = kTransA && !kTransB && kEp == GemmEpilogue::kNone;
-  const int st = (Cfg::kPingPong ? 0 : c) * Cfg::kWarpgroupThreads + tid_wg;
-  const bool bias_grad_wanted = kCanBiasGrad && (p.dbias != nullptr || p.dbias_partial != nullptr) && st < Cfg::kBN;
+  const int bias_thread = (Cfg::kPingPong ? 0 : c) * Cfg::kWarpgroupThreads + tid_wg;
+  const int bias_pair = bias_thread % Cfg::kBiasPairs, bias_slice = bias_thread / Cfg::kBiasPairs;
+  const bool bias_grad_wanted = kCanBiasGrad && (p.dbias != nullptr || p.dbias_partial != nullptr);
+  float* my_bias_slices = bias_slices + (Cfg::kPingPong ? c * (Cfg::kBiasBytes / 4) : 0);
+  const int bias_barrier = Cfg::kPingPong ? 1 + c : 3;
 
   float acc[Cfg::kRowBlocks][Cfg::kAcc];
 #pragma unroll
@@ -343,8 +372,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           cuda::tma_load_2d(dst + j * Cfg::kBoxBytes, &tmap_aux, &aux_full[c], u.n0 + j * kBox, row);
       }
     }
-    const bool bias_grad = bias_grad_wanted && u.m0 == 0;
-    float bias_sum = 0.0f, bias_c = 0.0f;
+    const bool bias_grad = bias_grad_wanted && u.m0 == 0;  // the same for all of the unit's threads
+    float2 bias_sum = make_float2(0.0f, 0.0f), bias_c = make_float2(0.0f, 0.0f);
     for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
       const int s = static_cast<int>(it % Cfg::kStages);
       cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
@@ -376,9 +405,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
-      // While the products run: this stage's column sum (the stage is released one k-step later).
+      // While the products run: this stage's column sums (the stage is released one k-step later).
       if constexpr (kCanBiasGrad) {
-        if (bias_grad) kahan_add(bias_sum, bias_c, b_column_sum<Cfg>(stage_b(s), st));
+        if (bias_grad) {
+          const float2 part = b_pair_sum<Cfg>(stage_b(s), bias_pair, bias_slice);
+          kahan_add(bias_sum.x, bias_c.x, part.x);
+          kahan_add(bias_sum.y, bias_c.y, part.y);
+        }
       }
       // The previous k-step's group is complete: its stage can be refilled. (The column sums read it
       // with every lane: __syncwarp orders their loads before lane 0's release.)
@@ -398,8 +431,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (bias_grad) __syncwarp();
     }
     if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+    // The slices' sums, added in slice order by the threads of slice 0. The second barrier keeps the room
+    // until they have read it (the next unit of row tile 0 writes it again).
     if constexpr (kCanBiasGrad) {
-      if (bias_grad) store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + st, bias_sum);
+      if (bias_grad) {
+        *reinterpret_cast<float2*>(my_bias_slices + bias_slice * Cfg::kBN + 2 * bias_pair) = bias_sum;
+        cuda::named_barrier_sync(bias_barrier, Cfg::kBiasThreads);
+        if (bias_slice == 0) {
+          float2 total = make_float2(0.0f, 0.0f);
+#pragma unroll
+          for (int g = 0; g < Cfg::kBiasGroups; ++g) {
+            const float2 v = *reinterpret_cast<const float2*>(my_bias_slices + g * Cfg::kBN + 2 * bias_pair);
+            total.x += v.x;
+            total.y += v.y;
+          }
+          store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + 2 * bias_pair, total.x);
+          store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + 2 * bias_pair + 1, total.y);
+        }
+        cuda::named_barrier_sync(bias_barrier, Cfg::kBiasThreads);
+      }
     }
 
     // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced), 64 rows
