@@ -47,9 +47,10 @@ struct RowLaunch {
 // parameter so the row array stays in registers; these are the instantiated values.
 constexpr int kMaxPacksPerLane = 16;
 
-// Backward, fast path. Each warp owns 2*C floats of shared memory (its dweight and dbias partials),
-// so a block needs kWarps * 8 * C bytes: 48 KiB at C = 768 (4 blocks per H100 SM), 100 KiB at
-// C = 1600 (2 per SM), 128 KiB at C = 2048, the largest C taken on this path (A100 allows 163 KiB).
+// Backward, fast path. Each warp owns 2 x (packs per lane x 32 x V) floats of shared memory (its dweight
+// and dbias partials; bwd_smem_bytes), so a block needs kWarps * 8 * C bytes with C rounded up to the
+// instantiated packs per lane: 48 KiB at C = 768, 128 KiB at C = 1600 and 2048, the largest C taken on
+// this path (A100 allows 163 KiB).
 struct BwdLaunch {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
@@ -287,12 +288,31 @@ __global__ void __launch_bounds__(kApplyThreads)
 
 // ---- backward ----------------------------------------------------------------------------------
 
-// Where lane `lane`'s element e of its k-th pack keeps its running dweight (or dbias) sum inside its
-// warp's C-float slice: lanes are adjacent for every (k, e), so the 32 lanes hit 32 different banks.
-// Group k holds the packs 32k .. 32k+n-1 (n = 32, or fewer in the last group), V elements each.
-__device__ __forceinline__ int acc_slot(int k, int e, int lane, int P, int V) {
-  const int n = min(kWarpSize, P - k * kWarpSize);
-  return k * kWarpSize * V + e * n + lane;
+// Where lane `lane`'s element e of its k-th pack (channel (32 k + lane) V + e) keeps its running dweight
+// (or dbias) sum inside its warp's slice of kPacks * 32 * V floats: (k V + e) 32 + lane. The 32 lanes are
+// adjacent for every (k, e) (32 different banks), and the offset of (k, e) is a constant, so the unrolled
+// loops address shared memory from one register (a slice rounded up to whole groups of 32 packs; the
+// slots of packs past C / V are never used).
+template <int V>
+__device__ __forceinline__ int acc_slot(int k, int e, int lane) {
+  return (k * V + e) * kWarpSize + lane;
+}
+// Floats of one warp's dweight (or dbias) slice, and the fast kernel's shared memory.
+template <class T>
+constexpr int bwd_slice_floats(int packs) {
+  return packs * kWarpSize * (16 / static_cast<int>(sizeof(T)));
+}
+template <class T>
+constexpr size_t bwd_smem_bytes(int packs) {
+  return static_cast<size_t>(BwdLaunch::kWarps) * 2 * bwd_slice_floats<T>(packs) * sizeof(float);
+}
+
+// Hides a pack's value from the optimiser (an empty asm that "changes" its four words): what was derived
+// from it before must be derived again.
+template <class T>
+__device__ __forceinline__ void opaque(Packed128<T>& p) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&p);
+  asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
 }
 
 // One warp per row for dinp (row in registers); dweight/dbias accumulated per warp in shared
@@ -304,11 +324,12 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                                    const float* mean, const float* rstd, int N, int C, int rows_per_block) {
   constexpr int V = Packed128<T>::kSize;
-  extern __shared__ float acc_shared[];  // [kWarps][2][C]
+  constexpr int kSlice = bwd_slice_floats<T>(kPacks);
+  extern __shared__ float acc_shared[];  // [kWarps][2][kSlice]
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int P = C / V;
-  float* acc_dw = acc_shared + static_cast<size_t>(warp) * 2 * C;
-  float* acc_db = acc_dw + C;
+  float* acc_dw = acc_shared + static_cast<size_t>(warp) * 2 * kSlice;
+  float* acc_db = acc_dw + kSlice;
 
   // Each lane zeroes the slots only it will touch: no barrier needed before the row loop.
 #pragma unroll
@@ -316,7 +337,7 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
     if (lane + k * kWarpSize < P) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const int slot = acc_slot(k, e, lane, P, V);
+        const int slot = acc_slot<V>(k, e, lane);
         acc_dw[slot] = 0.0f;
         acc_db[slot] = 0.0f;
       }
@@ -328,14 +349,25 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
   for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
     const size_t off = static_cast<size_t>(row) * C;
     const float m = mean[row], s = rstd[row];
-    Packed128<T> d[kPacks], x[kPacks];
-    float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+    // Every load of the row goes out at once: dout, inp and the residual gradient it adds into, so the
+    // row waits for memory once. (Loading the residual gradient after the first loop made it twice, at
+    // 117 registers and 2 blocks an SM: the H100 measured 74% of copy bandwidth at 65536 rows and 49% at
+    // 8192, 2026-11-27.)
+    Packed128<T> d[kPacks], x[kPacks], di[kPacks];
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = lane + k * kWarpSize;
       if (p < P) {
         d[k] = load128cs(dout + off + p * V);
         x[k] = load128cs(inp + off + p * V);
+        di[k] = load128(dinp + off + p * V);
+      }
+    }
+    float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = lane + k * kWarpSize;
+      if (p < P) {
         const Packed128<T> w = load128(weight + p * V);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
@@ -346,17 +378,17 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
         }
       }
     }
-    // The residual gradient this row adds into: its loads go out now, before the two warp reductions,
-    // so their latency hides behind the shuffles instead of following them (the registers are needed
-    // until the stores below either way).
-    Packed128<T> di[kPacks];
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + k * kWarpSize;
-      if (p < P) di[k] = load128(dinp + off + p * V);
-    }
     const float dn_mean = warp_sum(dn_sum) / C;
     const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
+    // The row's fp32 values are converted again below rather than kept from the loop above: kept through
+    // the reductions, they took ptxas (nvcc 13.0, sm_90) to 124 registers at C = 768 bf16, 2 blocks of 8
+    // warps an SM; converted again, 80 registers and 3 blocks. The empty asm makes the packs opaque, so
+    // the first conversions cannot be reused.
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      opaque(d[k]);
+      opaque(x[k]);
+    }
 
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -370,7 +402,7 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
           const float xhat = (to_f32(x[k][e]) - m) * s;
           const float dn = to_f32(w[e]) * g;
           o[e] = from_f32<T>(to_f32(di[k][e]) + (dn - dn_mean - xhat * dn_xhat_mean) * s);
-          const int slot = acc_slot(k, e, lane, P, V);
+          const int slot = acc_slot<V>(k, e, lane);
           acc_dw[slot] += xhat * g;
           acc_db[slot] += g;
         }
@@ -380,16 +412,17 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
   }
   __syncthreads();
 
+  // Slot order (lanes fastest): conflict-free reads of the warps' slices.
   float* part = partials + static_cast<size_t>(blockIdx.x) * 2 * C;
-  for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
-    const int which = j < C ? 0 : 1;  // 0: dweight, 1: dbias
-    const int c = j - which * C;
-    const int p = c / V;
-    const int slot = which * C + acc_slot(p / kWarpSize, c % V, p % kWarpSize, P, V);
+  for (int j = threadIdx.x; j < 2 * kSlice; j += blockDim.x) {
+    const int which = j / kSlice, slot = j % kSlice;  // which 0: dweight, 1: dbias
+    const int l = slot % kWarpSize, e = (slot / kWarpSize) % V, k = slot / (kWarpSize * V);
+    const int c = (k * kWarpSize + l) * V + e;
+    if (c >= C) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * C + slot];
-    part[j] = sum;
+    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * kSlice + j];
+    part[which * C + c] = sum;
   }
 }
 
@@ -533,11 +566,11 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
       C % V == 0 && C <= BwdLaunch::kMaxC && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
   if (vec) {
     const int packs_per_lane = static_cast<int>(ceil_div(C / V, kWarpSize));
-    const size_t smem = static_cast<size_t>(BwdLaunch::kWarps) * 2 * C * sizeof(float);
     // C <= kMaxC: at most kMaxC / (32 V) packs per lane (8 for bf16, 16 for fp32).
     constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
     with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
       auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
+      const size_t smem = bwd_smem_bytes<T>(decltype(packs)::value);
       cuda::allow_dynamic_smem(kernel, smem);
       kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
                                                                  part.rows_per_block);
