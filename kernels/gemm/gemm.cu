@@ -734,11 +734,12 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       // The split factor of the wgmma model (gemm_hand_splits), with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
-      gemm_detail::gemm_bf16_wgmma(ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks,
-                                   !ctx.test_hooks().wgmma_aux_from_global, a, b, M, N, K, trans_a, trans_b,
-                                   k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
-                                   used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
-                                   used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
+      const bool aux_by_tma = gemm_detail::gemm_bf16_wgmma(
+          ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks, !ctx.test_hooks().wgmma_aux_from_global, a, b,
+          M, N, K, trans_a, trans_b, k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
+          used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
+          used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
+      if (aux_by_tma) ++ctx.test_hooks().wgmma_aux_tma_launches;
     }
 #endif
   } else {

@@ -70,6 +70,7 @@ struct GemmTestHooks {
   // wgmma 128x128 kDGelu: the epilogue reads the pre-activations from global memory, as the other wgmma
   // kernels do, instead of TMA loading them while the products run (the benchmarks' A/B of that tile)
   bool wgmma_aux_from_global = false;
+  int wgmma_aux_tma_launches = 0;  // out: wgmma launches that loaded the pre-activations by TMA (tests count them)
 };
 
 // The hand backend's wgmma kernel can run here: the binary holds its sm_90a code (CUDA architectures

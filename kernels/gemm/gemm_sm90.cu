@@ -20,6 +20,10 @@
 //    at a time, and finishes them with the hand backend's apply_epilogue4 (bias, bias+GELU, GELU
 //    gradient, C +=), or writes split-K partials: the same arithmetic and rounding as the mma.sync
 //    kernel's epilogue.
+//  * The GELU gradient's pre-activations (128x128 kernels): each consumer's thread 0 loads its rows of the
+//    unit with TMA when the consumer starts it, on the consumer's aux_full barrier, so the load runs under
+//    the products and the epilogue reads shared memory (WgmmaTile::kAuxFits says where they fit; read
+//    from global memory in the epilogue they cost the H100's mlp_down input gradient 44% of cuBLASLt).
 //  * The bias gradient fused into a weight gradient (A transposed, B not, no epilogue: dW += inp^T dout
 //    with dbias += dout's column sums): on the units of row tile 0, every consumer thread of the unit sums
 //    a pair of columns over a slice of the K rows of each B stage (WgmmaTile::kBiasGroups slices), after
@@ -114,14 +118,22 @@ struct WgmmaTile {
   static constexpr int kCStride = kStageCols + 8;
   static constexpr int kStagingBytesFor(bool aux) { return kWgRows * (aux ? kStageCols : kCStride) * 4; }
   // The GELU gradient's pre-activations (kDGelu), read by TMA while the products run: each consumer loads
-  // its own 64 x kBN tile. Only the cooperative 128x128 kernel has the room (225 of 227 KiB with its 4
-  // stages); the others read them from global memory in the epilogue.
-  static constexpr bool kAuxFits = !kPingPong && kBN == 128;
-  static constexpr int kAuxBytes = kWgRows * kBN * 2;  // per consumer: kBN / 64 boxes of 64 x 64
+  // its own rows of the unit (64 x 128 cooperative, 128 x 128 ping-pong) as kAuxRowBlocks x 2 boxes of
+  // 64 x 64. The 128x128 kernels have the room: cooperative 225 of 227 KiB with its 4 stages, ping-pong
+  // 225 KiB with 3 (kStagesFor). 128x256 would need 64 KB beside its 3 stages of 48: it reads them from
+  // global memory in the epilogue.
+  static constexpr bool kAuxFits = kBN == 128;
+  static constexpr int kAuxRowBlocks = kRowBlocks;
+  static constexpr int kAuxBoxes = kAuxRowBlocks * (kBN / kBox);
+  static constexpr int kAuxBytes = kAuxBoxes * kBox * kBox * 2;  // per consumer
+  // Stages with the aux tiles: ping-pong gives one up for them (two in flight while one is consumed, as
+  // the 128x256 kernel has).
+  static constexpr int kStagesFor(bool aux) { return aux && kPingPong ? 3 : kStages; }
   static constexpr int kBarrierBytes = (2 * kStages + 2 * kConsumers) * 8;  // full, empty, mainloop_done, aux_full
   static constexpr int kAlign = 1024;  // swizzle atoms must start 1024-aligned (descriptor base offset 0)
   static constexpr size_t kSmemBytesFor(bool aux) {
-    return kAlign + kStages * kStageBytes + kConsumers * kStagingBytesFor(aux) + kExtraBytes(aux) + kBarrierBytes;
+    return kAlign + kStagesFor(aux) * kStageBytes + kConsumers * kStagingBytesFor(aux) + kExtraBytes(aux) +
+           kBarrierBytes;
   }
   // After the staging: the aux tiles (kDGelu) or the bias slices' sums (the bias-gradient kernels), never
   // both (the bias gradient rides only on kernels without an epilogue).
@@ -239,22 +251,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageBytes + Cfg::kABytes; };
   constexpr bool kAux = kStagesAux<Cfg, kEp>;
-  float* staging = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kStageBytes);
+  constexpr int kStages = Cfg::kStagesFor(kAux);
+  float* staging = reinterpret_cast<float*>(smem + kStages * Cfg::kStageBytes);
   constexpr int kStagingBytes = Cfg::kStagingBytesFor(kAux);
-  unsigned char* aux_tiles = smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kConsumers * kStagingBytes;
+  unsigned char* aux_tiles = smem + kStages * Cfg::kStageBytes + Cfg::kConsumers * kStagingBytes;
   float* bias_slices = reinterpret_cast<float*>(aux_tiles);  // the same room: the kernels without kAux
   uint64_t* full = reinterpret_cast<uint64_t*>(aux_tiles + Cfg::kExtraBytes(kAux));
-  uint64_t* empty = full + Cfg::kStages;
+  uint64_t* empty = full + kStages;
   // Ping-pong: mainloop_done[c] completes a phase when consumer c's warps have passed every full wait of
   // one of its units (4 arrivals, lane 0 of each warp).
-  uint64_t* mainloop_done = empty + Cfg::kStages;
+  uint64_t* mainloop_done = empty + kStages;
   // aux_full[c]: consumer c's aux tile has landed (1 arrival, its thread 0's expect_tx, + the bytes).
   uint64_t* aux_full = mainloop_done + Cfg::kConsumers;
 
   const int wg = threadIdx.x / Cfg::kWarpgroupThreads;
   const int tid_wg = threadIdx.x % Cfg::kWarpgroupThreads;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       cuda::mbarrier_init(&full[s], 1);
       cuda::mbarrier_init(&empty[s], Cfg::kUnitConsumers * Cfg::kWarpgroupThreads / 32);
     }
@@ -279,8 +292,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const Unit u = decode_unit<Cfg>(p, unit, tiles_m, tiles_n);
       for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
-        const int s = static_cast<int>(it % Cfg::kStages);
-        cuda::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
+        const int s = static_cast<int>(it % kStages);
+        cuda::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
         cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
         const int k0 = u.k_begin + kt * Cfg::kBK;
         // Coordinates are {inner, outer}: K-major operands have K inner, MN-major ones M or N.
@@ -315,7 +328,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }();
   // This consumer's pre-activation tile (kAux and p.aux_by_tma; split-K defers the epilogue, so never then).
   const bool aux_by_tma = kAux && p.aux_by_tma && p.partial == nullptr;
-  const AuxTileSmem aux_tile{aux_by_tma ? aux_tiles + c * Cfg::kAuxBytes : nullptr};
+  // Row block rb of it: kBN / 64 boxes.
+  auto aux_tile_rows = [&](int rb) { return aux_tiles + c * Cfg::kAuxBytes + rb * (Cfg::kBN / kBox) * Cfg::kBoxBytes; };
   if (aux_by_tma && tid_wg == 0) cuda::tma_prefetch_descriptor(&tmap_aux);
   // Descriptor pieces that do not depend on the stage (ptx.cuh wgmma_desc; facts in the file comment).
   constexpr uint32_t kSbo = 1024;
@@ -358,25 +372,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // The unit's pre-activations, loaded while its products run. The tile is free again once every thread
     // of this warpgroup is past the previous unit's epilogue: each orders its reads of it before the
     // copy (generic then async proxy) and the barrier gathers them.
+    // own: this warpgroup's units so far (ping-pong: every other unit of the block).
+    const int own = Cfg::kPingPong ? nth / Cfg::kConsumers : nth;
     if (aux_by_tma) {
-      if (nth > 0) {
+      if (own > 0) {
         cuda::fence_proxy_async_shared();
         cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
       }
       if (tid_wg == 0) {
-        unsigned char* dst = aux_tiles + c * Cfg::kAuxBytes;
-        const int row = u.m0 + rb0 * Cfg::kWgRows;  // kAux: one row block per consumer
         cuda::mbarrier_arrive_expect_tx(&aux_full[c], Cfg::kAuxBytes);
 #pragma unroll
-        for (int j = 0; j < Cfg::kBN / kBox; ++j)
-          cuda::tma_load_2d(dst + j * Cfg::kBoxBytes, &tmap_aux, &aux_full[c], u.n0 + j * kBox, row);
+        for (int rb = 0; rb < Cfg::kAuxRowBlocks; ++rb)
+#pragma unroll
+          for (int j = 0; j < Cfg::kBN / kBox; ++j)
+            cuda::tma_load_2d(aux_tile_rows(rb) + j * Cfg::kBoxBytes, &tmap_aux, &aux_full[c], u.n0 + j * kBox,
+                              u.m0 + (rb0 + rb) * Cfg::kWgRows);
       }
+      __syncwarp();  // warp 0 whole again before the wgmma (.aligned) that follow
     }
     const bool bias_grad = bias_grad_wanted && u.m0 == 0;  // the same for all of the unit's threads
     float2 bias_sum = make_float2(0.0f, 0.0f), bias_c = make_float2(0.0f, 0.0f);
     for (int kt = 0; kt < u.k_tiles; ++kt, ++it) {
-      const int s = static_cast<int>(it % Cfg::kStages);
-      cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
+      const int s = static_cast<int>(it % kStages);
+      cuda::mbarrier_wait(&full[s], (it / kStages) & 1);
       const uint32_t a_base = cuda::smem_u32(stage_a(s)) + static_cast<uint32_t>(rb0 * Cfg::kBoxBytes);
       const uint32_t b_base = cuda::smem_u32(stage_b(s));
       cuda::wgmma_fence();  // the accumulators were last touched by ordinary instructions (the epilogue)
@@ -417,9 +435,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // with every lane: __syncwarp orders their loads before lane 0's release.)
       cuda::wgmma_wait_group<1>();
       if constexpr (kCanBiasGrad) {
-        if (bias_grad) __syncwarp();
+        if (bias_grad) {  // this warp's reads of the stage, before TMA may refill it (as for the aux tile)
+          cuda::fence_proxy_async_shared();
+          __syncwarp();
+        }
       }
-      if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+      if (kt > 0 && lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % kStages]);
     }
     if (Cfg::kPingPong && lane == 0) cuda::mbarrier_arrive(&mainloop_done[c]);  // the other may start its unit
     cuda::wgmma_wait_group<0>();
@@ -428,9 +449,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) cuda::wgmma_fence_operand(acc[rb][i]);
     if constexpr (kCanBiasGrad) {
-      if (bias_grad) __syncwarp();
+      if (bias_grad) {
+        cuda::fence_proxy_async_shared();
+        __syncwarp();
+      }
     }
-    if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+    if (lane == 0) cuda::mbarrier_arrive(&empty[(it - 1) % kStages]);
     // The slices' sums, added in slice order by the threads of slice 0. The second barrier keeps the room
     // until they have read it (the next unit of row tile 0 writes it again).
     if constexpr (kCanBiasGrad) {
@@ -456,9 +480,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // x 128 columns at a time. Accumulator registers 64h .. 64h+63 hold columns 128h .. 128h+127 (PTX:
     // register i of m64nN lies in column 8*(i/4) + ...), so the passes index acc with constants (unrolled).
     constexpr int kVecPerRow = Cfg::kStageCols / 4;
+    // Ping-pong with the aux tiles: unrolled twice, its GELU-gradient epilogue spilled a register (ptxas,
+    // 168); the pre-activations come from shared memory there, so the loop has little latency to hide.
+    constexpr int kEpilogueUnroll = kAux && Cfg::kPingPong ? 1 : Cfg::kEpilogueUnroll;
     constexpr int kPassAcc = Cfg::kStageCols / 2;
     float* part = p.partial ? p.partial + static_cast<size_t>(u.split) * p.M * p.N : nullptr;
-    if (aux_by_tma) cuda::mbarrier_wait(&aux_full[c], static_cast<uint32_t>(nth) & 1);  // this unit's: phase nth
+    if (aux_by_tma) cuda::mbarrier_wait(&aux_full[c], static_cast<uint32_t>(own) & 1);  // this unit's: phase own
 #pragma unroll
     for (int rb = 0; rb < Cfg::kRowBlocks; ++rb) {
 #pragma unroll
@@ -472,10 +499,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           *reinterpret_cast<float2*>(stg + layout.at(r + 8, col)) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);
         }
         cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
-        // kAux: one row block and one pass (kAuxFits), so the staging tile's (r, c) are the aux tile's.
-        finish_staged_tile<bf16, kEp, Cfg::kWgRows, kVecPerRow, Cfg::kWarpgroupThreads, Cfg::kEpilogueUnroll>(
+        // kAux: one pass (kBN 128), so the staging tile's (r, c) are those of the aux tile's row block rb.
+        finish_staged_tile<bf16, kEp, Cfg::kWgRows, kVecPerRow, Cfg::kWarpgroupThreads, kEpilogueUnroll>(
             stg, layout, u.m0 + (rb0 + rb) * Cfg::kWgRows, u.n0 + pass * Cfg::kStageCols, p.M, p.N, part, p.ep, tid_wg,
-            aux_tile);
+            AuxTileSmem{aux_by_tma ? aux_tile_rows(rb) : nullptr});
       }
     }
   }
@@ -505,7 +532,8 @@ void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMa
   auto kernel = gemm_bf16_wgmma_tma_persistent<Cfg, kTransA, kTransB, kEp>;
   constexpr size_t smem = kSmemBytesOf<Cfg, kEp>;
   cuda::allow_dynamic_smem(kernel, smem);
-  p.aux_by_tma = p.aux_by_tma && kStagesAux<Cfg, kEp>;
+  constexpr bool kRoom = kStagesAux<Cfg, kEp>;
+  GPT2_CHECK(!p.aux_by_tma || kRoom, "gemm_bf16_wgmma: pre-activations by TMA in a kernel without the room");
   const long units = ceil_div(p.M, Cfg::kBM) * ceil_div(p.N, Cfg::kBN) * p.splits;
   const long blocks = max_blocks > 0 ? std::min(max_blocks, sm_count()) : sm_count();
   const unsigned grid = static_cast<unsigned>(units < blocks ? units : blocks);
@@ -534,7 +562,7 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
+bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
                      int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
                      const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
                      cudaStream_t stream) {
@@ -556,10 +584,13 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
   WgmmaParams p;
   p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
   p.dbias = dbias, p.dbias_partial = dbias_partial;
-  // The GELU gradient's pre-activations by TMA (the kernels that have the room, launch_wgmma) when a
-  // tensor map can describe them: a 16-byte aligned base and rows of a multiple of 8 elements.
-  p.aux_by_tma = aux_by_tma && epilogue == GemmEpilogue::kDGelu && partial == nullptr && ep.vec4 && ep.aux != nullptr &&
-                 wgmma_takes(ep.aux, ep.aux, N, N);
+  // The GELU gradient's pre-activations by TMA: in the kernels that have the room (kAuxFits, the 128x128
+  // ones), without split-K (which defers the epilogue), and when a tensor map can describe them (a
+  // 16-byte aligned base, rows of a multiple of 8 elements).
+  const bool room = kernel == GemmWgmmaKernel::k128x128 || kernel == GemmWgmmaKernel::k128x128PingPong;
+  static_assert(WgmmaTile<128>::kAuxFits && WgmmaTile<128, true>::kAuxFits && !WgmmaTile<256>::kAuxFits, "room");
+  p.aux_by_tma = aux_by_tma && room && epilogue == GemmEpilogue::kDGelu && partial == nullptr && ep.vec4 &&
+                 ep.aux != nullptr && wgmma_takes(ep.aux, ep.aux, N, N);
   const CUtensorMap taux = p.aux_by_tma ? make_tensor_map(ep.aux, N, M, N) : ta;  // else never read
   // The configuration as a type, then the transposes and the epilogue as template arguments.
   auto with_cfg = [&](auto cfg) {
@@ -589,6 +620,7 @@ void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
     case GemmWgmmaKernel::k128x128PingPong: with_cfg(WgmmaTile<128, true>{}); break;
     default: with_cfg(WgmmaTile<128>{}); break;
   }
+  return p.aux_by_tma;
 }
 
 }  // namespace gpt2::kernels::gemm_detail

@@ -31,8 +31,8 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
 // nullptr): dbias += B's column sums with splits == 1, or with split-K each split's sums into
 // dbias_partial [splits][N] fp32, for the caller to add into dbias in split order.
 // aux_by_tma: kDGelu's pre-activations may be loaded by TMA during the products (where the kernel has the
-// room and TMA can describe ep.aux); false: read in the epilogue.
-void gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
+// room and TMA can describe ep.aux); false: read in the epilogue. Returns whether they were.
+bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
                      int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
                      const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
                      cudaStream_t stream);

@@ -13,6 +13,7 @@
 //             memory (L1/L2) for each pass, and a channel-per-thread kernel for the partials.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/error.hpp"
@@ -47,9 +48,9 @@ struct RowLaunch {
 // parameter so the row array stays in registers; these are the instantiated values.
 constexpr int kMaxPacksPerLane = 16;
 
-// Backward, fast path. Each warp owns 2 x (packs per lane x 32 x V) floats of shared memory (its dweight
-// and dbias partials; bwd_smem_bytes), so a block needs kWarps * 8 * C bytes with C rounded up to the
-// instantiated packs per lane: 48 KiB at C = 768, 128 KiB at C = 1600 and 2048, the largest C taken on
+// Backward, fast path. Each warp owns 2C floats of shared memory (its dweight and dbias partials, C
+// rounded up to whole groups of 32 packs: bwd_smem_bytes), so a block needs kWarps * 8 * C bytes: 48 KiB
+// at C = 768 (4 blocks per H100 SM), 112 KiB at C = 1600, 128 KiB at C = 2048, the largest C taken on
 // this path (A100 allows 163 KiB).
 struct BwdLaunch {
   static constexpr int kWarps = 8;
@@ -289,30 +290,30 @@ __global__ void __launch_bounds__(kApplyThreads)
 // ---- backward ----------------------------------------------------------------------------------
 
 // Where lane `lane`'s element e of its k-th pack (channel (32 k + lane) V + e) keeps its running dweight
-// (or dbias) sum inside its warp's slice of kPacks * 32 * V floats: (k V + e) 32 + lane. The 32 lanes are
-// adjacent for every (k, e) (32 different banks), and the offset of (k, e) is a constant, so the unrolled
-// loops address shared memory from one register (a slice rounded up to whole groups of 32 packs; the
-// slots of packs past C / V are never used).
+// (or dbias) sum inside its warp's slice: (k V + e) 32 + lane. The 32 lanes are adjacent for every (k, e)
+// (32 different banks), and the offset of (k, e) is a constant, so the unrolled loops address shared
+// memory from one register. A slice is C / V packs rounded up to whole groups of 32 (bwd_slice_floats;
+// the slots of packs past C / V are never used).
 template <int V>
 __device__ __forceinline__ int acc_slot(int k, int e, int lane) {
   return (k * V + e) * kWarpSize + lane;
 }
-// Floats of one warp's dweight (or dbias) slice, and the fast kernel's shared memory.
-template <class T>
-constexpr int bwd_slice_floats(int packs) {
-  return packs * kWarpSize * (16 / static_cast<int>(sizeof(T)));
+// Floats of one warp's dweight (or dbias) slice for rows of P packs of V, and the fast kernel's shared memory.
+__host__ __device__ constexpr int bwd_slice_floats(int P, int V) {
+  return (P + kWarpSize - 1) / kWarpSize * kWarpSize * V;
 }
-template <class T>
-constexpr size_t bwd_smem_bytes(int packs) {
-  return static_cast<size_t>(BwdLaunch::kWarps) * 2 * bwd_slice_floats<T>(packs) * sizeof(float);
+inline size_t bwd_smem_bytes(int P, int V) {
+  return static_cast<size_t>(BwdLaunch::kWarps) * 2 * bwd_slice_floats(P, V) * sizeof(float);
 }
 
 // Hides a pack's value from the optimiser (an empty asm that "changes" its four words): what was derived
 // from it before must be derived again.
 template <class T>
 __device__ __forceinline__ void opaque(Packed128<T>& p) {
-  uint32_t* w = reinterpret_cast<uint32_t*>(&p);
+  uint32_t w[4];
+  memcpy(w, &p, sizeof(w));
   asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
+  memcpy(&p, w, sizeof(w));
 }
 
 // One warp per row for dinp (row in registers); dweight/dbias accumulated per warp in shared
@@ -324,12 +325,12 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                                    const float* mean, const float* rstd, int N, int C, int rows_per_block) {
   constexpr int V = Packed128<T>::kSize;
-  constexpr int kSlice = bwd_slice_floats<T>(kPacks);
-  extern __shared__ float acc_shared[];  // [kWarps][2][kSlice]
+  extern __shared__ float acc_shared[];  // [kWarps][2][slice]
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int P = C / V;
-  float* acc_dw = acc_shared + static_cast<size_t>(warp) * 2 * kSlice;
-  float* acc_db = acc_dw + kSlice;
+  const int slice = bwd_slice_floats(P, V);
+  float* acc_dw = acc_shared + static_cast<size_t>(warp) * 2 * slice;
+  float* acc_db = acc_dw + slice;
 
   // Each lane zeroes the slots only it will touch: no barrier needed before the row loop.
 #pragma unroll
@@ -414,14 +415,14 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
 
   // Slot order (lanes fastest): conflict-free reads of the warps' slices.
   float* part = partials + static_cast<size_t>(blockIdx.x) * 2 * C;
-  for (int j = threadIdx.x; j < 2 * kSlice; j += blockDim.x) {
-    const int which = j / kSlice, slot = j % kSlice;  // which 0: dweight, 1: dbias
+  for (int j = threadIdx.x; j < 2 * slice; j += blockDim.x) {
+    const int which = j / slice, slot = j % slice;  // which 0: dweight, 1: dbias
     const int l = slot % kWarpSize, e = (slot / kWarpSize) % V, k = slot / (kWarpSize * V);
     const int c = (k * kWarpSize + l) * V + e;
     if (c >= C) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * kSlice + j];
+    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * slice + j];
     part[which * C + c] = sum;
   }
 }
@@ -570,7 +571,7 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
     constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
     with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
       auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
-      const size_t smem = bwd_smem_bytes<T>(decltype(packs)::value);
+      const size_t smem = bwd_smem_bytes(C / V, V);
       cuda::allow_dynamic_smem(kernel, smem);
       kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
                                                                  part.rows_per_block);

@@ -626,28 +626,32 @@ TEST_F(GemmWgmma, ManyUnitsPerBlock) {
   check_case<bf16>({1160, 1288, 520, true, true, GemmEpilogue::kNone, true}, 1291, v);
 }
 
-// The 128x128 kernel's GELU gradient with its pre-activation tiles loaded by TMA during the products (the
+// The 128x128 kernels' GELU gradient with its pre-activation tiles loaded by TMA during the products (the
 // default) against the same kernel reading them in the epilogue (the hook wgmma_aux_from_global): the same
-// bits, and both against the CPU. 12 units on 3 blocks, so each consumer reloads its tile 4 times (the
-// tile's barrier phases and its reuse after the previous epilogue); row and column tails (zero-filled boxes);
-// 3 k-steps, fewer than the stages.
+// bits, and against the CPU. 12 units on 3 blocks, so each consumer reloads its tile 2-4 times (the tile's
+// barrier phases and its reuse after the previous epilogue; ping-pong's every other unit); row and column
+// tails (zero-filled boxes); 3 k-steps, fewer than the stages. The launch counter says which way ran.
 TEST_F(GemmWgmma, DGeluPreActivationsByTmaMatchGlobalReads) {
   const int M = 392, N = 264, K = 136;
   const auto a = rnd_t<bf16>(static_cast<size_t>(M) * K, 1700), b = rnd_t<bf16>(static_cast<size_t>(N) * K, 1701);
   auto pre = rnd_t<bf16>(static_cast<size_t>(M) * N, 1702);
-  GemmContext ctx(GemmBackend::kHand);
-  std::vector<float> runs[2];
-  for (int from_global = 0; from_global < 2; ++from_global) {
-    ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma, 0, GemmWgmmaKernel::k128x128);
-    ctx.test_hooks().wgmma_max_blocks = 3;
-    ctx.test_hooks().wgmma_aux_from_global = from_global != 0;
-    runs[from_global] = gpu_gemm<bf16>(ctx, std::vector<float>(static_cast<size_t>(M) * N, kNaN), a, b, nullptr, &pre,
-                                       M, N, K, false, true, false, GemmEpilogue::kDGelu);
+  for (GemmWgmmaKernel kernel : {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x128PingPong}) {
+    SCOPED_TRACE(kernels::gemm_wgmma_kernel_name(kernel));
+    GemmContext ctx(GemmBackend::kHand);
+    std::vector<float> runs[2];
+    for (int from_global = 0; from_global < 2; ++from_global) {
+      ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma, 0, kernel);
+      ctx.test_hooks().wgmma_max_blocks = 3;
+      ctx.test_hooks().wgmma_aux_from_global = from_global != 0;
+      runs[from_global] = gpu_gemm<bf16>(ctx, std::vector<float>(static_cast<size_t>(M) * N, kNaN), a, b, nullptr,
+                                         &pre, M, N, K, false, true, false, GemmEpilogue::kDGelu);
+      EXPECT_EQ(ctx.test_hooks().wgmma_aux_tma_launches, from_global != 0 ? 0 : 1) << "from_global " << from_global;
+    }
+    EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0);
+    GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma, 0, kernel);
+    h.wgmma_max_blocks = 3;
+    check_case<bf16>({M, N, K, false, true, GemmEpilogue::kDGelu, false}, 1703, {{"[wgmma, aux by TMA] ", h}});
   }
-  EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0);
-  GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma, 0, GemmWgmmaKernel::k128x128);
-  h.wgmma_max_blocks = 3;
-  check_case<bf16>({M, N, K, false, true, GemmEpilogue::kDGelu, false}, 1703, {{"[wgmma 128x128, aux by TMA] ", h}});
 }
 
 // The forced path really is wgmma for TMA-friendly operands, and mma.sync (the fallback) for a base one
