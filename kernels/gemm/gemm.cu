@@ -556,31 +556,9 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 // ---------------------------------------------------------------------------------------------------
 // Host side.
 
-// Runtime flags -> template parameters, in one place.
-template <class F>
-void dispatch_bool(bool v, F&& f) {
-  if (v)
-    f(std::true_type{});
-  else
-    f(std::false_type{});
-}
-template <class F>
-void dispatch_epilogue(GemmEpilogue ep, F&& f) {
-  switch (ep) {
-    case GemmEpilogue::kNone:
-      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kNone>{});
-      break;
-    case GemmEpilogue::kBias:
-      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kBias>{});
-      break;
-    case GemmEpilogue::kBiasGelu:
-      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kBiasGelu>{});
-      break;
-    case GemmEpilogue::kDGelu:
-      f(std::integral_constant<GemmEpilogue, GemmEpilogue::kDGelu>{});
-      break;
-  }
-}
+// Runtime flags -> template parameters: gemm_common.cuh's dispatch_bool and dispatch_epilogue.
+using gemm_detail::dispatch_bool;
+using gemm_detail::dispatch_epilogue;
 
 // Tile sizes and what the split-K model assumes of each hand kernel: resident blocks per SM (registers
 // and shared memory allow) and the rate it sustains with every block slot busy.

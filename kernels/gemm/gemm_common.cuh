@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/gemm/gemm_cuda.hpp"
@@ -25,6 +26,25 @@ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, i
   const int rows = min(tiles_m - first_m, kGroupM);
   tile_m = first_m + (pid % in_group) % rows;
   tile_n = (pid % in_group) / rows;
+}
+
+// Runtime flags -> template parameters, in one place (the host sides of gemm.cu and gemm_sm90.cu):
+// f(std::true_type) or f(std::false_type); f(an integral_constant of the epilogue).
+template <class F>
+void dispatch_bool(bool v, F&& f) {
+  if (v)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+template <class F>
+void dispatch_epilogue(GemmEpilogue ep, F&& f) {
+  switch (ep) {
+    case GemmEpilogue::kNone: f(std::integral_constant<GemmEpilogue, GemmEpilogue::kNone>{}); break;
+    case GemmEpilogue::kBias: f(std::integral_constant<GemmEpilogue, GemmEpilogue::kBias>{}); break;
+    case GemmEpilogue::kBiasGelu: f(std::integral_constant<GemmEpilogue, GemmEpilogue::kBiasGelu>{}); break;
+    case GemmEpilogue::kDGelu: f(std::integral_constant<GemmEpilogue, GemmEpilogue::kDGelu>{}); break;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -541,14 +541,6 @@ void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMa
   CUDA_CHECK_LAUNCH();
 }
 
-template <class F>
-void dispatch_bool(bool v, F&& f) {
-  if (v)
-    f(std::true_type{});
-  else
-    f(std::false_type{});
-}
-
 }  // namespace
 
 bool wgmma_device_ready() {
@@ -598,20 +590,9 @@ bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
     dispatch_bool(trans_a, [&](auto tra) {
       dispatch_bool(trans_b, [&](auto trb) {
         constexpr bool kTa = decltype(tra)::value, kTb = decltype(trb)::value;
-        switch (epilogue) {
-          case GemmEpilogue::kNone:
-            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kNone>(ta, tb, taux, p, max_blocks, stream);
-            break;
-          case GemmEpilogue::kBias:
-            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBias>(ta, tb, taux, p, max_blocks, stream);
-            break;
-          case GemmEpilogue::kBiasGelu:
-            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kBiasGelu>(ta, tb, taux, p, max_blocks, stream);
-            break;
-          case GemmEpilogue::kDGelu:
-            launch_wgmma<Cfg, kTa, kTb, GemmEpilogue::kDGelu>(ta, tb, taux, p, max_blocks, stream);
-            break;
-        }
+        dispatch_epilogue(epilogue, [&](auto e) {
+          launch_wgmma<Cfg, kTa, kTb, decltype(e)::value>(ta, tb, taux, p, max_blocks, stream);
+        });
       });
     });
   };
