@@ -103,7 +103,8 @@ __device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t
 }
 
 // Elements (row, col..col+3) of C; the caller guarantees row < M and col < N. kDGelu reads the 4
-// pre-activations from p.aux, or from `pre` where the kernel has already staged them (gemm_sm90.cu).
+// pre-activations from p.aux, or from `pre` where the kernel has already staged them (gemm_sm90.cu, which
+// stages them only for whole 4-vectors: the scalar path reads p.aux, the same values).
 template <class T, GemmEpilogue kEp>
 __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4],
                                                 const float* pre = nullptr) {
@@ -141,11 +142,7 @@ __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int 
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (col + j >= p.N) continue;
-      if (kEp == GemmEpilogue::kDGelu && pre != nullptr)
-        p.c[idx + j] = from_f32<T>(v[j] * cuda::gelu_grad_f32(pre[j]));
-      else
-        p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
+      if (col + j < p.N) p.c[idx + j] = from_f32<T>(epilogue_one<T, kEp>(p, idx + j, col + j, v[j]));
     }
   }
 }

@@ -193,10 +193,7 @@ struct AuxTileSmem {
   __device__ __forceinline__ void load4(int r, int c, float x[4]) const {
     const unsigned char* box = tile + (c / kBox) * (kBox * kBox * 2);
     const int chunk = (c % kBox) / 8, byte = (c % 8) * 2;  // c % 4 == 0: 4 values in one chunk
-    const uint2 raw = *reinterpret_cast<const uint2*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte);
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    x[0] = lo.x, x[1] = lo.y, x[2] = hi.x, x[3] = hi.y;
+    gemm_detail::load4(reinterpret_cast<const bf16*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte), x);
   }
 };
 
