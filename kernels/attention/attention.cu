@@ -31,6 +31,7 @@
 #include "core/error.hpp"
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/attention/dq_turns.cuh"
+#include "kernels/attention/tile_order.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/kernel_paths.hpp"
@@ -599,7 +600,8 @@ __device__ __forceinline__ void acc_to_a_frag(uint32_t (&a)[4], const float (&lo
 
 template <int HS>
 __global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
-    attention_fwd_tc(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, float scale_log2) {
+    attention_fwd_tc(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, float scale_log2,
+                     attention_order::TileOrder order) {
   using Cfg = TcFwdConfig<HS>;
   constexpr int kP = Cfg::kPitch;
   constexpr int kMT = Cfg::kMTiles;
@@ -607,8 +609,10 @@ __global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
   constexpr int kNB = kBN / 8;  // 8-key tiles of S
   constexpr int kKS = TcTile<HS>::kKSteps;
   constexpr int kDB = TcTile<HS>::kDimBlocks;  // 8-dim tiles of O
-  const int qb = gridDim.x - 1 - blockIdx.x;   // longest causal prefixes first: better tail balance
-  const int h = blockIdx.y, b = blockIdx.z;
+  // longest causal prefixes first, across the heads of a group (tile_order.hpp)
+  const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
+  const int qb = order.ranks - 1 - slot.rank;
+  const int h = slot.head % NH, b = slot.head / NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tq = lane & 3;
 
@@ -1059,7 +1063,7 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
 
 // dQ of one 64-row query tile (16 rows per warp): loops over the key tiles up to the diagonal.
 template <int HS>
-__device__ __forceinline__ void bwd_dq_tc_block(int qt, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+__device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                                                 const float* D, int T_, int C, int NH, float scale_log2, float scale) {
   using Cfg = TcDqConfig<HS>;
   constexpr int kP = Cfg::kPitch;
@@ -1067,7 +1071,6 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, bf16* dqkv, const bf16* 
   constexpr int kNB = kBN / 8;
   constexpr int kKS = TcTile<HS>::kKSteps;
   constexpr int kDB = TcTile<HS>::kDimBlocks;
-  const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tq = lane & 3;
 
@@ -1198,31 +1201,35 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, bf16* dqkv, const bf16* 
   }
 }
 
-// The whole backward in one launch: blocks [0, n_kv) own the dK, dV of one key tile each, the rest the
-// dQ of one query tile each. Both roles only read their inputs, so they run concurrently and the causal
-// tail of one fills in behind the other; each role is ordered heaviest tile first.
+// The whole backward in one launch: a block owns either the dK, dV of one key tile or the dQ of one query
+// tile. Both roles only read their inputs, so they run concurrently and the causal tail of one fills in
+// behind the other. Rank r of a head is its key tile r (n - r query tiles to visit) and its query tile
+// n - 1 - r (n - r key tiles): the heaviest of both roles first, across the heads of a group
+// (tile_order.hpp).
 template <int HS>
 struct TcBwdConfig {
   static_assert(TcDkdvConfig<HS>::kThreads == TcDqConfig<HS>::kThreads, "both roles share the block size");
+  static_assert(TcDkdvConfig<HS>::kBlockN == TcDqConfig<HS>::kBlockM, "as many key tiles as query tiles: one rank each");
   static constexpr int kThreads = TcDkdvConfig<HS>::kThreads;
   static constexpr size_t kSmemBytes = TcDkdvConfig<HS>::kSmemBytes > TcDqConfig<HS>::kSmemBytes
                                            ? TcDkdvConfig<HS>::kSmemBytes
                                            : TcDqConfig<HS>::kSmemBytes;
   static int kv_blocks(int T_) { return (T_ + TcDkdvConfig<HS>::kBlockN - 1) / TcDkdvConfig<HS>::kBlockN; }
-  static int q_blocks(int T_) { return (T_ + TcDqConfig<HS>::kBlockM - 1) / TcDqConfig<HS>::kBlockM; }
 };
 
 template <int HS>
 __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
     attention_bwd_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D, int T_, int C,
-                     int NH, int n_kv_blocks, float scale_log2, float scale) {
-  if (static_cast<int>(blockIdx.x) < n_kv_blocks) {
-    // key tile 0 sees the most query tiles: natural order is heaviest first
-    bwd_dkdv_tc_block<HS, false>(blockIdx.x, blockIdx.y, blockIdx.z, dqkv, nullptr, nullptr, dout, qkv, lse, D, T_, C,
-                                 NH, scale_log2, scale);
+                     int NH, attention_order::TileOrder order, float scale_log2, float scale) {
+  const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
+  const int h = slot.head % NH, b = slot.head / NH;
+  if (slot.role == 0) {
+    // key tile 0 sees the most query tiles
+    bwd_dkdv_tc_block<HS, false>(slot.rank, h, b, dqkv, nullptr, nullptr, dout, qkv, lse, D, T_, C, NH, scale_log2,
+                                 scale);
   } else {
-    // the last query tile has the longest causal prefix: it comes first
-    bwd_dq_tc_block<HS>(gridDim.x - 1 - blockIdx.x, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+    // the last query tile has the longest causal prefix
+    bwd_dq_tc_block<HS>(order.ranks - 1 - slot.rank, h, b, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
   }
 }
 
@@ -1264,6 +1271,7 @@ __global__ void __launch_bounds__(kDqStoreThreads)
 namespace {
 
 bool g_force_generic = false;
+int g_tile_group_heads = 0;  // attention_set_tile_group_heads: 0 = from the L2 budget
 
 // A path named by an environment variable: unset or empty gives the first choice (the default), a
 // choice's name gives its path, anything else is fatal (naming the variable and every choice).
@@ -1368,6 +1376,18 @@ void check_shape(int B, int T_, int C, int NH) {
              "attention: head size hs=C/NH=" << C / NH << " (C=" << C << ", NH=" << NH << ") exceeds " << kMaxHeadSize);
 }
 
+// The block order of an mma.sync launch over B * NH heads, `ranks` tiles a head and role, each head's
+// blocks reading `inputs` tensors of T x hs bf16 (tile_order.hpp).
+attention_order::TileOrder tile_order(int B, int NH, int T_, int hs, int ranks, int roles, int inputs) {
+  const int heads = B * NH;
+  const long head_bytes = static_cast<long>(inputs) * T_ * hs * static_cast<long>(sizeof(bf16));
+  const attention_order::TileOrder order{heads, ranks, roles,
+                                         attention_order::tile_group_heads(heads, head_bytes, g_tile_group_heads)};
+  GPT2_CHECK(attention_order::tile_blocks(order) <= 0x7fffffffl,
+             "attention: B=" << B << " x NH=" << NH << " x " << ranks * roles << " tiles is more blocks than a launch takes");
+  return order;
+}
+
 // Scores enter exp2 as s * (1/sqrt(hs)) * log2(e).
 float scale_of(int hs) {
   return 1.0f / std::sqrt(static_cast<float>(hs));
@@ -1377,6 +1397,11 @@ float scale_of(int hs) {
 
 void attention_force_generic(bool force) {
   g_force_generic = force;
+}
+
+void attention_set_tile_group_heads(int heads) {
+  GPT2_CHECK(heads >= 0, "attention_set_tile_group_heads: " << heads << " heads (0 = the default)");
+  g_tile_group_heads = heads;
 }
 
 void attention_set_forward_path(AttentionForwardPath path) {
@@ -1435,9 +1460,11 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
       const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
         constexpr int HS = decltype(hs_const)::value;
         using Cfg = TcFwdConfig<HS>;
-        const dim3 grid(static_cast<unsigned>((T_ + Cfg::kBlockM - 1) / Cfg::kBlockM), NH, B);
-        launch_kernel(attention_fwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, out, lse, qkv, T_, C,
-                      NH, scale_log2);
+        // reads q, k and v of its head
+        const attention_order::TileOrder order =
+            tile_order(B, NH, T_, HS, (T_ + Cfg::kBlockM - 1) / Cfg::kBlockM, 1, 3);
+        launch_kernel(attention_fwd_tc<HS>, dim3(static_cast<unsigned>(attention_order::tile_blocks(order))),
+                      dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, out, lse, qkv, T_, C, NH, scale_log2, order);
       });
       if (done) {
         record_kernel_path("attention forward", "mma.sync");
@@ -1506,9 +1533,11 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
                         dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
         } else {
           record_kernel_path("attention backward", "recompute-dq");
-          const dim3 grid(static_cast<unsigned>(n_kv + Cfg::q_blocks(T_)), NH, B);
-          launch_kernel(attention_bwd_tc<HS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse,
-                        D, T_, C, NH, n_kv, scale_log2, scale);
+          // rank r: key tile r and query tile n_kv - 1 - r; each block reads q, k, v and dout of its head
+          const attention_order::TileOrder order = tile_order(B, NH, T_, HS, n_kv, 2, 4);
+          launch_kernel(attention_bwd_tc<HS>, dim3(static_cast<unsigned>(attention_order::tile_blocks(order))),
+                        dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse, D, T_, C, NH, order,
+                        scale_log2, scale);
         }
       });
       if (done) return;

@@ -257,6 +257,43 @@ TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
   EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
 }
 
+// The mma.sync kernels' block order (tile_order.hpp) decides when a tile runs, never what it computes: each
+// head alone (the order before 2026-11-27), groups of 3 heads (the last one smaller), one group of every
+// head and the default (sized from L2) give the same bits in out, lse and dqkv, and the default matches the
+// CPU. 12 heads at hs = 64 (2 forward ranks, 4 backward) and 10 at hs = 80, T not a multiple of a tile.
+TEST(AttentionTileOrder, EveryGroupSizeGivesTheSameBits) {
+  struct GroupScope {
+    explicit GroupScope(int heads) { kernels::attention_set_tile_group_heads(heads); }
+    ~GroupScope() { kernels::attention_set_tile_group_heads(0); }
+  };
+  ForwardPathScope fwd(kernels::AttentionForwardPath::kMmaSync);
+  BackwardPathScope bwd(kernels::AttentionBackwardPath::kRecomputeDq);
+  uint32_t seed = 900;
+  for (const Shape& s : {Shape{3, 200, 256, 4}, Shape{2, 130, 400, 5}}) {
+    check_attention<bf16>(s, false, seed += 10);
+    auto run = [&](int group_heads) {
+      const GroupScope scope(group_heads);
+      Buffers d(s, seed);
+      poison(d.out.data(), d.out.bytes());
+      poison(d.lse.data(), d.lse.bytes());
+      poison(d.dqkv.data(), d.dqkv.bytes());
+      kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+      kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(),
+                                             d.out.data(), d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return std::vector<std::vector<float>>{d.out.download(), d.lse.download(), d.dqkv.download()};
+    };
+    const auto by_default = run(0);
+    for (int group_heads : {1, 3, s.B * s.NH}) {
+      SCOPED_TRACE(name(s) + ", " + std::to_string(group_heads) + " heads a group");
+      const auto other = run(group_heads);
+      expect_bit_identical(other[0], by_default[0], "out");
+      expect_bit_identical(other[1], by_default[1], "lse");
+      expect_bit_identical(other[2], by_default[2], "dqkv");
+    }
+  }
+}
+
 // The shapes both wgmma suites check against the CPU (hs = 64; tests/emu/include/emu/attention_driver_util.h,
 // gpu_test_shapes, is the same list for the emulator).
 const Shape kWgmmaShapes[] = {{1, 1, 64, 1},    {2, 64, 128, 2},  {3, 37, 256, 4},  {2, 128, 128, 2},

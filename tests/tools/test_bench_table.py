@@ -45,6 +45,9 @@ kernels = write("kernels.json", [
     {"name": "WeightBiasGrad/bf16/hand_wgmma_unfused/qkv/BT:8192/manual_time", "GB_per_s": 900.0, "real_time": 100.0},
     {"name": "BM_AdamWModel<bf16>/multi:0/manual_time", "GB_per_s": 1000.0, "real_time": 300.0},
     {"name": "BM_AdamWModel<bf16>/multi:1/manual_time", "GB_per_s": 2500.0, "real_time": 120.0},
+    {"name": "AttentionTileOrder/bf16/fwd/one_head/B:8/manual_time", "TFLOP_per_s": 160.0, "real_time": 62.5},
+    {"name": "AttentionTileOrder/bf16/bwd/all_heads/B:8/manual_time", "TFLOP_per_s": 160.0, "real_time": 108.0},
+    {"name": "AttentionTileOrder/bf16/bwd/one_head/B:64/manual_time", "TFLOP_per_s": 160.0, "real_time": 900.0},
 ])
 wgmma = write("wgmma.json", [
     {"name": "Gemm/bf16/hand_wgmma/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 650.0, "real_time": 75.0},
@@ -116,8 +119,20 @@ cost = cost[:cost.index("")] if "" in cost else cost
 expect(len(cost) == 2 and not any(l.startswith(("GemmNoEpilogue", "GemmAuxFromGlobal")) for l in lines),
        "2 epilogue-cost rows, no diagnosis row among the kernels")
 aux = lines[lines.index(next(l for l in lines if l.startswith("GELU gradient's pre-activations"))) + 1:]
+aux = aux[:aux.index("")] if "" in aux else aux
 expect(len(aux) == 1 and aux[0].startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "2.00x" in aux[0],
        "the pre-activations by TMA: 150 us read in the epilogue / 75 by TMA")
+# The block order: one head a group 62.5 us against the default's 50 (1.25x), all heads 108 against 120 (0.90x),
+# B = 64 without its default row; none of them among the kernels (they are the default kernels, targets and all).
+order = lines[lines.index(next(l for l in lines if l.startswith("attention block order"))) + 1:]
+order = order[:order.index("")] if "" in order else order
+expect(len(order) == 3, f"3 block-order rows, got {len(order)}")
+expect(any(l.startswith("AttentionTileOrder/bf16/fwd/one_head/B:8") and "1.25x" in l for l in order), "order 62.5/50")
+expect(any(l.startswith("AttentionTileOrder/bf16/bwd/all_heads/B:8") and "0.90x" in l for l in order), "order 108/120")
+expect(any(l.startswith("AttentionTileOrder/bf16/bwd/one_head/B:64") and "no time (missing)" in l for l in order),
+       "a block-order row without its default says so")
+expect(not any(l.startswith("AttentionTileOrder") for l in lines[:lines.index(next(
+    l for l in lines if l.startswith("kernels at target")))]), "no block-order row among the kernels")
 
 # A benchmark step that its timeout ended leaves its JSON cut short (Google Benchmark flushes after each
 # benchmark, and a full buffer can end it inside one; the closing "]}" comes last): the benchmarks it
@@ -175,6 +190,12 @@ if len(sys.argv) > 3:
     expect(sum(n.startswith("GemmNoEpilogue/") for n in names) == 25,
            "25 epilogue-cost rows: 4 forward products and mlp_down dinp, for 5 kernels")
     expect(sum(n.startswith("GemmAuxFromGlobal/") for n in names) == 2, "mlp_down dinp's A/B at both row counts")
+    orders = [n for n in names if n.startswith("AttentionTileOrder/")]
+    expect(len(orders) == 8, f"8 block-order rows (fwd, bwd x one_head, all_heads x B 8, 64), got {len(orders)}")
+    for n in orders:
+        m = re.match(r"AttentionTileOrder/bf16/(fwd|bwd)/\w+/B:(\d+)/", n)
+        default = f"BM_attention_{'forward' if m and m.group(1) == 'fwd' else 'backward'}_bf16/{m.group(2) if m else '?'}/0/0/manual_time"
+        expect(m is not None and default in names, f"{n}: no default row {default}")
     listed = {n: {"name": n, "real_time": 1.0} for n in names}
     paired = {optin["name"] for optin, _, _ in bt.opt_in_pairs(listed)}
     for n in names:

@@ -84,7 +84,7 @@ def main(argv):
     lines = []
     for b in rows:
         name = b["name"]
-        if name.startswith(("GemmNoEpilogue/", "GemmAuxFromGlobal/")):  # diagnoses: the epilogue section below
+        if name.startswith(("GemmNoEpilogue/", "GemmAuxFromGlobal/", "AttentionTileOrder/")):  # diagnoses: below
             continue
         if b.get("error_occurred"):  # SkipWithError: no counters (the wgmma GEMM off compute capability 9.0)
             lines.append(f"{name:58s} not run: {b.get('error_message', '?')}")
@@ -135,6 +135,7 @@ def main(argv):
             continue
         print(f"{optin['name']:58s} {t_def / t_opt:5.2f}x {what}")
     epilogue_cost(by_name)
+    tile_order(by_name)
     return 0
 
 
@@ -162,6 +163,26 @@ def epilogue_cost(by_name):
                 print(f"{name:58s} no time ({why})")
                 continue
             print(f"{name:58s} {(t_other / t_gemm if inverse else t_gemm / t_other):5.2f}x")
+
+
+def tile_order(by_name):
+    """AttentionTileOrder/bf16/<fwd|bwd>/<order>/B:<B>: the default attention kernels with their blocks in another
+    order, against the default row of the same pass and B (BM_attention_<pass>_bf16/<B>/0/0)."""
+    rows = [(re.match(r"AttentionTileOrder/bf16/(fwd|bwd)/(\w+)/B:(\d+)", name), b) for name, b in by_name.items()]
+    rows = [(m, b) for m, b in rows if m]
+    if not rows:
+        return
+    print("\nattention block order (time in this order / time in the default order, groups of heads sized for L2; "
+          "> 1.00x: the default is faster)")
+    for m, b in rows:
+        pass_name = "forward" if m.group(1) == "fwd" else "backward"
+        default = by_name.get(f"BM_attention_{pass_name}_bf16/{m.group(3)}/0/0/manual_time")
+        t, t_def = b.get("real_time"), default.get("real_time") if default else None
+        if b.get("error_occurred") or not default or default.get("error_occurred") or not t or not t_def:
+            why = b.get("error_message") or (default or {}).get("error_message", "missing")
+            print(f"{b['name']:58s} no time ({why})")
+            continue
+        print(f"{b['name']:58s} {t / t_def:5.2f}x")
 
 
 # (opt-in name pattern, how to name its default, what the default is)

@@ -7,10 +7,14 @@
 // benchmark says so in its label); the backward's third is its path: 0 recompute-dq (7 products), 1
 // accumulate-dq (5 products, key tiles in turns), 2 wgmma + TMA (accumulate-dq's scheme on compute
 // capability 9.0; elsewhere recompute-dq runs, and the label says so; see AttentionBackwardPath).
+// AttentionTileOrder/bf16/<fwd|bwd>/<one_head|all_heads>/B:<B> run the default kernels (mma.sync forward,
+// recompute-dq backward) with their blocks in another order (tile_order.hpp): each head's tiles alone, as
+// before 2026-11-27, or one rank order over every head; bench_table.py gives each against the default row.
 //   bench_gpu_kernels --benchmark_filter=attention
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/attention/attention_cuda.hpp"
@@ -58,20 +62,23 @@ struct AttentionPathsRestored {
   kernels::AttentionBackwardPath backward = kernels::attention_backward_path();
   ~AttentionPathsRestored() {
     kernels::attention_force_generic(false);
+    kernels::attention_set_tile_group_heads(0);
     kernels::attention_set_forward_path(forward);
     kernels::attention_set_backward_path(backward);
   }
 };
 
-void BM_attention_forward_bf16(benchmark::State& state) try {
-  const int B = static_cast<int>(state.range(0));
+// B, the SIMT fallback or not, the kernel (0 mma.sync, 1 wgmma, 2 wgmma ping-pong), heads a group of the
+// mma.sync kernel's block order (0: the default)
+void forward_bf16(benchmark::State& state, int B, bool generic, int path, int group_heads) try {
   const AttentionPathsRestored restored;
-  kernels::attention_force_generic(state.range(1) != 0);
+  kernels::attention_force_generic(generic);
+  kernels::attention_set_tile_group_heads(group_heads);
   const kernels::AttentionForwardPath paths[3] = {kernels::AttentionForwardPath::kMmaSync,
                                                   kernels::AttentionForwardPath::kWgmma,
                                                   kernels::AttentionForwardPath::kWgmmaPingPong};
-  const bool wgmma = state.range(2) != 0;
-  kernels::attention_set_forward_path(paths[state.range(2)]);
+  const bool wgmma = path != 0;
+  kernels::attention_set_forward_path(paths[path]);
   if (wgmma && !kernels::attention_fwd_wgmma_available()) state.SetLabel("wgmma unavailable: mma.sync ran");
   AttentionBuffers buf(B);
   const double bytes = 2.0 * B * kT * (3 * kC + kC) + 4.0 * B * kNH * kT;
@@ -85,15 +92,17 @@ void BM_attention_forward_bf16(benchmark::State& state) try {
   gpt2::bench::error_row(state);
 }
 
-void BM_attention_backward_bf16(benchmark::State& state) try {
-  const int B = static_cast<int>(state.range(0));
+// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma), heads a group of the
+// mma.sync kernel's block order (0: the default)
+void backward_bf16(benchmark::State& state, int B, bool generic, int path, int group_heads) try {
   const AttentionPathsRestored restored;
-  kernels::attention_force_generic(state.range(1) != 0);
+  kernels::attention_force_generic(generic);
+  kernels::attention_set_tile_group_heads(group_heads);
   const kernels::AttentionBackwardPath paths[3] = {kernels::AttentionBackwardPath::kRecomputeDq,
                                                    kernels::AttentionBackwardPath::kAccumulateDq,
                                                    kernels::AttentionBackwardPath::kWgmma};
-  kernels::attention_set_backward_path(paths[state.range(2)]);
-  if (state.range(2) == 2 && !kernels::attention_bwd_wgmma_available())
+  kernels::attention_set_backward_path(paths[path]);
+  if (path == 2 && !kernels::attention_bwd_wgmma_available())
     state.SetLabel("wgmma unavailable: recompute-dq ran");
   AttentionBuffers buf(B);
   kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, nullptr);
@@ -108,6 +117,13 @@ void BM_attention_backward_bf16(benchmark::State& state) try {
       2.5 * forward_flops(B), bytes);
 } catch (...) {
   gpt2::bench::error_row(state);
+}
+
+void BM_attention_forward_bf16(benchmark::State& state) {
+  forward_bf16(state, static_cast<int>(state.range(0)), state.range(1) != 0, static_cast<int>(state.range(2)), 0);
+}
+void BM_attention_backward_bf16(benchmark::State& state) {
+  backward_bf16(state, static_cast<int>(state.range(0)), state.range(1) != 0, static_cast<int>(state.range(2)), 0);
 }
 
 // {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, wgmma, wgmma
@@ -132,6 +148,20 @@ BENCHMARK(BM_attention_backward_bf16)
     ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+const bool kTileOrdersRegistered = [] {
+  constexpr int kAllHeads = 1 << 20;  // more than any B * NH here: one group
+  for (int B : {8, 64})
+    for (bool backward : {false, true})
+      for (int group_heads : {1, kAllHeads}) {
+        const std::string name = std::string("AttentionTileOrder/bf16/") + (backward ? "bwd/" : "fwd/") +
+                                 (group_heads == 1 ? "one_head" : "all_heads") + "/B:" + std::to_string(B);
+        benchmark::RegisterBenchmark(name.c_str(), backward ? backward_bf16 : forward_bf16, B, false, 0, group_heads)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+  return true;
+}();
 
 }  // namespace
 }  // namespace gpt2
