@@ -360,6 +360,31 @@ ncu_hot_kernels() {
     --global-batch-tokens 8192 --out "$work/ncu"
 }
 
+# ncu_attention: why attention misses its targets (H100: the backward at 103 of 200 TFLOP/s): one launch each
+# of the default forward and backward (mma.sync, recompute-dq) and of the wgmma backward at B*T = 8192, with
+# the sections and stall metrics that say what holds them back; tools/gpu/ncu_summary.py makes one line of
+# each (docs/performance.md, "Attention's block order", says how to read them).
+ncu_attention() {
+  local gpu_skip=""
+  command -v ncu >/dev/null || gpu_skip="ncu not installed"
+  [[ $sandbox == gvisor ]] && gpu_skip="ncu has no counters on gVisor"
+  local stalls="" r
+  for r in long_scoreboard short_scoreboard barrier mio_throttle math_pipe_throttle wait not_selected lg_throttle \
+      membar dispatch_stall no_instruction; do
+    stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  gpu_step ncu_attention 150 "one line a kernel" bash -c "
+    for k in attention_fwd_tc:forward_bf16/8/0/0 attention_bwd_tc:backward_bf16/8/0/0 \
+        attention_bwd_wgmma_tma:backward_bf16/8/0/2; do
+      ncu --clock-control none -k regex:\${k%%:*} --launch-count 1 --section SpeedOfLight --section LaunchStats \
+        --section Occupancy --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --metrics $stalls,smsp__warps_eligible.avg.per_cycle_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum \
+        --csv --page details '$bin/bench_gpu_kernels' --benchmark_filter=\"^BM_attention_\${k#*:}/\" \
+        --benchmark_min_time=0.01 > '$logs/ncu_'\${k%%:*}.csv || exit 1
+    done
+    python3 '$repo/tools/gpu/ncu_summary.py' '$logs'/ncu_*.csv"
+}
+
 # ---- phase A: is it right, and how fast by default -------------------------------------------------
 bench_json=$logs/bench_gpu_kernels.json
 phase_A() {
@@ -506,6 +531,7 @@ phase_C() {
   step cpu_train_2ranks 90 "loss falls" "$bin/mpirun" -n 2 "$bin/gpt2-train" --config "$repo/configs/ci.ini" --device cpu \
     --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 20 --log-every 5 --out "$work/cpu2"
   ncu_hot_kernels
+  ncu_attention
 }
 
 # ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
@@ -553,6 +579,8 @@ sass_sm90a() {
 figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$logs/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
+# "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
+figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
 train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }
 # first and last loss of a run's step lines
