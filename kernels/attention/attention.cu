@@ -1271,7 +1271,7 @@ __global__ void __launch_bounds__(kDqStoreThreads)
 namespace {
 
 bool g_force_generic = false;
-int g_tile_group_heads = 0;  // attention_set_tile_group_heads: 0 = from the L2 budget
+int g_tile_group_heads = 0;  // attention_set_tile_group_heads: 0 = groups sized by what L2 holds
 
 // A path named by an environment variable: unset or empty gives the first choice (the default), a
 // choice's name gives its path, anything else is fatal (naming the variable and every choice).
@@ -1382,7 +1382,7 @@ attention_order::TileOrder tile_order(int B, int NH, int T_, int hs, int ranks, 
   const int heads = B * NH;
   const long head_bytes = static_cast<long>(inputs) * T_ * hs * static_cast<long>(sizeof(bf16));
   const attention_order::TileOrder order{heads, ranks, roles,
-                                         attention_order::tile_group_heads(heads, head_bytes, g_tile_group_heads)};
+                                         attention_order::tile_groups(heads, head_bytes, g_tile_group_heads)};
   GPT2_CHECK(attention_order::tile_blocks(order) <= 0x7fffffffl,
              "attention: B=" << B << " x NH=" << NH << " x " << ranks * roles << " tiles is more blocks than a launch takes");
   return order;

@@ -95,10 +95,11 @@ void attention_decode_cuda(T* out, const T* q, const T* kcache, const T* vcache,
 // head sizes), so tests can compare it against the tensor-core path. Not thread-safe; default false.
 void attention_force_generic(bool force);
 
-// Test and benchmark hook: how many heads a group of the mma.sync kernels' block order holds
-// (tile_order.hpp: heaviest tiles first across a group's heads). 0 (the default) sizes the groups from
-// the inputs that stay in L2; 1 is each head alone (the order before 2026-11-27); B * NH or more is one
-// group. Results are the same bits whatever the order (every output has one owner). Not thread-safe.
+// Test and benchmark hook: at most how many heads a group of the mma.sync kernels' block order holds
+// (tile_order.hpp: heaviest tiles first across a group's heads; the groups are then evened out). 0 (the
+// default) bounds a group by the inputs that stay in L2; 1 is each head alone, a head's tiles heaviest
+// first; B * NH or more is one group. Results are the same bits whatever the order (every output has one
+// owner). Not thread-safe.
 void attention_set_tile_group_heads(int heads);
 
 }  // namespace gpt2::kernels

@@ -3,22 +3,21 @@
 // check the mapping on the CPU).
 //
 // Why: a causal tile's work grows with its distance from the start of the sequence (the forward's query
-// tile qt sees qt + 1 key tiles; the backward's key tile kt sees n - kt query tiles, its query tile qt
-// sees qt + 1 key tiles). With a (tile, head, batch) grid, each head's heaviest tile comes first, but the
-// last heads' heaviest tiles still start near the end and run alone: a wave model (tools/gpu/
-// tile_order_schedule.py, 264 resident blocks on 132 SMs) puts the SMs at 73% busy in the forward at
-// B*T = 8192 and 95% at 65536. The H100 measured the same gap (600 against 805 GB/s, 0.75; the model
-// says 0.76) and 0.92 in the backward (the model: 0.91). Ranks across heads (every head's heaviest tile,
-// then every head's next) let the light tiles fill in at the end.
+// tile qt sees qt + 1 key tiles; the backward's key tile kt visits n - kt query tiles, its query tile qt
+// qt + 1 key tiles). With a (tile, head, batch) grid each head's heaviest tile comes first, but the last
+// heads' heaviest tiles start near the end and run alone while the other SMs idle; at the batch a 124M
+// step uses, that tail costs the forward about a quarter of its time (tools/gpu/tile_order_schedule.py,
+// docs/performance.md). Ranks across heads (every head's heaviest tile, then every head's next) leave
+// the light tiles for the end, where they fill in.
 //
-// Why groups of heads: a head's tiles read the same Q, K, V (and dO) rows. In one rank order over all
-// heads a block would find its head's rows evicted by the time the next rank of that head starts (at
-// B = 16 the inputs are 100 MB, L2 is 50 MB), so each group holds at most kTileGroupBytes of inputs and
-// runs its ranks before the next group starts. The groups are made equal in size (a small last group
-// would end in a tail of its own).
+// Why groups of heads: a head's tiles read the same Q, K, V (and dO) rows. In one rank order over every
+// head, a head's next rank would start after the other heads' rows had evicted its own from L2 (at
+// B = 16 the inputs are 100 MB, L2 50 MB), so a group holds at most kTileGroupBytes of inputs and runs
+// its ranks before the next group starts. Group sizes differ by at most one head: a much smaller last
+// group would end in a tail of its own.
 //
-//   block b of TileOrder{heads, ranks, roles, group_heads}, with g = b / (group_heads' blocks):
-//     group g, rank r (0 = heaviest), role (0 .. roles-1), head (0 .. heads-1; head = batch * NH + h)
+//   block b of TileOrder{heads, ranks, roles, groups} -> group, then rank r (0 = heaviest), then role
+//   (0 .. roles-1), then head (0 .. heads-1; head = batch * NH + h)
 #pragma once
 
 #if defined(__CUDACC__)
@@ -34,10 +33,10 @@ namespace gpt2::kernels::attention_order {
 constexpr long kTileGroupBytes = 16l << 20;
 
 struct TileOrder {
-  int heads;        // batch * NH
-  int ranks;        // tiles per head and role, heaviest (rank 0) to lightest
-  int roles;        // kinds of block per rank (the backward: dK/dV of a key tile, dQ of a query tile)
-  int group_heads;  // heads a group (the last group may have fewer), >= 1
+  int heads;   // batch * NH
+  int ranks;   // tiles per head and role, heaviest (rank 0) to lightest
+  int roles;   // kinds of block per rank (the backward: dK/dV of a key tile, dQ of a query tile)
+  int groups;  // 1 .. heads; the first heads % groups groups hold one head more than the others
 };
 
 struct TileSlot {
@@ -46,29 +45,37 @@ struct TileSlot {
 
 GPT2_TILE_ORDER_FN long tile_blocks(const TileOrder& o) { return static_cast<long>(o.heads) * o.ranks * o.roles; }
 
+// The heads of group g: [first, first + count).
+struct TileGroup {
+  int first, count;
+};
+GPT2_TILE_ORDER_FN TileGroup tile_group(const TileOrder& o, int g) {
+  const int small = o.heads / o.groups, larger = o.heads % o.groups;  // `larger` groups of small + 1
+  return g < larger ? TileGroup{g * (small + 1), small + 1} : TileGroup{larger * (small + 1) + (g - larger) * small, small};
+}
+
 // Block `block` (0 .. tile_blocks - 1) -> its tile; a bijection.
 GPT2_TILE_ORDER_FN TileSlot tile_slot(const TileOrder& o, int block) {
   const int per_head = o.ranks * o.roles;
-  const int group = block / (o.group_heads * per_head);
-  const int first_head = group * o.group_heads;
-  const int rest = o.heads - first_head;
-  const int heads_here = rest < o.group_heads ? rest : o.group_heads;
-  const int i = block - first_head * per_head;  // inside the group: rank-major, then role, then head
-  const int rank = i / (heads_here * o.roles);
-  const int j = i - rank * heads_here * o.roles;
-  return {rank, j / heads_here, first_head + j % heads_here};
+  const int small = o.heads / o.groups, larger = o.heads % o.groups;
+  const int larger_blocks = larger * (small + 1) * per_head;  // the larger groups come first
+  const int g = block < larger_blocks ? block / ((small + 1) * per_head)
+                                      : larger + (block - larger_blocks) / (small * per_head);
+  const TileGroup group = tile_group(o, g);
+  const int i = block - group.first * per_head;  // inside the group: rank-major, then role, then head
+  const int rank = i / (group.count * o.roles);
+  const int j = i - rank * group.count * o.roles;
+  return {rank, j / group.count, group.first + j % group.count};
 }
 
-// Heads a group for `heads` heads that each read `head_bytes` of inputs: at most kTileGroupBytes a group
-// (at least one head), spread evenly over as many groups as that takes. `forced` > 0 replaces that cap
-// (attention_set_tile_group_heads, for the benchmarks' comparison: 1 is each head alone, as the order was
-// before 2026-11-27; `heads` or more is one group, every head's rank r before any head's rank r + 1).
-GPT2_TILE_ORDER_FN int tile_group_heads(int heads, long head_bytes, int forced) {
-  long cap = forced > 0 ? forced : (head_bytes > 0 ? kTileGroupBytes / head_bytes : heads);
+// Groups for `heads` heads that each read `head_bytes` of inputs: as few as hold at most kTileGroupBytes
+// each (a head larger than that alone). `max_heads` > 0 replaces that bound with at most `max_heads` heads
+// a group (attention_set_tile_group_heads, for the benchmarks' comparison of orders).
+GPT2_TILE_ORDER_FN int tile_groups(int heads, long head_bytes, int max_heads) {
+  long cap = max_heads > 0 ? max_heads : (head_bytes > 0 ? kTileGroupBytes / head_bytes : heads);
   if (cap < 1) cap = 1;
   if (cap > heads) cap = heads;
-  const long groups = (heads + cap - 1) / cap;
-  return static_cast<int>((heads + groups - 1) / groups);
+  return static_cast<int>((heads + cap - 1) / cap);
 }
 
 }  // namespace gpt2::kernels::attention_order

@@ -258,9 +258,9 @@ TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
 }
 
 // The mma.sync kernels' block order (tile_order.hpp) decides when a tile runs, never what it computes: each
-// head alone (the order before 2026-11-27), groups of 3 heads (the last one smaller), one group of every
-// head and the default (sized from L2) give the same bits in out, lse and dqkv, and the default matches the
-// CPU. 12 heads at hs = 64 (2 forward ranks, 4 backward) and 10 at hs = 80, T not a multiple of a tile.
+// head alone, at most 3 heads a group (12 heads: 4 groups of 3; 10: 3, 3, 2, 2), one group of every head and
+// the default (sized by L2) give the same bits in out, lse and dqkv, and the default matches the CPU. 12
+// heads at hs = 64 (2 forward ranks, 4 backward) and 10 at hs = 80, T not a multiple of a tile.
 TEST(AttentionTileOrder, EveryGroupSizeGivesTheSameBits) {
   struct GroupScope {
     explicit GroupScope(int heads) { kernels::attention_set_tile_group_heads(heads); }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/gpu/ncu_summary.py on a log shaped like `ncu --csv --page details` output (phase C's ncu_attention
 step): the application's lines and ncu's ==PROF== lines skipped, one line per launch, durations converted to
-microseconds, the three largest stall reasons in order.
+microseconds, the three largest stall reasons in order, a log without a launch named (exit 1).
   test_ncu_summary.py REPO TMPDIR
 """
 import os
@@ -62,10 +62,10 @@ else:
 empty = os.path.join(tmp, "empty.log")
 with open(empty, "w") as f:
     f.write("==PROF== No kernels were profiled.\n")
-r = subprocess.run([sys.executable, os.path.join(repo, "tools/gpu/ncu_summary.py"), empty], capture_output=True,
+r = subprocess.run([sys.executable, os.path.join(repo, "tools/gpu/ncu_summary.py"), path, empty], capture_output=True,
                    text=True)
-if r.returncode != 1 or "no ncu launches" not in r.stdout:
-    failures.append(f"a log without launches: exit {r.returncode}, {r.stdout!r}")
+if r.returncode != 1 or f"{empty}: no ncu launches" not in r.stdout or not r.stdout.startswith("attention_fwd_tc<64>"):
+    failures.append(f"a log without launches beside one with: exit {r.returncode}, {r.stdout!r}")
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)

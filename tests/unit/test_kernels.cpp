@@ -1049,17 +1049,34 @@ TEST_P(Attention, BackwardIsDeterministicAcrossRunsAndThreadCounts) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Attention, ::testing::ValuesIn(kAttnShapes), name_of);
 
 // The mma.sync attention kernels' block order (kernels/attention/tile_order.hpp): every tile exactly once,
-// groups of heads one after the other, and inside a group rank by rank (heaviest first), each rank's roles
-// in turn, each role over all the group's heads.
+// groups of heads one after the other with sizes that differ by at most one, and inside a group rank by
+// rank (heaviest first), each rank's roles in turn, each role over all the group's heads.
 TEST(AttentionTileOrder, EveryTileOnceHeaviestFirstInGroupsOfHeads) {
   using namespace kernels::attention_order;
   for (int heads : {1, 2, 5, 12, 96, 97}) {
     for (int ranks : {1, 3, 16}) {
       for (int roles : {1, 2}) {
-        for (int group : {1, 3, 7, 32, 200}) {
-          const TileOrder o{heads, ranks, roles, group < heads ? group : heads};
+        for (int groups : {1, 2, 3, 7, 32, 97}) {
+          if (groups > heads) continue;
+          const TileOrder o{heads, ranks, roles, groups};
           SCOPED_TRACE("heads=" + std::to_string(heads) + " ranks=" + std::to_string(ranks) +
-                       " roles=" + std::to_string(roles) + " group_heads=" + std::to_string(o.group_heads));
+                       " roles=" + std::to_string(roles) + " groups=" + std::to_string(groups));
+          // the groups: consecutive heads, covering all, sizes within one of each other, larger ones first
+          int next = 0;
+          for (int g = 0; g < groups; ++g) {
+            const TileGroup tg = tile_group(o, g);
+            ASSERT_EQ(tg.first, next) << "group " << g;
+            ASSERT_TRUE(tg.count == heads / groups || tg.count == heads / groups + 1) << "group " << g;
+            if (g > 0) {
+              ASSERT_LE(tg.count, tile_group(o, g - 1).count) << "group " << g;
+            }
+            next += tg.count;
+          }
+          ASSERT_EQ(next, heads);
+          std::vector<int> group_of(static_cast<size_t>(heads));
+          for (int g = 0; g < groups; ++g)
+            for (int k = 0; k < tile_group(o, g).count; ++k) group_of[static_cast<size_t>(tile_group(o, g).first + k)] = g;
+
           ASSERT_EQ(tile_blocks(o), static_cast<long>(heads) * ranks * roles);
           std::vector<int> seen(static_cast<size_t>(tile_blocks(o)), 0);
           TileSlot prev{-1, -1, -1};
@@ -1068,19 +1085,21 @@ TEST(AttentionTileOrder, EveryTileOnceHeaviestFirstInGroupsOfHeads) {
             ASSERT_TRUE(s.rank >= 0 && s.rank < ranks && s.role >= 0 && s.role < roles && s.head >= 0 && s.head < heads)
                 << "block " << blk;
             ++seen[(static_cast<size_t>(s.head) * ranks + s.rank) * roles + s.role];
-            const int group_of = s.head / o.group_heads;
-            if (blk > 0) {
-              const int prev_group = prev.head / o.group_heads;
-              ASSERT_GE(group_of, prev_group) << "block " << blk << ": groups one after the other";
-              if (group_of == prev_group) {
+            const int g = group_of[static_cast<size_t>(s.head)];
+            if (blk == 0) {
+              ASSERT_TRUE(s.rank == 0 && s.role == 0 && s.head == 0);
+            } else {
+              const int prev_g = group_of[static_cast<size_t>(prev.head)];
+              if (g == prev_g) {
                 const bool later = s.rank > prev.rank || (s.rank == prev.rank && s.role > prev.role) ||
                                    (s.rank == prev.rank && s.role == prev.role && s.head == prev.head + 1);
                 ASSERT_TRUE(later) << "block " << blk << " (rank " << s.rank << ", role " << s.role << ", head " << s.head
                                    << ") after (rank " << prev.rank << ", role " << prev.role << ", head " << prev.head
                                    << ")";
               } else {
-                ASSERT_TRUE(s.rank == 0 && s.role == 0 && s.head == group_of * o.group_heads)
-                    << "block " << blk << ": a group starts at its first head's heaviest tile";
+                ASSERT_EQ(g, prev_g + 1) << "block " << blk << ": groups one after the other";
+                ASSERT_TRUE(prev.rank == ranks - 1 && s.rank == 0 && s.role == 0 && s.head == tile_group(o, g).first)
+                    << "block " << blk << ": a group starts at its first head's heaviest tile once the last ends";
               }
             }
             prev = s;
@@ -1092,31 +1111,28 @@ TEST(AttentionTileOrder, EveryTileOnceHeaviestFirstInGroupsOfHeads) {
   }
 }
 
-TEST(AttentionTileOrder, GroupsHoldWhatL2KeepsAndAreEven) {
+TEST(AttentionTileOrder, GroupsHoldWhatL2Keeps) {
   using namespace kernels::attention_order;
   const long head_fwd = 3l * 1024 * 64 * 2, head_bwd = 4l * 1024 * 64 * 2;  // GPT-2 124M: q, k, v (+ dout) of a head
-  EXPECT_EQ(tile_group_heads(96, head_bwd, 0), 32);   // B = 8: 3 groups of 32 (16 MiB / 512 KiB)
-  EXPECT_EQ(tile_group_heads(192, head_bwd, 0), 32);  // B = 16
-  EXPECT_EQ(tile_group_heads(96, head_fwd, 0), 32);   // at most 42 a group: 3 groups, made even
-  EXPECT_EQ(tile_group_heads(192, head_fwd, 0), 39);  // 5 groups
-  EXPECT_EQ(tile_group_heads(12, head_bwd, 0), 12);   // fewer heads than a group holds: one group
-  EXPECT_EQ(tile_group_heads(5, kTileGroupBytes * 4, 0), 1);  // a head larger than the budget: alone
-  EXPECT_EQ(tile_group_heads(96, head_bwd, 1), 1);            // forced: each head alone (the old order)
-  EXPECT_EQ(tile_group_heads(96, head_bwd, 96), 96);          // forced: one group over every head
-  EXPECT_EQ(tile_group_heads(96, head_bwd, 1000), 96);
-  EXPECT_EQ(tile_group_heads(10, head_bwd, 3), 3);  // 4 groups: 3, 3, 3, 1
+  EXPECT_EQ(tile_groups(96, head_bwd, 0), 3);   // B = 8: 32 heads a group (16 MiB / 512 KiB)
+  EXPECT_EQ(tile_groups(192, head_bwd, 0), 6);  // B = 16
+  EXPECT_EQ(tile_groups(96, head_fwd, 0), 3);   // at most 42 a group: 32 each
+  EXPECT_EQ(tile_groups(192, head_fwd, 0), 5);  // 39, 39, 38, 38, 38
+  EXPECT_EQ(tile_groups(12, head_bwd, 0), 1);   // fewer heads than a group holds
+  EXPECT_EQ(tile_groups(5, kTileGroupBytes * 4, 0), 5);  // a head larger than the budget: alone
+  EXPECT_EQ(tile_groups(96, head_bwd, 1), 96);           // at most 1 head a group: each head alone
+  EXPECT_EQ(tile_groups(96, head_bwd, 96), 1);           // one group over every head
+  EXPECT_EQ(tile_groups(96, head_bwd, 1000), 1);
+  EXPECT_EQ(tile_groups(10, head_bwd, 3), 4);  // 3, 3, 2, 2
   for (int heads = 1; heads <= 400; ++heads) {
     for (long head_bytes : {head_fwd, head_bwd, 5l << 20, 40l << 20}) {
-      const int g = tile_group_heads(heads, head_bytes, 0);
-      ASSERT_TRUE(g >= 1 && g <= heads) << heads << " heads: " << g;
-      if (g > 1) {
-        ASSERT_LE(g * head_bytes, kTileGroupBytes) << heads << " heads of " << head_bytes << " bytes";
-      }
+      const int groups = tile_groups(heads, head_bytes, 0);
       const long cap = std::min<long>(heads, std::max(1l, kTileGroupBytes / head_bytes));
-      const int groups = (heads + g - 1) / g;
-      ASSERT_EQ(groups, (heads + cap - 1) / cap) << heads << " heads: as few groups as the budget allows";
-      const int last = heads - (groups - 1) * g;
-      ASSERT_TRUE(last >= 1 && g - last < groups) << heads << " heads: groups of " << g << ", the last " << last;
+      ASSERT_EQ(groups, (heads + cap - 1) / cap) << heads << " heads of " << head_bytes << " bytes: as few as fit";
+      const TileGroup largest = tile_group(TileOrder{heads, 1, 1, groups}, 0);
+      if (largest.count > 1) {
+        ASSERT_LE(largest.count * head_bytes, kTileGroupBytes) << heads << " heads of " << head_bytes << " bytes";
+      }
     }
   }
 }

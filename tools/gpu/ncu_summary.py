@@ -7,8 +7,9 @@ LOG is what `ncu --csv --page details ...` printed (the application's own output
 mixed in are skipped). For each profiled launch: its duration, the SM and memory throughput (% of peak),
 the issue slots used, the warps eligible per scheduler and cycle, achieved occupancy, and the three warp
 stall reasons with the most cycles per issued instruction (the smsp__average_warps_issue_stalled_*
-metrics, when the run asked for them). Phase C's ncu_attention step prints it; docs/performance.md says
-how to read it. Standard library only: the device's Python runs it.
+metrics, when the run asked for them). A LOG without a profiled launch (a kernel filter that matched
+nothing) is named, and the exit status is then 1. Phase C's ncu_attention step prints it;
+docs/performance.md says how to read it. Standard library only: the device's Python runs it.
 """
 import csv
 import sys
@@ -54,8 +55,8 @@ def launches(paths):
             if header is None or len(row) < len(header):
                 continue
             key = (path, row[header["ID"]], row[header["Kernel Name"]])
-            out.setdefault(key, {})[row[header["Metric Name"]]] = (row[header["Metric Value"]],
-                                                                   row[header.get("Metric Unit", 0)])
+            unit = row[header["Metric Unit"]] if "Metric Unit" in header else ""
+            out.setdefault(key, {})[row[header["Metric Name"]]] = (row[header["Metric Value"]], unit)
     return out
 
 
@@ -68,8 +69,11 @@ def summary(key, metrics):
                 v = number(value)
                 if v is None:
                     break
+                if label == "us" and unit not in SCALE_TO_US:
+                    parts.append(f"duration {v:.1f} {unit or '(no unit)'}")
+                    break
                 if label == "us":
-                    v *= SCALE_TO_US.get(unit, 1.0)
+                    v *= SCALE_TO_US[unit]
                 parts.append(f"{label} {v:.1f}" if label != "regs" else f"{label} {v:.0f}")
                 break
     stalls = sorted(((number(v), name[len(STALL):].split("_per_issue_active")[0])
@@ -82,12 +86,12 @@ def summary(key, metrics):
 
 def main(paths):
     found = launches(paths)
-    if not found:
-        print("no ncu launches found (was it run with --csv --page details?)")
-        return 1
     for key, metrics in found.items():
         print(summary(key, metrics))
-    return 0
+    missing = [p for p in paths if not any(key[0] == p for key in found)]
+    for p in missing:
+        print(f"{p}: no ncu launches (a kernel filter that matched nothing, or not --csv --page details)")
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ rows) qt + 1 key tiles; backward key tile kt (64 keys) 4 products over n - kt qu
 tile_order.hpp) and the diagonal tiles' smaller work: it compares orders, it does not predict times.
 Orders: "head after head" (the kernels until 2026-11-27: a head's tiles heaviest first, then the next
 head's; the backward's key tiles, then its query tiles), "groups" (the default since: ranks across groups
-of heads, the groups as tile_group_heads sizes them), "one group" (ranks across every head).
+of heads, as many as tile_groups says, their sizes differing by at most one), "one group" (ranks across
+every head).
 What it said on 2026-11-27 (T = 1024, hs = 64, 12 heads), SMs busy at B = 4 / 8 / 16 / 32 / 64:
-  forward   head after head 55 / 73 / 85 / 92 / 95%, groups 82 / 82 / 90 / 95 / 97%, one group 82 / 94 / 97 / 99 / 100%
+  forward   head after head 55 / 73 / 85 / 92 / 95%, groups 82 / 82 / 94 / 97 / 99%, one group 82 / 94 / 97 / 99 / 100%
   backward  head after head 81 / 90 / 95 / 97 / 98%, groups 97 / 99 / 99 / 100 / 100%
 The H100 ran the forward at 0.75 of its B = 64 rate at B = 8 and the backward at 0.92 (docs/performance.md);
 head after head gives 0.76 and 0.91. One group is better still for the forward in this model, but from B = 16
@@ -38,18 +39,18 @@ def busy(costs, slots):
     return work / (end * slots)
 
 
-def group_heads(heads, head_bytes):
-    """tile_order.hpp tile_group_heads (no forced size)."""
+def groups_for(heads, head_bytes):
+    """tile_order.hpp tile_groups (no forced size)."""
     cap = min(heads, max(1, GROUP_BYTES // head_bytes))
-    groups = -(-heads // cap)
-    return -(-heads // groups)
+    return -(-heads // cap)
 
 
-def ranked(heads, per_rank, group):
-    """Launch order of tile_slot: groups of heads, each rank's roles over the group's heads."""
+def ranked(heads, per_rank, groups):
+    """Launch order of tile_slot: groups of heads (the first heads % groups one head larger), each rank's
+    roles over the group's heads."""
     order = []
-    for first in range(0, heads, group):
-        here = min(group, heads - first)
+    for g in range(groups):
+        here = heads // groups + (1 if g < heads % groups else 0)
         for costs in per_rank:
             for c in costs:
                 order += [c] * here
@@ -73,10 +74,10 @@ def main():
     for b in (int(x) for x in a.batches.split(",")):
         heads = b * a.heads
         for name, per_rank, per_head, inputs in (("forward ", fwd, fwd_head, 3), ("backward", bwd, bwd_head, 4)):
-            g = group_heads(heads, inputs * a.T * a.hs * 2)
+            g = groups_for(heads, inputs * a.T * a.hs * 2)
             print(f"  B={b:3d} {name} {100 * busy(per_head * heads, a.slots):5.1f}%  "
-                  f"{100 * busy(ranked(heads, per_rank, g), a.slots):5.1f}% ({g} heads a group)  "
-                  f"{100 * busy(ranked(heads, per_rank, heads), a.slots):5.1f}%")
+                  f"{100 * busy(ranked(heads, per_rank, g), a.slots):5.1f}% ({g} groups)  "
+                  f"{100 * busy(ranked(heads, per_rank, 1), a.slots):5.1f}%")
 
 
 if __name__ == "__main__":
