@@ -84,7 +84,7 @@ def main(argv):
     lines = []
     for b in rows:
         name = b["name"]
-        if name.startswith(("GemmNoEpilogue/", "GemmAuxFromGlobal/", "AttentionTileOrder/")):  # diagnoses: below
+        if name.startswith(tuple(prefix for prefix, *_ in DIAGNOSES)):  # in the diagnosis sections below
             continue
         if b.get("error_occurred"):  # SkipWithError: no counters (the wgmma GEMM off compute capability 9.0)
             lines.append(f"{name:58s} not run: {b.get('error_message', '?')}")
@@ -134,55 +134,46 @@ def main(argv):
             print(f"{optin['name']:58s} no time ({optin.get('error_message', 'missing')})")
             continue
         print(f"{optin['name']:58s} {t_def / t_opt:5.2f}x {what}")
-    epilogue_cost(by_name)
-    tile_order(by_name)
+    diagnoses(by_name)
     return 0
 
 
-# Diagnosis rows: the same product as a Gemm/ row, run another way; the table prints time(row) / time(Gemm/ row)
-# or its inverse, as the heading says.
+def attention_default_row(name):
+    """AttentionTileOrder/bf16/<fwd|bwd>/<order>/B:<B>/... -> the default row of that pass and B."""
+    return re.sub(r"^AttentionTileOrder/bf16/(fwd|bwd)/\w+/B:(\d+)/",
+                  lambda m: f"BM_attention_{'forward' if m.group(1) == 'fwd' else 'backward'}_bf16/{m.group(2)}/0/0/",
+                  name)
+
+
+# Diagnosis rows: what another row measures, run another way: (prefix, the other row's name, whether the line
+# names the other row (else the diagnosis row itself), whether the table prints time(row) / time(other) (else
+# the inverse), heading).
 DIAGNOSES = [
-    ("GemmNoEpilogue/", False, "epilogue cost (time with the epilogue / time without it; 1.00x: the epilogue is free)"),
-    ("GemmAuxFromGlobal/", True, "GELU gradient's pre-activations by TMA during the products (time when the epilogue "
-     "reads them / time by TMA; > 1.00x: TMA is faster)"),
+    ("GemmNoEpilogue/", lambda n: n.replace("GemmNoEpilogue/", "Gemm/", 1), True, False,
+     "epilogue cost (time with the epilogue / time without it; 1.00x: the epilogue is free)"),
+    ("GemmAuxFromGlobal/", lambda n: n.replace("GemmAuxFromGlobal/", "Gemm/", 1), True, True,
+     "GELU gradient's pre-activations by TMA during the products (time when the epilogue reads them / time by TMA; "
+     "> 1.00x: TMA is faster)"),
+    ("AttentionTileOrder/", attention_default_row, False, True,
+     "attention block order (time in this order / time in the default order, groups of heads sized for L2; "
+     "> 1.00x: the default is faster)"),
 ]
 
 
-def epilogue_cost(by_name):
-    for prefix, inverse, heading in DIAGNOSES:
-        pairs = [(b, by_name.get(name.replace(prefix, "Gemm/", 1)))
-                 for name, b in by_name.items() if name.startswith(prefix)]
+def diagnoses(by_name):
+    for prefix, other_of, name_other, row_over_other, heading in DIAGNOSES:
+        pairs = [(b, by_name.get(other_of(name))) for name, b in by_name.items() if name.startswith(prefix)]
         if not pairs:
             continue
         print(f"\n{heading}")
-        for other, gemm in pairs:
-            t_other, t_gemm = other.get("real_time"), gemm.get("real_time") if gemm else None
-            name = other["name"].replace(prefix, "Gemm/", 1)
-            if other.get("error_occurred") or not gemm or gemm.get("error_occurred") or not t_other or not t_gemm:
-                why = other.get("error_message") or (gemm or {}).get("error_message", "missing")
+        for row, other in pairs:
+            t_row, t_other = row.get("real_time"), other.get("real_time") if other else None
+            name = other_of(row["name"]) if name_other else row["name"]
+            if row.get("error_occurred") or not other or other.get("error_occurred") or not t_row or not t_other:
+                why = row.get("error_message") or (other or {}).get("error_message", "missing")
                 print(f"{name:58s} no time ({why})")
                 continue
-            print(f"{name:58s} {(t_other / t_gemm if inverse else t_gemm / t_other):5.2f}x")
-
-
-def tile_order(by_name):
-    """AttentionTileOrder/bf16/<fwd|bwd>/<order>/B:<B>: the default attention kernels with their blocks in another
-    order, against the default row of the same pass and B (BM_attention_<pass>_bf16/<B>/0/0)."""
-    rows = [(re.match(r"AttentionTileOrder/bf16/(fwd|bwd)/(\w+)/B:(\d+)", name), b) for name, b in by_name.items()]
-    rows = [(m, b) for m, b in rows if m]
-    if not rows:
-        return
-    print("\nattention block order (time in this order / time in the default order, groups of heads sized for L2; "
-          "> 1.00x: the default is faster)")
-    for m, b in rows:
-        pass_name = "forward" if m.group(1) == "fwd" else "backward"
-        default = by_name.get(f"BM_attention_{pass_name}_bf16/{m.group(3)}/0/0/manual_time")
-        t, t_def = b.get("real_time"), default.get("real_time") if default else None
-        if b.get("error_occurred") or not default or default.get("error_occurred") or not t or not t_def:
-            why = b.get("error_message") or (default or {}).get("error_message", "missing")
-            print(f"{b['name']:58s} no time ({why})")
-            continue
-        print(f"{b['name']:58s} {t / t_def:5.2f}x")
+            print(f"{name:58s} {(t_row / t_other if row_over_other else t_other / t_row):5.2f}x")
 
 
 # (opt-in name pattern, how to name its default, what the default is)
