@@ -12,7 +12,7 @@
 //
 // Why groups of heads: a head's tiles read the same Q, K, V (and dO) rows. In one rank order over every
 // head, a head's next rank would start after the other heads' rows had evicted its own from L2 (at
-// B = 16 the inputs are 100 MB, L2 50 MB), so a group holds at most kTileGroupBytes of inputs and runs
+// B = 16 the inputs are 72-96 MiB, L2 50 MB), so a group holds at most kTileGroupBytes of inputs and runs
 // its ranks before the next group starts. Group sizes differ by at most one head: a much smaller last
 // group would end in a tail of its own.
 //
@@ -28,9 +28,12 @@
 
 namespace gpt2::kernels::attention_order {
 
-// Inputs a group of heads may read between them: a third of the H100's 50 MB L2 (two 25 MB halves; a
-// line read from the far half may be held in both), so the group's rows stay while its ranks run.
-constexpr long kTileGroupBytes = 16l << 20;
+// Inputs a group of heads may read between them: most of the H100's and H200's 50 MB L2. Measured on the
+// H200 (2026-11-27, docs/performance.md) at 16 MiB: one group over all 96 heads of B = 8 (36 MiB forward,
+// 48 MiB backward) ran the forward 1.10x and the backward 1.01x faster than three groups; over all 768
+// of B = 64, the forward 1% slower and the backward 2% faster. The tail a group ends in costs more than
+// rows that L2 drops; 40 MiB keeps B = 8's forward in one group.
+constexpr long kTileGroupBytes = 40l << 20;
 
 struct TileOrder {
   int heads;   // batch * NH

@@ -17,9 +17,11 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -152,9 +154,12 @@ struct CublasLtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = kLtWorkspaceBytes;
-  // Split-K reduction schemes a bf16 plan may use: fp32 only, unless GPT2_CUBLASLT_REDUCTION=any (a
-  // diagnosis: cuBLASLt's own default, every scheme; see get_plan).
+  // Split-K reduction schemes a bf16 plan may use: fp32 only, unless GPT2_CUBLASLT_REDUCTION says
+  // otherwise (a diagnosis: any = cuBLASLt's own default, every scheme; none = never split K; see get_plan).
   uint32_t bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  // GPT2_CUBLASLT_LOG_PLANS=1: each plan, as the heuristic answers it, on stderr (algorithm, tile,
+  // stages, split-K and its reduction): which kernel ran a product that came out wrong.
+  bool log_plans = false;
   std::map<LtPlanKey, std::unique_ptr<LtPlan>> plans;
 
   ~CublasLtState() {
@@ -176,11 +181,15 @@ CublasLtState* create_cublaslt_state() {
   auto s = std::make_unique<CublasLtState>();
   const char* env = std::getenv("GPT2_CUBLASLT_REDUCTION");
   const std::string reduction = env != nullptr ? env : "";
-  GPT2_CHECK(reduction.empty() || reduction == "fp32" || reduction == "any",
+  GPT2_CHECK(reduction.empty() || reduction == "fp32" || reduction == "any" || reduction == "none",
              "GPT2_CUBLASLT_REDUCTION='" << reduction
-                                         << "': use fp32 (split-K parts summed in fp32, the default) or any "
-                                            "(cuBLASLt's default, bf16 sums allowed: for diagnosis)");
+                                         << "': use fp32 (split-K parts summed in fp32, the default), any "
+                                            "(cuBLASLt's default, bf16 sums allowed) or none (K never split); "
+                                            "the last two are for diagnosis");
   if (reduction == "any") s->bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_MASK;
+  if (reduction == "none") s->bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_NONE;
+  const char* log = std::getenv("GPT2_CUBLASLT_LOG_PLANS");
+  s->log_plans = log != nullptr && std::string(log) == "1";
   CUBLAS_CHECK(cublasLtCreate(&s->handle));
   s->workspace = device_alloc(s->workspace_bytes, "cuBLASLt's workspace");
   return s.release();
@@ -197,6 +206,58 @@ using detail::LtPlanKey;
 template <class T>
 constexpr cudaDataType_t lt_type() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+const char* epilogue_name(int ep) {
+  switch (ep) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+      return "none";
+    case CUBLASLT_EPILOGUE_BIAS:
+      return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+      return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU:
+      return "DGELU";
+    case CUBLASLT_EPILOGUE_BGRADA:
+      return "BGRADA";
+  }
+  return "other";
+}
+
+// One line per plan (GPT2_CUBLASLT_LOG_PLANS=1), in our terms (M, N, K of gemm_cuda) and cuBLASLt's
+// (the algorithm's configuration); result nullptr: the heuristic had no algorithm.
+void log_plan(const LtPlanKey& key, const cublasLtMatmulHeuristicResult_t* result) {
+  std::ostringstream os;
+  os << "cuBLASLt plan: " << (key.dtype == CUDA_R_32F ? "fp32" : "bf16") << " M=" << key.M << " N=" << key.N
+     << " K=" << key.K << (key.trans_a ? " A^T" : "") << (key.trans_b ? " B^T" : "")
+     << " epilogue=" << epilogue_name(key.epilogue) << " align=" << key.align << ": ";
+  if (result == nullptr) {
+    os << "no algorithm";
+  } else {
+    const auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> long long {
+      uint32_t v = 0;  // every attribute read here is 32 bits or less (zero-extended)
+      size_t written = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&result->algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+      return static_cast<long long>(v);
+    };
+    const long long scheme = config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+    os << "algo " << config(CUBLASLT_ALGO_CONFIG_ID) << " tile " << config(CUBLASLT_ALGO_CONFIG_TILE_ID) << " stages "
+       << config(CUBLASLT_ALGO_CONFIG_STAGES_ID) << " split-K " << config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)
+       << " reduction ";
+    if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE)
+      os << "none";
+    else if (scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE)
+      os << "in-place (bf16 sums)";
+    else if (scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+      os << "compute-type (fp32 sums)";
+    else if (scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
+      os << "output-type (bf16 sums)";
+    else
+      os << scheme;
+    os << " workspace " << result->workspaceSize << " B waves " << result->wavesCount;
+  }
+  std::fprintf(stderr, "%s\n", os.str().c_str());
 }
 
 // The plan for this call, built (and the heuristic asked) the first time the key is seen. bias/aux are
@@ -265,6 +326,7 @@ LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool tran
                                                              plan->c.get(), pref.get(), 1, &result, &returned);
   plan->ok = st_h == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (plan->ok) plan->algo = result.algo;
+  if (st.log_plans) log_plan(key, plan->ok ? &result : nullptr);
   return *st.plans.emplace(key, std::move(plan)).first->second;
 }
 

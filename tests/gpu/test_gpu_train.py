@@ -52,6 +52,8 @@ def train(name, steps, extra=(), ranks=1, micro_batch=16, env_extra=None):
     if ranks > 1:
         cmd = [mpiexec, "--oversubscribe", "-n", str(ranks)] + cmd
     r = subprocess.run(cmd, env=dict(env, **(env_extra or {})), capture_output=True, text=True, timeout=600)
+    os.makedirs(out, exist_ok=True)
+    open(f"{out}/stderr.log", "w").write(r.stderr)
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-3000:])
         raise SystemExit(f"FAIL: {name} exited {r.returncode}: {' '.join(cmd)}")
@@ -98,11 +100,17 @@ for s in range(1, 11):
     print(f"{s:4d}  {cpu[s]:.5f}    {bf16[s]:.5f}        {hand16[s]:.5f}")
 compare("GPU bf16 (cuBLASLt) follows fp32", {s: bf16[s] for s in range(1, 11)}, cpu, 2e-2)
 compare("GPU bf16 hand GEMM follows fp32", hand16, cpu, 2e-2)
-# The diagnosis of the check above (printed, not checked: each toggles one suspect back or away).
-for var, value in (("GPT2_CUBLASLT_REDUCTION", "any"), ("GPT2_CUBLASLT_EPILOGUES", "unfused")):
-    diag, _ = train(f"bf16_{value}", 10, cuda, env_extra={var: value})
+# The diagnosis of the check above (printed, not checked: each toggles one suspect back or away), and
+# the cuBLASLt plans of the default run (GPT2_CUBLASLT_LOG_PLANS: its losses are the default's).
+for var, value in (("GPT2_CUBLASLT_REDUCTION", "any"), ("GPT2_CUBLASLT_REDUCTION", "none"),
+                   ("GPT2_CUBLASLT_EPILOGUES", "unfused"), ("GPT2_CUBLASLT_LOG_PLANS", "1")):
+    diag, diag_out = train(f"bf16_{var}_{value}", 10, cuda, env_extra={var: value})
     off = max(abs(diag[s] - cpu[s]) / abs(cpu[s]) for s in range(1, 11))
     print(f"diagnosis: bf16 cuBLASLt with {var}={value}: {off:.2e} from the fp32 losses")
+    if var == "GPT2_CUBLASLT_LOG_PLANS":
+        for line in open(f"{diag_out}/stderr.log"):
+            if line.startswith("cuBLASLt plan:"):
+                print("  " + line.rstrip())
 
 two, _ = train("fp32_2ranks", 10, cuda + ["--precision", "fp32", "--comm", "mpi"], ranks=2, micro_batch=8)
 compare("2 ranks sharing the GPU (--comm mpi) == 1 rank", two, gpu32, 1e-4)

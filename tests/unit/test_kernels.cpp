@@ -1114,10 +1114,10 @@ TEST(AttentionTileOrder, EveryTileOnceHeaviestFirstInGroupsOfHeads) {
 TEST(AttentionTileOrder, GroupsHoldWhatL2Keeps) {
   using namespace kernels::attention_order;
   const long head_fwd = 3l * 1024 * 64 * 2, head_bwd = 4l * 1024 * 64 * 2;  // GPT-2 124M: q, k, v (+ dout) of a head
-  EXPECT_EQ(tile_groups(96, head_bwd, 0), 3);   // B = 8: 32 heads a group (16 MiB / 512 KiB)
-  EXPECT_EQ(tile_groups(192, head_bwd, 0), 6);  // B = 16
-  EXPECT_EQ(tile_groups(96, head_fwd, 0), 3);   // at most 42 a group: 32 each
-  EXPECT_EQ(tile_groups(192, head_fwd, 0), 5);  // 39, 39, 38, 38, 38
+  EXPECT_EQ(tile_groups(96, head_bwd, 0), 2);   // B = 8: at most 80 heads a group (40 MiB / 512 KiB): 48 each
+  EXPECT_EQ(tile_groups(192, head_bwd, 0), 3);  // B = 16: 64 each
+  EXPECT_EQ(tile_groups(96, head_fwd, 0), 1);   // at most 106 a group: all of B = 8's heads in one
+  EXPECT_EQ(tile_groups(200, head_fwd, 0), 2);  // 100 each
   EXPECT_EQ(tile_groups(12, head_bwd, 0), 1);   // fewer heads than a group holds
   EXPECT_EQ(tile_groups(5, kTileGroupBytes * 4, 0), 5);  // a head larger than the budget: alone
   EXPECT_EQ(tile_groups(96, head_bwd, 1), 96);           // at most 1 head a group: each head alone

@@ -7,7 +7,7 @@ the SMs are when the blocks start head after head, and in rank order across grou
 Model: `slots` blocks run at once (the kernels' __launch_bounds__(128, 2): two a SM, 132 SMs); a block
 starts on the first free slot, in launch order, and runs for its tile's work: forward query tile qt (128
 rows) qt + 1 key tiles; backward key tile kt (64 keys) 4 products over n - kt query tiles, query tile qt
-3 products over qt + 1 key tiles. It leaves out memory (why the groups hold at most 16 MiB of inputs:
+3 products over qt + 1 key tiles. It leaves out memory (why the groups hold at most 40 MiB of inputs:
 tile_order.hpp) and the diagonal tiles' smaller work: it compares orders, it does not predict times.
 Orders: "head after head" (the kernels until 2026-11-27: a head's tiles heaviest first, then the next
 head's; the backward's key tiles, then its query tiles), "groups" (the default since: ranks across groups
@@ -18,13 +18,15 @@ What it said on 2026-11-27 (T = 1024, hs = 64, 12 heads), SMs busy at B = 4 / 8 
   backward  head after head 81 / 90 / 95 / 97 / 98%, groups 97 / 99 / 99 / 100 / 100%
 The H100 ran the forward at 0.75 of its B = 64 rate at B = 8 and the backward at 0.92 (docs/performance.md);
 head after head gives 0.76 and 0.91. One group is better still for the forward in this model, but from B = 16
-on its inputs outgrow L2 (the rows AttentionTileOrder/.../all_heads measure what that costs).
+on its inputs outgrow L2 (the rows AttentionTileOrder/.../all_heads measure what that costs). The H200 (2026-11-27)
+ran one group over B = 8's heads 1.10x faster than three (forward) and over B = 64's within 1-2% of 19: the
+groups now hold 40 MiB (B = 8: one forward group, two backward), and the figures above are for 16 MiB.
 Standard library only.
 """
 import argparse
 import heapq
 
-GROUP_BYTES = 16 << 20  # tile_order.hpp kTileGroupBytes
+GROUP_BYTES = 40 << 20  # tile_order.hpp kTileGroupBytes
 
 
 def busy(costs, slots):

@@ -273,6 +273,22 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cub
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// The emulated algorithm's configuration (GPT2_CUBLASLT_LOG_PLANS): one algorithm, K never split.
+cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                                 cublasLtMatmulAlgoConfigAttributes_t attr, void* buf,
+                                                                 size_t size, size_t* written) {
+  if (algo == nullptr || algo->data[0] != kAlgoMagic) return refuse(CUBLAS_STATUS_INVALID_VALUE, "not an algorithm");
+  uint32_t v = 0;
+  if (attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM) v = 1;
+  else if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) v = CUBLASLT_REDUCTION_SCHEME_NONE;
+  else if (attr != CUBLASLT_ALGO_CONFIG_ID && attr != CUBLASLT_ALGO_CONFIG_TILE_ID && attr != CUBLASLT_ALGO_CONFIG_STAGES_ID)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "algorithm attribute " + std::to_string(attr) + " is not emulated");
+  if (written) *written = sizeof(v);
+  if (size < sizeof(v)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(buf, &v, sizeof(v));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha_p,
                                            const void* A, cublasLtMatrixLayout_t a_l, const void* B,
                                            cublasLtMatrixLayout_t b_l, const void* beta_p, const void* C,
