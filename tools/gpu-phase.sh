@@ -508,6 +508,13 @@ phase_C() {
   train_124m opt_gemm_wgmma "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=1
   train_124m opt_gemm_wgmma256 "faster than 128x128 tiles" 16 hand GPT2_GEMM_SM90=128x256
   train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong
+  # cuBLASLt never splitting K (a diagnosis of the bf16 drift, 2026-11-27): what the default step pays for it
+  train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
+  # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
+  # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)
+  gpu_step attention_order 60 "default <= 1.00x of each" "$bin/bench_gpu_kernels" \
+    --benchmark_filter='^(BM_attention_(forward|backward)_bf16/(8|64)/0/0/|AttentionTileOrder/)' \
+    --benchmark_out="$logs/attention_order.json" --benchmark_out_format=json --benchmark_min_time=0.1
   # The step replayed as a CUDA Graph: what ~250 launches per step cost.
   train_124m opt_cuda_graph "faster than without" 16 cublaslt -- --cuda-graph
   train_124m train_124m_cublaslt_mb32 ">= 470K tok/s" 32 cublaslt
@@ -583,6 +590,19 @@ figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$logs/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
 # "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
+figure_attention_order() {
+  python3 - "$(dirname "$1")/attention_order.json" <<'PY'
+import json, re, sys
+rows = {b["name"]: b["real_time"] for b in json.load(open(sys.argv[1]))["benchmarks"]}
+out = []
+for name, t in rows.items():
+    m = re.match(r"AttentionTileOrder/bf16/(fwd|bwd)/(\w+)/B:(\d+)/", name)
+    base = m and rows.get(f"BM_attention_{'forward' if m[1] == 'fwd' else 'backward'}_bf16/{m[3]}/0/0/manual_time")
+    if base:
+        out.append(f"{m[1]}{m[3]} {m[2].split('_')[0]} {t / base:.2f}")
+print(" ".join(out) or "no rows")
+PY
+}
 figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
 train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }

@@ -57,11 +57,16 @@
 //  * Barrier phases: query tile j uses stage j % 2; consumers wait full for parity (j / 2) & 1, the
 //    producer waits empty for the opposite parity (a fresh barrier passes at once). full counts the 32
 //    lanes of the producer's first warp (lane 0's arrive carries the expect_tx of Q and dO); empty counts
-//    lane 0 of each of the 8 consumer warps, after the wgmma.wait_group that retires dV and dK (the last
-//    readers of the stage's Q and dO) and after the lse/D reads.
-//  * dS^T is double-buffered (query tile j in buffer j % 2): a warp may write tile j + 1's while another
-//    still reads tile j's for dQ; tile j + 2's writes wait behind named barrier 1 of tile j + 1, which
-//    every reader of tile j reaches only when done.
+//    the 256 consumer threads, each arriving after the wgmma.wait_group that retires dV and dK (the last
+//    readers of the stage's Q and dO) and after its own lse/D reads.
+//  * dS^T is double-buffered (query tile j in buffer j % 2, its use j / 2 the barriers' parity): a warp
+//    may write tile j + 1's while another still reads tile j's for dQ. ds_full[i] counts the 256
+//    consumer threads once they have stored their part (or skipped it), and the reader waits on it;
+//    ds_empty[i] counts the reader's 128 threads once they have loaded it, and tile j + 2's writers wait
+//    on it. Every thread arrives for its own accesses: compute-sanitizer's racecheck credits an
+//    mbarrier arrive only to the arriving thread (it reported the reads of lse/D released by lane 0 after
+//    __syncwarp, and the dS^T hand-off across a 256-thread named barrier, on the H200, 2026-11-27, though
+//    the PTX memory model orders both).
 //
 // Left for later (docs/performance.md): 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T
 // (needs an m64n64 SS wrapper in ptx.cuh and a proxy fence), overlap of the dQ add with the next tile's
@@ -117,8 +122,8 @@ struct WgmmaBwdConfig {
   static constexpr int kOffDs = kOffDo + kStages * kQTileBytes;        // buffer i at + i * kDsBytes
   static constexpr int kOffLse = kOffDs + 2 * kDsBytes;                // [stage][64] fp32, lse * log2 e
   static constexpr int kOffD = kOffLse + kStages * kBlockM * 4;        // [stage][64] fp32
-  static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;        // kv_full, full[s], empty[s]
-  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;  // kv_full, full[s], empty[s], ds_full[i], ds_empty[i]
+  static constexpr int kBarriers = 1 + 2 * kStages + 2 * 2;
   static constexpr int kOffWork = kOffBar + kBarriers * 8;             // the block's ticket
   static constexpr size_t kSmemBytes = kAlign + kOffWork + 16;
   static_assert(kBlockN == kWgmmaBwdKeyTile, "the key tile attention_sm90.cuh announces");
@@ -285,6 +290,8 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBar);
   uint64_t* full = kv_full + 1;
   uint64_t* empty = full + Cfg::kStages;
+  uint64_t* ds_full = empty + Cfg::kStages;  // dS^T buffer i holds both consumers' halves
+  uint64_t* ds_empty = ds_full + 2;          // buffer i's reader has loaded it
   int* work = reinterpret_cast<int*>(smem + Cfg::kOffWork);
 
   if (threadIdx.x == 0) {
@@ -292,7 +299,11 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     cuda::mbarrier_init(kv_full, 1);
     for (int s = 0; s < Cfg::kStages; ++s) {
       cuda::mbarrier_init(&full[s], 32);
-      cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);
+      cuda::mbarrier_init(&empty[s], Cfg::kConsumerThreads);
+    }
+    for (int i = 0; i < 2; ++i) {
+      cuda::mbarrier_init(&ds_full[i], Cfg::kConsumerThreads);
+      cuda::mbarrier_init(&ds_empty[i], Cfg::kWarpgroupThreads);
     }
     cuda::fence_mbarrier_init();
   }
@@ -378,11 +389,10 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     cuda::mbarrier_wait_untimed(&full[s], (j / Cfg::kStages) & 1);
     // j < c: every query of the tile precedes every key of this consumer (consumer 1 on the first tile):
     // P^T = dS^T = 0, so dV and dK stay as they are and its half of dS^T is not written (the dQ share
-    // skips it). It still releases the stage and meets the other consumer at barrier 1, at the same
-    // bar.sync instruction: bar.sync is .aligned, and two call sites of one barrier are undefined
-    // (compute-sanitizer's synccheck on the H100, 2026-11-27, "Divergent thread(s) in block", when the
-    // skip had a barrier of its own). The dQ share is consumer j % kConsumers's, never one that skips.
-    bf16* sds = sDs(j % 2);  // this tile's dS^T buffer
+    // skips it). It still releases the stage and arrives on ds_full. The dQ share is consumer
+    // j % kConsumers's, never one that skips.
+    bf16* sds = sDs(j % 2);                 // this tile's dS^T buffer
+    const uint32_t ds_phase = (j / 2) & 1;  // its use j / 2
     if (j >= c) {
       // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
       float st[32], dpt[32];
@@ -419,6 +429,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       uint32_t pa[kQSteps][4], dsa[kQSteps][4];
       pack_a(pa, st);
       pack_a(dsa, dpt);
+      cuda::mbarrier_wait_untimed(&ds_empty[j % 2], ds_phase ^ 1);  // tile j - 2's reader is done (fresh: passes)
       store_ds(sds, dsa, wrow + g, tq);
       cuda::wgmma_fence();
       fence_acc(dv);
@@ -432,11 +443,12 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       fence_frags(pa);
       fence_frags(dsa);
     }
-    // This warp has read Q, dO, lse and D of the stage for the last time.
-    cuda::mbarrier_arrive_warp(&empty[s], lane);
-    cuda::named_barrier_sync(1, Cfg::kConsumerThreads);  // both halves of dS^T are in
+    // This thread has read Q, dO, lse and D of the stage for the last time, and stored its part of dS^T.
+    cuda::mbarrier_arrive(&empty[s]);
+    cuda::mbarrier_arrive(&ds_full[j % 2]);
 
     if (c == j % Cfg::kConsumers) {
+      cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);  // both halves of dS^T are in
       // dQ[query tile qt] (+)= dS K over the block's keys, in this key tile's turn
       float dq[32];
 #pragma unroll
@@ -452,6 +464,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
         fence_acc(dq);
         fence_frags(da);
       }
+      cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
 
       // Our turn: the key tiles above kt that see qt have added theirs (acquire; dq_turns.cuh).
       int* turn = args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;

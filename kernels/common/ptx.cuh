@@ -143,16 +143,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-// One arrival for the whole warp (barriers that count warps), made by lane 0 once every lane is done:
-// __syncwarp orders the other lanes' shared-memory accesses before lane 0's arrive, whose release then
-// covers them. Without it lane 0 may run ahead of its warp (independent thread scheduling), and a producer
-// that waits on the barrier may overwrite what the other lanes have yet to read. (racecheck on the H100,
-// 2026-11-27, reported the attention backward's lse and D rows; with this in place the H200 rerun still
-// did, which may be racecheck not following the mbarrier hand-off: docs/performance.md.)
-__device__ __forceinline__ void mbarrier_arrive_warp(uint64_t* bar, int lane) {
-  __syncwarp();
-  if (lane == 0) mbarrier_arrive(bar);
-}
 // Waits for the completion of the phase with parity `parity` (0 or 1). A barrier starts in phase 0, not
 // completed, so waiting on parity 1 returns at once: the "previous" phase counts as complete. That is
 // how a producer's first wait on an empty buffer passes (PTX ISA, mbarrier.test_wait/try_wait; CUTLASS

@@ -157,8 +157,8 @@ GEMM = {
 
 
 # ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
-BWD_ARRIVE = ("    // This warp has read Q, dO, lse and D of the stage for the last time.\n"
-              "    if (lane == 0) cuda::mbarrier_arrive(&empty[s]);\n")
+BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time, and stored its part of dS^T.\n"
+              "    cuda::mbarrier_arrive(&empty[s]);\n")
 BWD_DVDK = ("    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n    cuda::wgmma_commit_group();\n")
 
 ATTENTION_BWD = {
@@ -170,6 +170,10 @@ ATTENTION_BWD = {
                          "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
     # the stage is released before dV += P^T dO and dK += dS^T Q retired (they read its dO and Q)
     "early_stage_release": [(BWD_ARRIVE, ""), (BWD_DVDK, BWD_DVDK + BWD_ARRIVE)],
+    # the dQ share reads dS^T without waiting for both consumers' halves
+    "ds_read_before_full": [("      cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);", "")],
+    # tile j + 2's dS^T written without waiting for tile j's reader
+    "ds_write_before_empty": [("      cuda::mbarrier_wait_untimed(&ds_empty[j % 2], ds_phase ^ 1);", "")],
     # dO as B of dV read K-major: the transpose immediate of an MN-major operand dropped
     "transpose_immediate_0": [("cuda::wgmma_m64n64k16_bf16_rs<1>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);",
                                "cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);")],
