@@ -10,10 +10,10 @@
 // docs/performance.md). Ranks across heads (every head's heaviest tile, then every head's next) leave
 // the light tiles for the end, where they fill in.
 //
-// Why groups of heads: a head's tiles read the same Q, K, V (and dO) rows. In one rank order over every
-// head, a head's next rank would start after the other heads' rows had evicted its own from L2 (at
-// B = 16 the inputs are 72-96 MiB, L2 50 MB), so a group holds at most kTileGroupBytes of inputs and runs
-// its ranks before the next group starts. Group sizes differ by at most one head: a much smaller last
+// Why groups of heads (the forward; the backward runs one group, measured faster): a head's tiles read
+// the same Q, K, V rows. In one rank order over every head, a head's next rank would start after the
+// other heads' rows had evicted its own from L2 (at B = 16 the inputs are 72 MiB, L2 50 MB), so a group
+// holds at most kTileGroupBytes of inputs and runs its ranks before the next group starts. Group sizes differ by at most one head: a much smaller last
 // group would end in a tail of its own.
 //
 //   block b of TileOrder{heads, ranks, roles, groups} -> group, then rank r (0 = heaviest), then role
@@ -32,7 +32,7 @@ namespace gpt2::kernels::attention_order {
 // H200 (2026-11-27, docs/performance.md) at 16 MiB: one group over all 96 heads of B = 8 (36 MiB forward,
 // 48 MiB backward) ran the forward 1.10x and the backward 1.01x faster than three groups; over all 768
 // of B = 64, the forward 1% slower and the backward 2% faster. The tail a group ends in costs more than
-// rows that L2 drops; 40 MiB keeps B = 8's forward in one group.
+// rows that L2 drops; 40 MiB keeps B = 8's forward in one group (then 1.10x faster than at 16 MiB).
 constexpr long kTileGroupBytes = 40l << 20;
 
 struct TileOrder {
@@ -72,8 +72,9 @@ GPT2_TILE_ORDER_FN TileSlot tile_slot(const TileOrder& o, int block) {
 }
 
 // Groups for `heads` heads that each read `head_bytes` of inputs: as few as hold at most kTileGroupBytes
-// each (a head larger than that alone). `max_heads` > 0 replaces that bound with at most `max_heads` heads
-// a group (attention_set_tile_group_heads, for the benchmarks' comparison of orders).
+// each (a head larger than that alone; head_bytes 0: one group). `max_heads` > 0 replaces that bound
+// with at most `max_heads` heads a group (attention_set_tile_group_heads, for the benchmarks' comparison
+// of orders).
 GPT2_TILE_ORDER_FN int tile_groups(int heads, long head_bytes, int max_heads) {
   long cap = max_heads > 0 ? max_heads : (head_bytes > 0 ? kTileGroupBytes / head_bytes : heads);
   if (cap < 1) cap = 1;

@@ -91,23 +91,25 @@ compare("GPU fp32 == CPU", gpu32, cpu, 1e-4)
 hand32, _ = train("fp32_hand", 10, cuda + ["--precision", "fp32", "--gemm", "hand"])
 compare("GPU fp32 hand GEMM == CPU", hand32, cpu, 1e-4)
 hand16, _ = train("bf16_hand", 10, cuda + ["--gemm", "hand"])
-# bf16 follows the fp32 trajectory, with either GEMM: 2e-2 over 10 steps. On the H100 (2026-11-27) the
-# hand GEMM's run stayed within 1.4e-3 of the CPU's fp32 losses and cuBLASLt's left them by 9.6e-2. The
-# suspect, not yet confirmed on a GPU: a split-K that sums its parts in bf16, now excluded (gemm_cublaslt.cu);
-# GemmRounding in test_gemm.cpp checks each backend's products for the single rounding.
+# bf16 follows the fp32 trajectory, with either GEMM: 2e-2 over 10 steps, each run as long as the fp32 one
+# (the learning rate's decay spans --max-steps: the 30-step run above follows another schedule, and its
+# first 10 losses left these by 9.6e-2 on the H100 and the H200, 2026-11-27, which was read as drift).
+lt16, _ = train("bf16_10", 10, cuda)
 print("step  cpu fp32   cuBLASLt bf16  hand bf16")
 for s in range(1, 11):
-    print(f"{s:4d}  {cpu[s]:.5f}    {bf16[s]:.5f}        {hand16[s]:.5f}")
-compare("GPU bf16 (cuBLASLt) follows fp32", {s: bf16[s] for s in range(1, 11)}, cpu, 2e-2)
+    print(f"{s:4d}  {cpu[s]:.5f}    {lt16[s]:.5f}        {hand16[s]:.5f}")
+compare("GPU bf16 (cuBLASLt) follows fp32", lt16, cpu, 2e-2)
 compare("GPU bf16 hand GEMM follows fp32", hand16, cpu, 2e-2)
-# The diagnosis of the check above (printed, not checked: each toggles one suspect back or away), and
-# the cuBLASLt plans of the default run (GPT2_CUBLASLT_LOG_PLANS: its losses are the default's).
-for var, value in (("GPT2_CUBLASLT_REDUCTION", "any"), ("GPT2_CUBLASLT_REDUCTION", "none"),
-                   ("GPT2_CUBLASLT_EPILOGUES", "unfused"), ("GPT2_CUBLASLT_LOG_PLANS", "1")):
+# How each cuBLASLt setting moves the bf16 run (printed, not checked), and the default run's plans
+# (GPT2_CUBLASLT_LOG_PLANS: its losses are the default's). H200, 2026-11-27: 4.6e-3 from the fp32 losses
+# by default, with either split-K setting, and 4.1e-3 with the epilogues unfused; the hand GEMM 1.4e-3.
+for var, value in (("GPT2_CUBLASLT_REDUCTION", "none"), ("GPT2_CUBLASLT_EPILOGUES", "unfused"),
+                   ("GPT2_CUBLASLT_LOG_PLANS", "1")):
     diag, diag_out = train(f"bf16_{var}_{value}", 10, cuda, env_extra={var: value})
     off = max(abs(diag[s] - cpu[s]) / abs(cpu[s]) for s in range(1, 11))
     print(f"diagnosis: bf16 cuBLASLt with {var}={value}: {off:.2e} from the fp32 losses")
     if var == "GPT2_CUBLASLT_LOG_PLANS":
+        check("GPT2_CUBLASLT_LOG_PLANS changes no loss", diag == lt16)
         for line in open(f"{diag_out}/stderr.log"):
             if line.startswith("cuBLASLt plan:"):
                 print("  " + line.rstrip())

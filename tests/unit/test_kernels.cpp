@@ -1119,6 +1119,7 @@ TEST(AttentionTileOrder, GroupsHoldWhatL2Keeps) {
   EXPECT_EQ(tile_groups(96, head_fwd, 0), 1);   // at most 106 a group: all of B = 8's heads in one
   EXPECT_EQ(tile_groups(200, head_fwd, 0), 2);  // 100 each
   EXPECT_EQ(tile_groups(12, head_bwd, 0), 1);   // fewer heads than a group holds
+  EXPECT_EQ(tile_groups(768, 0, 0), 1);         // no bound (the backward): one group
   EXPECT_EQ(tile_groups(5, kTileGroupBytes * 4, 0), 5);  // a head larger than the budget: alone
   EXPECT_EQ(tile_groups(96, head_bwd, 1), 96);           // at most 1 head a group: each head alone
   EXPECT_EQ(tile_groups(96, head_bwd, 96), 1);           // one group over every head

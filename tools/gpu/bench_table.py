@@ -155,7 +155,8 @@ DIAGNOSES = [
      "GELU gradient's pre-activations by TMA during the products (time when the epilogue reads them / time by TMA; "
      "> 1.00x: TMA is faster)"),
     ("AttentionTileOrder/", attention_default_row, False, True,
-     "attention block order (time in this order / time in the default order, groups of heads sized for L2; "
+     "attention block order (time in this order / time in the default: the forward's groups of heads sized for L2, "
+     "the backward's one group; "
      "> 1.00x: the default is faster)"),
 ]
 

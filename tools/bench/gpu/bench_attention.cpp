@@ -10,8 +10,8 @@
 // AttentionTileOrder/bf16/<fwd|bwd>/<one_head|all_heads>/B:<B> run the default kernels (mma.sync forward,
 // recompute-dq backward) with their blocks in another order (tile_order.hpp): each head alone, its tiles
 // heaviest first (the forward's order before groups; the backward then ran a head's key tiles before its
-// query tiles, which the model says is within 0.3% of this), or one rank order over every head;
-// bench_table.py gives each against the default row.
+// query tiles, which the model says is within 0.3% of this), or one rank order over every head (the
+// backward's default since 2026-11-27); bench_table.py gives each against the default row.
 //   bench_gpu_kernels --benchmark_filter=attention
 #include <benchmark/benchmark.h>
 
