@@ -399,8 +399,9 @@ phase_A() {
     step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
   done
   step model_step_vs_cpu 240 "loss 1e-5, grads 1e-4" gtest test_gpu_model
-  # A diagnosis, not a check (2026-11-27: bf16 cuBLASLt training drifted from fp32): GemmRounding under each
-  # split-K setting (fp32 sums, the default; any scheme; K never split), with every cuBLASLt plan logged
+  # A diagnosis, not a check: GemmRounding under each split-K setting (fp32 sums, the default; any scheme;
+  # K never split), with every cuBLASLt plan logged: which algorithms the card's cuBLASLt picks, and how
+  # they round (H200, 2026-11-27: C += rounds the product first unless K is split)
   step diagnose_lt_reduction 90 "outputs over 1% rounded twice, per split-K" bash -c 'for r in fp32 any none; do
       echo "== GPT2_CUBLASLT_REDUCTION=$r"
       GPT2_CUBLASLT_REDUCTION=$r GPT2_CUBLASLT_LOG_PLANS=1 gtest test_gpu_gemm --gtest_filter="GemmRounding.*" 2>&1
@@ -508,7 +509,7 @@ phase_C() {
   train_124m opt_gemm_wgmma "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=1
   train_124m opt_gemm_wgmma256 "faster than 128x128 tiles" 16 hand GPT2_GEMM_SM90=128x256
   train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong
-  # cuBLASLt never splitting K (a diagnosis of the bf16 drift, 2026-11-27): what the default step pays for it
+  # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
   train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
   # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)

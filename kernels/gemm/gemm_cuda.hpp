@@ -132,7 +132,9 @@ class GemmContext {
 //   accumulate: C += (only with kNone); otherwise C is overwritten (= ).
 //   M, N >= 0 (nothing to do when either is 0), K >= 1. C must not alias A, B, bias or aux.
 // Arithmetic in fp32 with fp32 accumulators; for T = float true fp32 FMA (no TF32), so it matches the
-// CPU to ~1e-6. Deterministic: the same inputs give the same bits (the hand split-K factor depends on
+// CPU to ~1e-6. For T = bf16 each output is its fp32 value rounded once, except cuBLASLt's C += when it
+// does not split K: it rounds the product to bf16, then the sum (measured on the H200, 2026-11-27;
+// GemmRounding in test_gemm.cpp holds each backend to its own). Deterministic: the same inputs give the same bits (the hand split-K factor depends on
 // the shape only; partial sums are reduced in a fixed order).
 template <class T>
 void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,

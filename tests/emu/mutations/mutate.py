@@ -159,7 +159,7 @@ GEMM = {
 # ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
 BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time, and stored its part of dS^T.\n"
               "    cuda::mbarrier_arrive(&empty[s]);\n")
-BWD_DVDK = ("    issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n    cuda::wgmma_commit_group();\n")
+BWD_DVDK = ("      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n      cuda::wgmma_commit_group();\n")
 
 ATTENTION_BWD = {
     # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
@@ -169,11 +169,11 @@ ATTENTION_BWD = {
     "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((j / Cfg::kStages) & 1) ^ 1);",
                          "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
     # the stage is released before dV += P^T dO and dK += dS^T Q retired (they read its dO and Q)
-    "early_stage_release": [(BWD_ARRIVE, ""), (BWD_DVDK, BWD_DVDK + BWD_ARRIVE)],
+    # (the consumer that skips the tile still arrives where it did)
+    "early_stage_release": [(BWD_ARRIVE, "    if (j < c) cuda::mbarrier_arrive(&empty[s]);\n"),
+                            (BWD_DVDK, BWD_DVDK + "      cuda::mbarrier_arrive(&empty[s]);\n")],
     # the dQ share reads dS^T without waiting for both consumers' halves
     "ds_read_before_full": [("      cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);", "")],
-    # tile j + 2's dS^T written without waiting for tile j's reader
-    "ds_write_before_empty": [("      cuda::mbarrier_wait_untimed(&ds_empty[j % 2], ds_phase ^ 1);", "")],
     # dO as B of dV read K-major: the transpose immediate of an MN-major operand dropped
     "transpose_immediate_0": [("cuda::wgmma_m64n64k16_bf16_rs<1>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);",
                                "cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);")],
@@ -189,9 +189,9 @@ ATTENTION_BWD = {
     # the transposed dS loads swapped (queries and keys confused)
     "ds_ldmatrix_not_transposed": [("cuda::ldmatrix_x4_trans(a[kk], sds", "cuda::ldmatrix_x4(a[kk], sds")],
     # S^T used before its wgmma retired (no wait)
-    "missing_s_wait": [("      issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n      cuda::wgmma_commit_group();\n"
-                        "      cuda::wgmma_wait_group<0>();\n",
-                        "      issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n      cuda::wgmma_commit_group();\n")],
+    "missing_s_wait": [("        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n        cuda::wgmma_commit_group();\n"
+                        "        cuda::wgmma_wait_group<0>();\n",
+                        "        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n        cuda::wgmma_commit_group();\n")],
     # expect_tx announces half of Q's and dO's bytes
     "expect_tx_short": [("cuda::mbarrier_arrive_expect_tx(&full[s], 2 * Cfg::kQTileBytes);",
                          "cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kQTileBytes);")],
@@ -206,7 +206,7 @@ ATTENTION_BWD = {
                                  "    if (warp != 0) return;\n",
                                  "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n")],
     # consumer 0 skips its diagonal tile too: wrong dK/dV, and nobody adds tile 0's dQ share
-    "masked_skip_off_by_one": [("    if (j < c) {\n", "    if (j <= c) {\n")],
+    "masked_skip_off_by_one": [("    if (j >= c) {\n", "    if (j > c) {\n")],
     # the dQ share reads consumer 1's half of dS^T on the tile where consumer 1 skipped (never written)
     "dq_reads_skipped_half": [("half < 2 && half <= j; ++half)", "half < 2; ++half)")],
     # K and V announce more bytes than land: the consumers' untimed kv_full wait never returns, and the
