@@ -4,7 +4,8 @@
   2. the same GPU run twice gives identical losses (bit for bit);
   3. resume from a checkpoint continues bit for bit (steps after the checkpoint identical);
   4. --precision fp32 on the GPU follows the CPU backend's loss trajectory (1e-4 relative);
-  5. --gemm hand follows the CPU in fp32 (1e-4); in bf16 both GEMMs follow the fp32 losses (2e-2);
+  5. --gemm hand follows the CPU in fp32 (1e-4); in bf16 both GEMMs follow the fp32 losses (2e-2), and
+     GPT2_CUBLASLT_LOG_PLANS (which prints cuBLASLt's plans) changes no loss;
   6. 2 ranks sharing the GPU (--comm mpi) follow 1 rank with twice the micro-batch;
   7. a rank killed mid-run (GPT2_FAULT_INJECT) ends the whole job with an error, never a hang:
      with --comm mpi always, with --comm nccl when there are two GPUs (then the NCCL timeout path).

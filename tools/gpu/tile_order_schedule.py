@@ -20,7 +20,8 @@ The H100 ran the forward at 0.75 of its B = 64 rate at B = 8 and the backward at
 head after head gives 0.76 and 0.91. One group is better still for the forward in this model, but from B = 16
 on its inputs outgrow L2 (the rows AttentionTileOrder/.../all_heads measure what that costs). The H200 (2026-11-27)
 ran one group over B = 8's heads 1.10x faster than three (forward) and over B = 64's within 1-2% of 19: the
-groups now hold 40 MiB (B = 8: one forward group, two backward), and the figures above are for 16 MiB.
+forward's groups now hold 40 MiB (B = 8: one group), the backward runs one group, and the figures above
+are for 16 MiB.
 Standard library only.
 """
 import argparse
@@ -42,8 +43,8 @@ def busy(costs, slots):
 
 
 def groups_for(heads, head_bytes):
-    """tile_order.hpp tile_groups (no forced size)."""
-    cap = min(heads, max(1, GROUP_BYTES // head_bytes))
+    """tile_order.hpp tile_groups (no forced size; head_bytes 0: one group)."""
+    cap = min(heads, max(1, GROUP_BYTES // head_bytes)) if head_bytes > 0 else heads
     return -(-heads // cap)
 
 
@@ -75,7 +76,8 @@ def main():
     print(f"T={a.T} hs={a.hs} heads={a.heads} slots={a.slots}: SMs busy (head after head / groups / one group)")
     for b in (int(x) for x in a.batches.split(",")):
         heads = b * a.heads
-        for name, per_rank, per_head, inputs in (("forward ", fwd, fwd_head, 3), ("backward", bwd, bwd_head, 4)):
+        # attention.cu: the forward's groups bound by L2 (q, k, v a head), the backward in one group
+        for name, per_rank, per_head, inputs in (("forward ", fwd, fwd_head, 3), ("backward", bwd, bwd_head, 0)):
             g = groups_for(heads, inputs * a.T * a.hs * 2)
             print(f"  B={b:3d} {name} {100 * busy(per_head * heads, a.slots):5.1f}%  "
                   f"{100 * busy(ranked(heads, per_rank, g), a.slots):5.1f}% ({g} groups)  "

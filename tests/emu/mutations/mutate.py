@@ -205,7 +205,7 @@ ATTENTION_BWD = {
     "setmaxnreg_after_return": [("    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns\n"
                                  "    if (warp != 0) return;\n",
                                  "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n")],
-    # consumer 0 skips its diagonal tile too: wrong dK/dV, and nobody adds tile 0's dQ share
+    # consumer 0 skips its diagonal tile too: wrong dK/dV, and tile 0's dQ share read from an unwritten half
     "masked_skip_off_by_one": [("    if (j >= c) {\n", "    if (j > c) {\n")],
     # the dQ share reads consumer 1's half of dS^T on the tile where consumer 1 skipped (never written)
     "dq_reads_skipped_half": [("half < 2 && half <= j; ++half)", "half < 2; ++half)")],
