@@ -330,6 +330,8 @@ train_124m() {
       GPT2_ATTENTION_FWD=*) expect+=("attention forward: ${v#*=}(;|\$)") ;;
       GPT2_ATTENTION_BWD=*) expect+=("attention backward: ${v#*=}(;|\$)") ;;
       GPT2_GEMM_SM90=1) expect+=("gemm: ([^;]*, )?hand wgmma 128x128(,|;|\$)") ;;
+      GPT2_GEMM_SM90=by-shape) expect+=("gemm: ([^;]*, )?hand wgmma 128x256(,|;|\$)"
+                                        "gemm: ([^;]*, )?hand wgmma 128x128-pingpong(,|;|\$)") ;;
       GPT2_GEMM_SM90=*) expect+=("gemm: ([^;]*, )?hand wgmma ${v#*=}(,|;|\$)") ;;
     esac
   done
@@ -509,6 +511,7 @@ phase_C() {
   train_124m opt_gemm_wgmma "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=1
   train_124m opt_gemm_wgmma256 "faster than 128x128 tiles" 16 hand GPT2_GEMM_SM90=128x256
   train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong
+  train_124m opt_gemm_wgmma_by_shape "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=by-shape
   # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
   train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group

@@ -695,10 +695,12 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   bool wgmma = false;
   if constexpr (std::is_same_v<T, bf16>)
     wgmma = choose_hand_path(ctx, a, b, M, N, K, trans_a, trans_b) == GemmHandPath::kWgmma;
-  record_kernel_path("gemm", wgmma                            ? hand_wgmma_path_name(ctx.hand_wgmma_kernel())
+  const GemmWgmmaKernel wgmma_kernel = gemm_wgmma_kernel_for(ctx.hand_wgmma_kernel(), trans_a, ep);
+  record_kernel_path("gemm", wgmma                            ? hand_wgmma_path_name(wgmma_kernel)
                              : std::is_same_v<T, bf16> ? "hand mma.sync"
                                                        : "hand simt");
-  const int splits = gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync);
+  const int splits =
+      gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync, trans_a, ep);
   int k_per_split = 0, used = 1;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
   GPT2_CHECK(dbias == nullptr || (!trans_b && ep == GemmEpilogue::kNone),
@@ -713,7 +715,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
       const bool aux_by_tma = gemm_detail::gemm_bf16_wgmma(
-          ctx.hand_wgmma_kernel(), ctx.test_hooks().wgmma_max_blocks, !ctx.test_hooks().wgmma_aux_from_global, a, b,
+          wgmma_kernel, ctx.test_hooks().wgmma_max_blocks, !ctx.test_hooks().wgmma_aux_from_global, a, b,
           M, N, K, trans_a, trans_b, k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
           used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
           used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
@@ -786,14 +788,15 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     const char* env = std::getenv("GPT2_GEMM_SM90");
     const std::string choice = env != nullptr ? env : "";
     GemmWgmmaKernel kernel = GemmWgmmaKernel::kDefault;
-    for (GemmWgmmaKernel k :
-         {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x256, GemmWgmmaKernel::k128x128PingPong})
+    for (GemmWgmmaKernel k : {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x256,
+                              GemmWgmmaKernel::k128x128PingPong, GemmWgmmaKernel::kByShape})
       if (choice == gemm_wgmma_kernel_name(k)) kernel = k;
     if (choice == "1") kernel = GemmWgmmaKernel::k128x128;
     GPT2_CHECK(choice.empty() || choice == "0" || kernel != GemmWgmmaKernel::kDefault,
                "GPT2_GEMM_SM90='" << choice
                                   << "': use 1 or 128x128 (the wgmma kernel on compute capability 9.0), 128x256 "
-                                     "(its wide tiles), 128x128-pingpong (its ping-pong schedule) or 0");
+                                     "(its wide tiles), 128x128-pingpong (its ping-pong schedule), by-shape (one "
+                                     "of them for each product) or 0");
     hand_wgmma_kernel_ = gemm_hand_wgmma_available() ? kernel : GemmWgmmaKernel::kDefault;
     splitk_ws_bytes_ = kSplitKWorkspaceBytes;
     splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
@@ -825,7 +828,7 @@ GemmContext::~GemmContext() {
 }
 
 template <class T>
-int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path) {
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path, bool trans_a, GemmEpilogue ep) {
   if (ctx.backend() != GemmBackend::kHand || M <= 0 || N <= 0 || K <= 0) return 1;
   const int forced = ctx.test_hooks().hand_force_splits;
   if (forced > 0) {
@@ -834,7 +837,9 @@ int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath p
     return forced;
   }
   GPT2_CHECK(path != GemmHandPath::kWgmma || (std::is_same_v<T, bf16>), "the wgmma GEMM is bf16 only");
-  const SplitModel model = path == GemmHandPath::kWgmma ? wgmma_split_model(ctx.hand_wgmma_kernel()) : hand_split_model<T>();
+  const SplitModel model = path == GemmHandPath::kWgmma
+                               ? wgmma_split_model(gemm_wgmma_kernel_for(ctx.hand_wgmma_kernel(), trans_a, ep))
+                               : hand_split_model<T>();
   return choose_splits(model, M, N, K, ctx.splitk_workspace_bytes());
 }
 
@@ -932,7 +937,7 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
 #define GPT2_GEMM_INSTANTIATE(T)                                                                                  \
   template void gemm_cuda<T>(GemmContext&, T*, const T*, const T*, const T*, T*, int, int, int, bool, bool, bool, \
                              GemmEpilogue, cudaStream_t);                                                         \
-  template int gemm_hand_splits<T>(const GemmContext&, int, int, int, GemmHandPath);                              \
+  template int gemm_hand_splits<T>(const GemmContext&, int, int, int, GemmHandPath, bool, GemmEpilogue);          \
   template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);                               \
   template bool weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
 GPT2_GEMM_INSTANTIATE(float)

@@ -44,17 +44,31 @@ enum class GemmHandPath { kAuto, kMmaSync, kWgmma };
 //   k128x128 ("1" or "128x128"): both consumer warpgroups work on each 128x128 tile, 64 rows each;
 //   k128x256 ("128x256"): the same on 128x256 tiles;
 //   k128x128PingPong ("128x128-pingpong"): each consumer warpgroup takes every other 128x128 tile whole,
-//     so one's epilogue runs while the other's products do.
+//     so one's epilogue runs while the other's products do;
+//   kByShape ("by-shape"): one of the three for each product (gemm_wgmma_kernel_for).
 //   kDefault: the context's choice (test hooks only).
-enum class GemmWgmmaKernel { kDefault, k128x128, k128x256, k128x128PingPong };
+enum class GemmWgmmaKernel { kDefault, k128x128, k128x256, k128x128PingPong, kByShape };
 inline const char* gemm_wgmma_kernel_name(GemmWgmmaKernel k) {
   switch (k) {
     case GemmWgmmaKernel::k128x128: return "128x128";
     case GemmWgmmaKernel::k128x256: return "128x256";
     case GemmWgmmaKernel::k128x128PingPong: return "128x128-pingpong";
+    case GemmWgmmaKernel::kByShape: return "by-shape";
     case GemmWgmmaKernel::kDefault: break;
   }
   return "default";
+}
+// The kernel that runs a product: `k` itself, or kByShape's choice. From the H200's table (2026-11-27,
+// every GPT-2 124M product at 8192 and 65536 rows, docs/performance.md): weight gradients (trans_a, a
+// long K of rows) ran fastest on 128x256 tiles (1.04-1.14x of 128x128), the GELU gradient's product on
+// 128x128 (its pre-activations come by TMA there: ping-pong 0.93x, 128x256 0.69x), and the rest mostly
+// ping-pong (1.01-1.17x at 8192 rows). Summed over the step's products at 8192 rows: 12.95 ms against
+// 13.49 for ping-pong alone and 14.50 for 128x256 alone (cuBLASLt 9.60).
+inline GemmWgmmaKernel gemm_wgmma_kernel_for(GemmWgmmaKernel k, bool trans_a, GemmEpilogue ep) {
+  if (k != GemmWgmmaKernel::kByShape) return k;
+  if (trans_a) return GemmWgmmaKernel::k128x256;
+  if (ep == GemmEpilogue::kDGelu) return GemmWgmmaKernel::k128x128;
+  return GemmWgmmaKernel::k128x128PingPong;
 }
 
 // Switches that force the paths ordinary shapes do not take, so each fallback has a test. All off by
@@ -134,17 +148,19 @@ class GemmContext {
 // Arithmetic in fp32 with fp32 accumulators; for T = float true fp32 FMA (no TF32), so it matches the
 // CPU to ~1e-6. For T = bf16 each output is its fp32 value rounded once, except cuBLASLt's C += when it
 // does not split K: it rounds the product to bf16, then the sum (measured on the H200, 2026-11-27;
-// GemmRounding in test_gemm.cpp holds each backend to its own). Deterministic: the same inputs give the same bits (the hand split-K factor depends on
-// the shape only; partial sums are reduced in a fixed order).
+// GemmRounding in test_gemm.cpp holds each backend to its own). Deterministic: the same inputs give the
+// same bits (the hand split-K factor depends on the shape only; partial sums are reduced in a fixed order).
 template <class T>
 void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
                bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
 
 // The split-K factor the hand backend uses for this shape and storage type (1 = no split) on the mma.sync
-// (or SIMT) kernel, or on the context's wgmma kernel (path kWgmma, bf16 only). For tests and benchmarks:
-// it depends on (M, N, K, T, path, wgmma kernel) and the fixed workspace size only.
+// (or SIMT) kernel, or on the context's wgmma kernel (path kWgmma, bf16 only; by-shape: the one trans_a
+// and ep choose). For tests and benchmarks: it depends on (M, N, K, T, path, wgmma kernel) and the fixed
+// workspace size only.
 template <class T>
-int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path = GemmHandPath::kMmaSync);
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path = GemmHandPath::kMmaSync,
+                     bool trans_a = false, GemmEpilogue ep = GemmEpilogue::kNone);
 
 // The bf16 kernel gemm_cuda would run for these operands with ctx's backend and hooks: kMmaSync or
 // kWgmma (never kAuto); kMmaSync for the cuBLASLt backend too (it runs neither). For tests and logs.

@@ -555,7 +555,8 @@ bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
                      int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
                      const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
                      cudaStream_t stream) {
-  GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault, "gemm_bf16_wgmma needs a resolved kernel (GemmContext::hand_wgmma_kernel)");
+  GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault && kernel != GemmWgmmaKernel::kByShape,
+             "gemm_bf16_wgmma needs a resolved kernel (gemm_wgmma_kernel_for)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
   // Every split has K to do: a unit without k-steps would release a stage it never waited for.
   GPT2_CHECK(K >= 1 && static_cast<long>(splits - 1) * k_per_split < K,

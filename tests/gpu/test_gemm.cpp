@@ -23,6 +23,7 @@
 
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/kernel_paths.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/gemm_cuda.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
@@ -857,8 +858,41 @@ TEST_F(GemmWgmma, PathSelectionAndFallback) {
   check_case<bf16>({136, 264, 72, true, true, GemmEpilogue::kNone, true}, 1301, v, 1);
 }
 
-// GPT2_GEMM_SM90 picks the kernel (1 and 128x128: 128x128; 128x256; 128x128-pingpong), the test hook
-// overrides it, and any other value is an error that names the variable.
+// by-shape runs each product on the kernel gemm_wgmma_kernel_for names (weight gradients 128x256, the
+// GELU gradient 128x128, the rest ping-pong), says so in the kernel paths, and computes what that kernel
+// computes: the same bits.
+TEST_F(GemmWgmma, ByShapeRunsTheKernelItNames) {
+  using kernels::gemm_wgmma_kernel_for;
+  constexpr GemmWgmmaKernel kBy = GemmWgmmaKernel::kByShape;
+  EXPECT_EQ(gemm_wgmma_kernel_for(kBy, true, GemmEpilogue::kNone), GemmWgmmaKernel::k128x256);
+  EXPECT_EQ(gemm_wgmma_kernel_for(kBy, false, GemmEpilogue::kDGelu), GemmWgmmaKernel::k128x128);
+  EXPECT_EQ(gemm_wgmma_kernel_for(kBy, false, GemmEpilogue::kBiasGelu), GemmWgmmaKernel::k128x128PingPong);
+  EXPECT_EQ(gemm_wgmma_kernel_for(kBy, false, GemmEpilogue::kNone), GemmWgmmaKernel::k128x128PingPong);
+  EXPECT_EQ(gemm_wgmma_kernel_for(GemmWgmmaKernel::k128x256, false, GemmEpilogue::kDGelu), GemmWgmmaKernel::k128x256);
+  const GemmCase cases[] = {{200, 264, 136, true, false, GemmEpilogue::kNone, true},    // a weight gradient
+                            {200, 264, 136, false, true, GemmEpilogue::kDGelu, false},  // the GELU gradient
+                            {200, 264, 136, false, false, GemmEpilogue::kBias, false}};
+  const char* paths[] = {"hand wgmma 128x256", "hand wgmma 128x128", "hand wgmma 128x128-pingpong"};
+  uint32_t seed = 1400;
+  for (int i = 0; i < 3; ++i) {
+    const GemmCase& g = cases[i];
+    SCOPED_TRACE(g.str());
+    const Inputs in = make_inputs<bf16>(g, seed++);
+    GemmContext& ctx = shared_context(GemmBackend::kHand);
+    ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma);
+    ctx.test_hooks().wgmma_kernel = kBy;
+    kernels::reset_kernel_paths();
+    const Outputs by_shape = run_gpu<bf16>(ctx, g, in, 0);
+    EXPECT_EQ(kernels::kernel_paths_used(), std::string("gemm: ") + paths[i]);
+    ctx.test_hooks().wgmma_kernel = gemm_wgmma_kernel_for(kBy, g.trans_a, g.ep);
+    const Outputs named = run_gpu<bf16>(ctx, g, in, 0);
+    ctx.test_hooks() = GemmTestHooks{};
+    EXPECT_EQ(bit_mismatches(by_shape.c, named.c), 0);
+  }
+}
+
+// GPT2_GEMM_SM90 picks the kernel (1 and 128x128: 128x128; 128x256; 128x128-pingpong; by-shape), the
+// test hook overrides it, and any other value is an error that names the variable.
 TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
   struct Restore {  // the later tests' contexts see the caller's value again, whatever fails here
     const char* v = std::getenv("GPT2_GEMM_SM90");
@@ -873,7 +907,8 @@ TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
   };
   for (const Case& c : {Case{"0", false, GemmWgmmaKernel::k128x128}, Case{"1", true, GemmWgmmaKernel::k128x128},
                         Case{"128x128", true, GemmWgmmaKernel::k128x128}, Case{"128x256", true, GemmWgmmaKernel::k128x256},
-                        Case{"128x128-pingpong", true, GemmWgmmaKernel::k128x128PingPong}}) {
+                        Case{"128x128-pingpong", true, GemmWgmmaKernel::k128x128PingPong},
+                        Case{"by-shape", true, GemmWgmmaKernel::kByShape}}) {
     ASSERT_EQ(setenv("GPT2_GEMM_SM90", c.env, 1), 0);
     GemmContext ctx(GemmBackend::kHand);
     EXPECT_EQ(ctx.hand_wgmma_enabled(), c.enabled) << c.env;

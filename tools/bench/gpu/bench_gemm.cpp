@@ -154,8 +154,8 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
     }
   }
   if (be == k::GemmBackend::kHand)
-    state.counters["splits"] = k::gemm_hand_splits<bf16>(ctx, p.M, p.N, p.K,
-                                                         wgmma ? k::GemmHandPath::kWgmma : k::GemmHandPath::kMmaSync);
+    state.counters["splits"] = k::gemm_hand_splits<bf16>(
+        ctx, p.M, p.N, p.K, wgmma ? k::GemmHandPath::kWgmma : k::GemmHandPath::kMmaSync, p.trans_a, p.ep);
   gpt2::bench::time_launches(
       state,
       [&](cudaStream_t s) {
