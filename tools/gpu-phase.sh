@@ -594,15 +594,17 @@ figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$logs/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
 figure_attention_order() {
-  python3 - "$(dirname "$1")/attention_order.json" <<'PY'
-import json, re, sys
-rows = {b["name"]: b["real_time"] for b in json.load(open(sys.argv[1]))["benchmarks"]}
+  python3 - "$repo/tools/gpu" "$(dirname "$1")/attention_order.json" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from bench_table import attention_default_row
+rows = {b["name"]: b["real_time"] for b in json.load(open(sys.argv[2]))["benchmarks"]}
 out = []
 for name, t in rows.items():
-    m = re.match(r"AttentionTileOrder/bf16/(fwd|bwd)/(\w+)/B:(\d+)/", name)
-    base = m and rows.get(f"BM_attention_{'forward' if m[1] == 'fwd' else 'backward'}_bf16/{m[3]}/0/0/manual_time")
+    base = rows.get(attention_default_row(name)) if name.startswith("AttentionTileOrder/") else None
     if base and t > 0:
-        out.append(f"{m[1]}{m[3]} {m[2].split('_')[0]} {t / base:.2f}")
+        _, _, pass_, order, b = name.split("/")[:5]  # AttentionTileOrder/bf16/<pass>/<order>/B:<B>
+        out.append(f"{pass_}{b[2:]} {order.split('_')[0]} {t / base:.2f}")
 print(" ".join(out) or "no rows")
 PY
 }

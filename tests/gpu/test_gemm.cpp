@@ -686,16 +686,13 @@ TEST(GemmRounding, TrainingTestModelProductsAreRoundedOnce) {
                              dw0 = round_bf16(random_vec(static_cast<size_t>(IC) * OC, seed + 2)),
                              db0 = round_bf16(random_vec(OC, seed + 3));
     seed += 4;
-    std::vector<float> product(static_cast<size_t>(IC) * OC), dw_exact(product.size()), db_exact(OC);
-    for (int i = 0; i < IC; ++i)
-      for (int j = 0; j < OC; ++j) {
-        double sum = 0;
-        for (int r = 0; r < rows; ++r)
-          sum += static_cast<double>(inp[static_cast<size_t>(r) * IC + i]) * dout[static_cast<size_t>(r) * OC + j];
-        product[static_cast<size_t>(i) * OC + j] = static_cast<float>(sum);
-        dw_exact[static_cast<size_t>(i) * OC + j] = static_cast<float>(sum + dw0[static_cast<size_t>(i) * OC + j]);
-      }
-    std::vector<float> column_sums(OC);
+    // dw is gemm_cuda's C += A^T B with A = inp, B = dout, K = rows
+    Inputs in;
+    in.a = inp, in.b = dout, in.c0 = dw0;
+    const std::vector<float> product = reference({IC, OC, rows, true, false, kNone, false}, in, false).c;
+    const std::vector<float> dw_exact = reference({IC, OC, rows, true, false, kNone, true}, in, false).c;
+    const float dw_tol = fp32_sum_tol(rows, product);
+    std::vector<float> column_sums(OC), db_exact(OC);
     for (int j = 0; j < OC; ++j) {
       double sum = 0;
       for (int r = 0; r < rows; ++r) sum += dout[static_cast<size_t>(r) * OC + j];
@@ -711,8 +708,7 @@ TEST(GemmRounding, TrainingTestModelProductsAreRoundedOnce) {
       kernels::weight_bias_grad_cuda<bf16>(shared_context(be), d_dw.data(), d_db.data(), scratch.data(), d_inp.data(),
                                            d_dout.data(), rows, IC, OC, nullptr);
       sync();
-      const RoundingMisses dw =
-          rounding_misses(d_dw.get(), dw_exact, fp32_sum_tol(rows, product), rounded_twice(product, dw0, fp32_sum_tol(rows, product)));
+      const RoundingMisses dw = rounding_misses(d_dw.get(), dw_exact, dw_tol, rounded_twice(product, dw0, dw_tol));
       const RoundingMisses db = rounding_misses(d_db.get(), db_exact, fp32_sum_tol(rows, column_sums));
       report_misses(name_of(be), what + " dw", dw);
       report_misses(name_of(be), what + " dbias", db);
