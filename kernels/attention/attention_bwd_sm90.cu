@@ -3,21 +3,23 @@
 // recompute.
 //
 //   TMA (K, V once; Q, dO per query tile) --kv_full, full[s]--> 2 consumer warpgroups (64 keys each)
-//        ^                                                                   |
-//        +------------------------------ empty[s] --------------------------+
+//        ^                                                                   |         |
+//        +------------------------------ empty[s] --------------------------+         | dQ share
+//                                                                   dq_empty[c]         v dq_full[c]
+//   dq_acc <--bulk reduce-add, in the key tile's turn (dq_turns)-- dQ writer warp <-----+
 //
 //  * One block per (key tile of 128 keys, head, batch), taken from a ticket (as attention.cu's
 //    attention_bwd_tc_accumulate_dq: dq_turns.cuh's order, so the key tiles whose dQ turns come before
 //    this block's have started when it starts). Warpgroup 2 is the producer: one thread issues the TMA
 //    copies (K and V of the key tile once; Q and dO of each 64-row query tile into a 2-stage ring), and
 //    its first warp copies the tile's lse (times log2 e) and D rows into the stage with plain stores
-//    before arriving on the same barrier.
+//    before arriving on the same barrier. Its second warp is the dQ writer (below).
 //    Warpgroups 0 and 1 are the consumers, 64 keys each; they take turns at the dQ share (by query tile).
 //  * Registers: the producer gives its registers to the consumers (setmaxnreg: 24 for it, 240 for each
 //    consumer; WgmmaBwdConfig). The consumers' barrier waits therefore have no time bound (ptx.cuh,
 //    mbarrier_wait_untimed), and the producer's first warp is the watchdog: it waits, bounded, for their
-//    release of the last stages and for their last dQ turn, so a phase or a turn that never completes
-//    still ends the launch with a trap.
+//    release of the last stages and for the block's last dQ turn, so a phase or a turn that never
+//    completes still ends the launch with a trap.
 //  * Per query tile the consumer computes, keys on the accumulator rows (m64n64, 32 fp32 registers each):
 //      S^T  = K Q^T                 A = its 64 K rows (registers, ldmatrix), B = Q (smem, K-major)
 //      dP^T = V dO^T                A = its 64 V rows (registers, ldmatrix), B = dO (smem, K-major)
@@ -25,11 +27,16 @@
 //      dV  += P^T dO, dK += dS^T Q  A = P^T / dS^T packed to bf16 from the accumulators, B MN-major
 //    writes dS^T (bf16) to shared memory, and computes the tile's share of dQ over the block's keys,
 //      dQ_part = dS K               A = dS (registers, ldmatrix.trans of dS^T), B = K (smem, MN-major)
-//    which it adds to the fp32 accumulator dq_acc in its turn: dq_turns counts the key tiles done with a
-//    query tile, highest key tile first; key tile kt waits for dq_turn(kt, qt), writes (a turn of 0) or
-//    adds, and counts itself (dq_turns.cuh, shared with attention.cu's bwd_add_dq_share;
-//    attention_bwd_store_dq scales it to bf16 afterwards). Deterministic, no float atomics; the waits
-//    only go to higher key tiles, which started earlier, so they cannot deadlock.
+//    which it stores, fp32, into its dQ buffer in shared memory (dq_full[c]) and goes on to the next tile.
+//    The dQ writer warp adds it to the fp32 accumulator dq_acc in this key tile's turn: dq_turns counts
+//    the key tiles done with a query tile, highest key tile first; key tile kt waits for dq_turn(kt, qt),
+//    writes (a turn of 0) or adds, one bulk copy or bulk reduce-add per 256-byte row, waits for them to
+//    complete, counts itself and frees the buffer (dq_empty[c]) (dq_turns.cuh, shared with attention.cu's
+//    bwd_add_dq_share; attention_bwd_store_dq scales dq_acc to bf16 afterwards). Deterministic: one
+//    block adds to a row at a time, in a fixed order; the waits only go to higher key tiles, which
+//    started earlier, so they cannot deadlock. Until 2026-11-27 the consumer itself waited for the turn
+//    and added with plain loads and stores, the whole warpgroup held at a named barrier (ncu on the
+//    H200: the kernel issued on 13% of cycles, its top stalls "barrier" and "long_scoreboard").
 //  * Every product is the register-A wgmma m64n64k16 of ptx.cuh (there is no m64n64 SS wrapper): the A
 //    operands that do not come out of an accumulator (K, V, dS) are loaded by ldmatrix. dS reaches wgmma
 //    through registers, so no generic-to-async proxy fence is needed: the shared memory wgmma reads is
@@ -69,8 +76,7 @@
 //    the PTX memory model orders both).
 //
 // Left for later (docs/performance.md): 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T
-// (needs an m64n64 SS wrapper in ptx.cuh and a proxy fence), overlap of the dQ add with the next tile's
-// products.
+// (needs an m64n64 SS wrapper in ptx.cuh and a proxy fence).
 #include <cmath>
 #include <cstdint>
 
@@ -120,10 +126,17 @@ struct WgmmaBwdConfig {
   static constexpr int kOffQ = kOffV + kKvTileBytes;                   // stage s at + s * kQTileBytes
   static constexpr int kOffDo = kOffQ + kStages * kQTileBytes;
   static constexpr int kOffDs = kOffDo + kStages * kQTileBytes;        // buffer i at + i * kDsBytes
-  static constexpr int kOffLse = kOffDs + 2 * kDsBytes;                // [stage][64] fp32, lse * log2 e
+  // The dQ shares on their way to dq_acc: one fp32 [query][dim] tile per consumer (consumer c takes the
+  // tiles j with j % 2 == c), rows padded so that the accumulator's float2 stores of a half-warp hit 16
+  // different bank pairs; the writer sends it one 256-byte row per bulk reduction.
+  static constexpr int kDqPitch = kHeadDim + 4;                       // floats: 272-byte rows, 16-byte aligned
+  static constexpr int kDqBytes = kBlockM * kDqPitch * 4;
+  static constexpr int kOffDq = kOffDs + 2 * kDsBytes;                 // consumer c's at + c * kDqBytes
+  static constexpr int kOffLse = kOffDq + kConsumers * kDqBytes;       // [stage][64] fp32, lse * log2 e
   static constexpr int kOffD = kOffLse + kStages * kBlockM * 4;        // [stage][64] fp32
-  static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;  // kv_full, full[s], empty[s], ds_full[i], ds_empty[i]
-  static constexpr int kBarriers = 1 + 2 * kStages + 2 * 2;
+  // kv_full, full[s], empty[s], ds_full[i], ds_empty[i], dq_full[c], dq_empty[c]
+  static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;
+  static constexpr int kBarriers = 1 + 2 * kStages + 2 * 2 + 2 * kConsumers;
   static constexpr int kOffWork = kOffBar + kBarriers * 8;             // the block's ticket
   static constexpr size_t kSmemBytes = kAlign + kOffWork + 16;
   static_assert(kBlockN == kWgmmaBwdKeyTile, "the key tile attention_sm90.cuh announces");
@@ -133,6 +146,8 @@ struct WgmmaBwdConfig {
   static_assert(kHeadDim * 2 == 128, "one 128-byte swizzle row per token");
   static_assert(kQTileBytes % kAlign == 0 && kKvTileBytes % kAlign == 0, "1024-aligned tiles");
   static_assert(kDsBytes % 16 == 0 && kOffBar % 8 == 0, "aligned dS^T buffers and barriers");
+  static_assert(kOffDq % 16 == 0 && (kDqPitch * 4) % 16 == 0, "bulk copies read 16-byte aligned rows");
+  static_assert(kBlockM % 32 == 0, "the writer's lanes take the tile's rows in steps of 32");
   static_assert(kBlockM >= 16, "turn counters (attention.cu) are sized for query tiles of >= 16 rows");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit per block");
   static_assert(kProducerRegs + kConsumers * kConsumerRegs == (1 + kConsumers) * kEntryRegs,
@@ -287,11 +302,14 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   auto sDs = [&](int i) { return reinterpret_cast<bf16*>(smem + Cfg::kOffDs + i * Cfg::kDsBytes); };
   auto sLse = [&](int s) { return reinterpret_cast<float*>(smem + Cfg::kOffLse) + s * Cfg::kBlockM; };
   auto sD = [&](int s) { return reinterpret_cast<float*>(smem + Cfg::kOffD) + s * Cfg::kBlockM; };
+  auto sDq = [&](int c) { return reinterpret_cast<float*>(smem + Cfg::kOffDq + c * Cfg::kDqBytes); };
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBar);
   uint64_t* full = kv_full + 1;
   uint64_t* empty = full + Cfg::kStages;
   uint64_t* ds_full = empty + Cfg::kStages;  // dS^T buffer i holds both consumers' halves
   uint64_t* ds_empty = ds_full + 2;          // buffer i's reader has loaded it
+  uint64_t* dq_full = ds_empty + 2;          // consumer c's dQ share is in its buffer
+  uint64_t* dq_empty = dq_full + Cfg::kConsumers;  // the writer has added it to dq_acc
   int* work = reinterpret_cast<int*>(smem + Cfg::kOffWork);
 
   if (threadIdx.x == 0) {
@@ -304,6 +322,10 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     for (int i = 0; i < 2; ++i) {
       cuda::mbarrier_init(&ds_full[i], Cfg::kConsumerThreads);
       cuda::mbarrier_init(&ds_empty[i], Cfg::kWarpgroupThreads);
+    }
+    for (int c = 0; c < Cfg::kConsumers; ++c) {
+      cuda::mbarrier_init(&dq_full[c], Cfg::kWarpgroupThreads);
+      cuda::mbarrier_init(&dq_empty[c], 32);
     }
     cuda::fence_mbarrier_init();
   }
@@ -323,6 +345,43 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   if (wg == Cfg::kConsumers) {
     // ---- producer: its first warp; coordinates are {column, token, batch} ----
     cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns
+    if (warp == 1) {
+      // ---- the dQ writer: each tile's share, in this key tile's turn (dq_turns.cuh) ----
+      // The consumers leave the share in shared memory and go on; this warp waits for the turn and adds
+      // the share to dq_acc by bulk reductions (the highest key tile writes it: a turn of 0), so no
+      // consumer waits on another block or on L2 (FlashAttention-3's dQ writer, made deterministic by the
+      // turns).
+      // 24 registers (setmaxnreg): the loop keeps only pointers that advance by a tile
+      int* turn = args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt0;
+      float* dq_rows = args.dq_acc + (static_cast<size_t>(b) * T_ + qt0 * Cfg::kBlockM + lane) * C +
+                       static_cast<size_t>(h) * Cfg::kHeadDim;
+      int rows_left = T_ - qt0 * Cfg::kBlockM - lane;  // of this lane's first row of the tile
+      for (int j = 0; j < n_tiles; ++j, ++turn, dq_rows += static_cast<size_t>(Cfg::kBlockM) * C,
+               rows_left -= Cfg::kBlockM) {
+        const int c = j % Cfg::kConsumers;
+        const int my_turn = dq_turn(kt, qt0 + j, Cfg::kBlockM, Cfg::kBlockN, n_kv);
+        cuda::mbarrier_wait(&dq_full[c], (j / Cfg::kConsumers) & 1);
+        // The key tiles above kt that see qt have added theirs (acquire); a turn that never comes traps.
+        if (lane == 0) cuda::wait_flag_at_least(turn, my_turn);
+        __syncwarp();
+        cuda::fence_proxy_async_global();  // their adds, seen through the acquire, before ours (async proxy)
+#pragma unroll
+        for (int r = 0; r < Cfg::kBlockM / 32; ++r) {  // rows lane and lane + 32 (those before T)
+          if (32 * r >= rows_left) break;
+          float* dst = dq_rows + static_cast<size_t>(32 * r) * C;
+          const float* src = sDq(c) + (lane + 32 * r) * Cfg::kDqPitch;
+          if (my_turn > 0) cuda::bulk_reduce_add_f32(dst, src, Cfg::kHeadDim * 4);
+          else cuda::bulk_store_global(dst, src, Cfg::kHeadDim * 4);
+        }
+        cuda::bulk_commit_group();
+        cuda::bulk_wait_group<0>();        // this lane's rows are in dq_acc, and its buffer reads are done
+        cuda::fence_proxy_async_global();  // those writes (async proxy) before the generic release below
+        __syncwarp();
+        if (lane == 0) cuda::red_release_gpu_add(turn, 1);  // every lane's rows precede the new count
+        cuda::mbarrier_arrive(&dq_empty[c]);
+      }
+      return;
+    }
     if (warp != 0) return;
     const int q_col = h * Cfg::kHeadDim;
     if (lane == 0) {
@@ -358,8 +417,9 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     // mbarrier_wait_untimed), so this warp waits, bounded, until they have released the last stages it
     // filled: the waits for tiles n_tiles .. n_tiles + kStages - 1 that the loop would make next. A phase
     // that never completes (a copy that never lands, an arrival count that is off) traps here, ending
-    // the launch, instead of hanging it. Then until their last dQ turn (at the last query tile, which every
-    // key tile visits) is counted: a turn that never comes, for which a consumer spins unbounded, traps too.
+    // the launch, instead of hanging it. Then until the last dQ turn (at the last query tile, which every
+    // key tile visits) is counted: a consumer that never hands the writer its last share (the writer's
+    // own waits are bounded too) traps here.
     for (int j = n_tiles; j < n_tiles + Cfg::kStages; ++j)
       cuda::mbarrier_wait(&empty[j % Cfg::kStages], ((j / Cfg::kStages) & 1) ^ 1);
     if (lane == 0)
@@ -466,33 +526,19 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       }
       cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
 
-      // Our turn: the key tiles above kt that see qt have added theirs (acquire; dq_turns.cuh).
-      int* turn = args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + qt;
-      const int my_turn = dq_turn(kt, qt, Cfg::kBlockM, Cfg::kBlockN, n_kv);
-      if (tid_wg == 0) {
-        while (cuda::ld_acquire_gpu(turn) < my_turn) {
-        }
-      }
-      cuda::named_barrier_sync(2 + c, Cfg::kWarpgroupThreads);
+      // Hand the share to the writer warp: into this consumer's buffer once the writer has sent the last
+      // one (its use j / 2 - 1; a fresh barrier passes), then on to the next tile.
+      float* sdq = sDq(c);
+      cuda::mbarrier_wait_untimed(&dq_empty[c], ((j / Cfg::kConsumers) & 1) ^ 1);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = q0 + 16 * warp + g + 8 * r;
-        if (row >= T_) continue;
-        float* dst = args.dq_acc + (static_cast<size_t>(b) * T_ + row) * C + static_cast<size_t>(h) * Cfg::kHeadDim + 2 * tq;
+        float* row = sdq + (16 * warp + g + 8 * r) * Cfg::kDqPitch + 2 * tq;
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          float2 v = make_float2(dq[4 * q + 2 * r], dq[4 * q + 2 * r + 1]);
-          if (my_turn > 0) {  // L2 reads (.cg): an L1 line of this SM may predate the other blocks' adds
-            const float2 before = __ldcg(reinterpret_cast<const float2*>(dst + 8 * q));
-            v.x = before.x + v.x;
-            v.y = before.y + v.y;
-          }
-          __stcg(reinterpret_cast<float2*>(dst + 8 * q), v);
-        }
+        for (int q = 0; q < 8; ++q)
+          *reinterpret_cast<float2*>(row + 8 * q) = make_float2(dq[4 * q + 2 * r], dq[4 * q + 2 * r + 1]);
       }
-      // this key tile's turn at query tile qt is over: every thread's dq_acc writes precede the release
-      cuda::named_barrier_sync(2 + c, Cfg::kWarpgroupThreads);
-      if (tid_wg == 0) cuda::red_release_gpu_add(turn, 1);
+      cuda::fence_proxy_async_shared();  // the writer's bulk reductions (async proxy) read these stores
+      cuda::mbarrier_arrive(&dq_full[c]);
     }
   }
 

@@ -3,7 +3,8 @@
 //  * sm_80+: cp.async (16 and 4 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 bf16; an acquire load
 //    and a release add on a global flag, for blocks that take turns.
 //  * sm_90 (plain): mbarrier with transaction counts, TMA (cp.async.bulk.tensor) into shared memory,
-//    the async-proxy fence.
+//    bulk copies and float reductions from shared to global memory (cp.async.bulk, cp.reduce.async.bulk),
+//    the async-proxy fences.
 //  * sm_90a only: wgmma (fence, mma_async with both operands in shared memory or A in registers,
 //    commit, wait) and its shared-memory matrix descriptor; setmaxnreg.
 //    These exist only in an sm_90a compilation pass (__CUDA_ARCH_FEAT_SM90_ALL); callers guard their use
@@ -218,6 +219,39 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const void* tensor_map) 
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// The same between this thread's global-memory accesses of the two proxies: a bulk copy's or reduction's
+// writes (async proxy) and the generic loads and flag updates around them.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// Bulk copies shared -> global without a tensor map (PTX ISA "cp.async.bulk", "cp.reduce.async.bulk"):
+// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned), completed through this
+// thread's bulk async-groups. The source is read asynchronously: it must not change until a
+// bulk_wait_group covers the copy. bulk_reduce_add_f32 adds the source's floats to the destination's
+// (each element atomically, at L2), bulk_store_global overwrites it.
+__device__ __forceinline__ void bulk_store_global(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_u32(src)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_u32(src)), "r"(bytes)
+               : "memory");
+}
+// Closes the group of this thread's bulk copies issued since the last commit.
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed bulk groups are incomplete: the older ones
+// have read their sources and their writes are visible to this thread (not the .read form, which only
+// frees the sources).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
 // __syncthreads): lets one warpgroup synchronise without the others.
 // bar.sync and bar.arrive are .aligned (PTX ISA: bar is barrier.aligned): every thread waiting in one

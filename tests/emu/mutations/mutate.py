@@ -179,10 +179,19 @@ ATTENTION_BWD = {
                                "cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);")],
     # no causal mask: keys after the query get probability
     "causal_mask_off": [("s[i] = (diagonal && q0 + col < key) ? 0.0f : p;", "s[i] = p;")],
-    # dQ turns broken: a key tile adds without waiting for the key tiles above it
-    "turn_order_broken": [("while (cuda::ld_acquire_gpu(turn) < my_turn) {", "while (cuda::ld_acquire_gpu(turn) < 0) {")],
+    # dQ turns broken: the writer adds without waiting for the key tiles above it
+    "turn_order_broken": [("if (lane == 0) cuda::wait_flag_at_least(turn, my_turn);",
+                           "if (lane == 0) cuda::wait_flag_at_least(turn, 0);")],
     # the highest key tile of a query tile adds to dq_acc (never written: NaN) instead of writing it
-    "dq_first_adds": [("if (my_turn > 0) {  // L2 reads", "if (my_turn >= 0) {  // L2 reads")],
+    "dq_first_adds": [("if (my_turn > 0) cuda::bulk_reduce_add_f32", "if (my_turn >= 0) cuda::bulk_reduce_add_f32")],
+    # the writer counts its turn and frees the buffer before its bulk reductions completed
+    "dq_release_before_complete": [("        cuda::bulk_wait_group<0>();        // this lane's rows are in dq_acc",
+                                    "        // (no wait)                       this lane's rows are in dq_acc")],
+    # the writer sends a consumer's dQ buffer before the consumer filled it (the wrong dq_full parity)
+    "dq_full_parity": [("cuda::mbarrier_wait(&dq_full[c], (j / Cfg::kConsumers) & 1);",
+                        "cuda::mbarrier_wait(&dq_full[c], ((j / Cfg::kConsumers) & 1) ^ 1);")],
+    # a consumer refills its dQ buffer without waiting for the writer to have sent the last share
+    "dq_buffer_no_wait": [("      cuda::mbarrier_wait_untimed(&dq_empty[c], ((j / Cfg::kConsumers) & 1) ^ 1);\n", "")],
     # the swizzle of the K/V A-fragment loads forgotten
     "ldmatrix_no_swizzle": [("const int chunk = (2 * (kk0 + kk) + (lane >> 4)) ^ (row & 7);",
                              "const int chunk = (2 * (kk0 + kk) + (lane >> 4));")],
@@ -202,9 +211,9 @@ ATTENTION_BWD = {
     "setmaxnreg_above_pool": [("cuda::setmaxnreg_inc<Cfg::kConsumerRegs>();",
                                "cuda::setmaxnreg_inc<Cfg::kConsumerRegs + 8>();")],
     # the producer's dec after warps 1-3 returned: not every thread of the warpgroup executes it
-    "setmaxnreg_after_return": [("    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns\n"
-                                 "    if (warp != 0) return;\n",
-                                 "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n")],
+    "setmaxnreg_after_return": [("    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns\n", ""),
+                                ("    if (warp != 0) return;\n    const int q_col",
+                                 "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n    const int q_col")],
     # consumer 0 skips its diagonal tile too: wrong dK/dV, and tile 0's dQ share read from an unwritten half
     "masked_skip_off_by_one": [("    if (j >= c) {\n", "    if (j > c) {\n")],
     # the dQ share reads consumer 1's half of dS^T on the tile where consumer 1 skipped (never written)

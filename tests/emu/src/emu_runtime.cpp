@@ -52,6 +52,17 @@ struct CpAsyncState {
   std::vector<std::vector<CpAsyncCopy>> committed;  // oldest first (a vector: moving it, on every fiber
                                                     // switch, allocates nothing)
 };
+// Bulk copies (shared -> global) a thread has issued and not yet completed (bulk_copy below).
+struct BulkCopy {
+  unsigned char* dst;  // global
+  uint32_t src;        // shared offset
+  int bytes;
+  bool add_f32;
+};
+struct BulkState {
+  std::vector<BulkCopy> open;
+  std::vector<std::vector<BulkCopy>> committed;  // oldest first
+};
 // What spin_load_acquire remembers of a thread's current spin.
 struct SpinState {
   const int* last = nullptr;
@@ -64,6 +75,7 @@ struct TCtx {
   Block* blk = nullptr;
   int tid = -1;
   CpAsyncState cp;
+  BulkState bulk;
   SpinState spin;
 };
 thread_local TCtx g_t;
@@ -982,6 +994,11 @@ void syncthreads() {
 void thread_exit_hook() {
   Block& b = blk();
   cp_async_land_all();  // a thread's copies still land after it exits
+  bulk_wait(0);
+  if (!g_t.bulk.open.empty()) {  // issued, never committed: they complete at the kernel's end
+    bulk_commit();
+    bulk_wait(0);
+  }
   const bool in_wg = static_cast<size_t>(g_t.tid / 128) < b.wgs.size();
   Group* gs[2] = {b.warps[g_t.tid / 32].get(), in_wg ? b.wgs[g_t.tid / 128].get() : nullptr};
   for (Group* g : gs) {
@@ -1487,6 +1504,50 @@ void cp_async_wait(int pending) {
 void cp_async_land_all() {
   cp_async_wait(0);
   land(g_t.cp.open);
+}
+
+// ---- sm_90 bulk copies shared -> global ----
+namespace {
+std::mutex g_bulk_add_mu;  // the hardware's reductions are atomic per element
+void complete(const std::vector<BulkCopy>& group) {
+  for (const BulkCopy& c : group) {
+    std::vector<unsigned char> data(static_cast<size_t>(c.bytes));
+    std::memcpy(data.data(), smem_at(c.src, c.bytes, "cp.async.bulk source"), data.size());
+    if (!c.add_f32) {
+      std::memcpy(c.dst, data.data(), data.size());
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(g_bulk_add_mu);
+    for (int i = 0; i < c.bytes / 4; ++i) {
+      float a, v;
+      std::memcpy(&a, c.dst + 4 * i, 4);
+      std::memcpy(&v, data.data() + 4 * i, 4);
+      a += v;
+      std::memcpy(c.dst + 4 * i, &a, 4);
+    }
+  }
+}
+}  // namespace
+
+void bulk_copy(void* gdst, const void* ssrc, int bytes, bool add_f32) {
+  const uint32_t src = smem_offset(ssrc);
+  const char* what = add_f32 ? "cp.reduce.async.bulk" : "cp.async.bulk";
+  if (bytes <= 0 || bytes % 16) fail("%s of %d bytes: not a positive multiple of 16", what, bytes);
+  if (src % 16) fail("%s from shared address 0x%x, not 16-byte aligned", what, src);
+  if (reinterpret_cast<uintptr_t>(gdst) % 16) fail("%s to global address %p, not 16-byte aligned", what, gdst);
+  (void)smem_at(src, bytes, what);  // in the block's shared memory
+  g_t.bulk.open.push_back(BulkCopy{static_cast<unsigned char*>(gdst), src, bytes, add_f32});
+}
+void bulk_commit() {
+  g_t.bulk.committed.push_back(std::move(g_t.bulk.open));
+  g_t.bulk.open.clear();
+}
+void bulk_wait(int pending) {
+  const size_t n = g_t.bulk.committed.size();
+  if (static_cast<int>(n) <= pending) return;
+  const size_t done = n - static_cast<size_t>(pending);
+  for (size_t i = 0; i < done; ++i) complete(g_t.bulk.committed[i]);
+  g_t.bulk.committed.erase(g_t.bulk.committed.begin(), g_t.bulk.committed.begin() + static_cast<long>(done));
 }
 
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {

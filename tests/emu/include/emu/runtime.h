@@ -113,6 +113,15 @@ void cp_async(void* dst, const void* src, int bytes, bool full);  // lands at th
 void cp_async_commit();
 void cp_async_wait(int pending);
 void cp_async_land_all();  // at thread exit
+
+// ---- sm_90: bulk copies shared -> global (cp.async.bulk, cp.reduce.async.bulk .add.f32; bulk_group) ----
+// An issued copy reads its shared source and writes global memory only when a bulk wait_group of its
+// thread needs its group (or the thread exits): a source changed before that wait, or a reader of the
+// destination that is released before it, sees the wrong data, as it may on the GPU. add_f32 adds the
+// source's floats to the destination's (atomically against other blocks' adds).
+void bulk_copy(void* gdst, const void* ssrc, int bytes, bool add_f32);
+void bulk_commit();
+void bulk_wait(int pending);
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans);
 void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
 

@@ -80,6 +80,16 @@ inline void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar, int c0
 }
 inline void tma_prefetch_descriptor(const void* tensor_map) { emu::tma_prefetch(tensor_map); }
 inline void fence_proxy_async_shared() { emu::fence_proxy_async(); }
+inline void fence_proxy_async_global() { emu::fence_proxy_async(); }
+inline void bulk_store_global(void* dst, const void* src, uint32_t bytes) {
+  emu::bulk_copy(dst, src, static_cast<int>(bytes), false);
+}
+inline void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  emu::bulk_copy(dst, src, static_cast<int>(bytes), true);
+}
+inline void bulk_commit_group() { emu::bulk_commit(); }
+template <int kPending>
+inline void bulk_wait_group() { emu::bulk_wait(kPending); }
 // The call site (GCC's __builtin_FILE/LINE in a default argument: the caller's) for the .aligned check.
 inline void named_barrier_sync(int id, int threads, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   emu::named_barrier(id, threads, file, line);
