@@ -27,7 +27,8 @@
 //      dV  += P^T dO, dK += dS^T Q  A = P^T / dS^T packed to bf16 from the accumulators, B MN-major
 //    writes dS^T (bf16) to shared memory, and computes the tile's share of dQ over the block's keys,
 //      dQ_part = dS K               A = dS (registers, ldmatrix.trans of dS^T), B = K (smem, MN-major)
-//    which it stores, fp32, into its dQ buffer in shared memory (dq_full[c]) and goes on to the next tile.
+//    (consumer j % 2 for tile j: issued behind dV and dK, one wait retires all three), which it stores,
+//    fp32, into its dQ buffer in shared memory (dq_full[c]) and goes on to the next tile.
 //    The dQ writer warp adds it to the fp32 accumulator dq_acc in this key tile's turn: dq_turns counts
 //    the key tiles done with a query tile, highest key tile first; key tile kt waits for dq_turn(kt, qt),
 //    writes (a turn of 0) or adds, one bulk copy or bulk reduce-add per 256-byte row, waits for them to
@@ -453,7 +454,12 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     // j % kConsumers's, never one that skips.
     bf16* sds = sDs(j % 2);                 // this tile's dS^T buffer
     const uint32_t ds_phase = (j / 2) & 1;  // its use j / 2
-    if (j >= c) {
+    const bool computes = j >= c;
+    const bool dq_share = c == j % Cfg::kConsumers;
+    // P^T and dS^T as the A operands of dV and dK: those products may still read them while the dQ share
+    // is issued, so they live until the wait that retires both.
+    uint32_t pa[kQSteps][4], dsa[kQSteps][4];
+    if (computes) {
       // Per tile, so they are not live across the dQ share; zeroed: scale-d 0 ignores them, but defined.
       float st[32], dpt[32];
 #pragma unroll
@@ -486,46 +492,57 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       // dS^T to shared memory for the dQ share, then dV += P^T dO, dK += dS^T Q. The store comes first: dsa
       // is the dK product's A operand, and the PTX ISA makes reading it before the wait that retires the
       // product undefined (as FlashAttention-3 orders it too).
-      uint32_t pa[kQSteps][4], dsa[kQSteps][4];
       pack_a(pa, st);
       pack_a(dsa, dpt);
       cuda::mbarrier_wait_untimed(&ds_empty[j % 2], ds_phase ^ 1);  // tile j - 2's reader is done (fresh: passes)
       store_ds(sds, dsa, wrow + g, tq);
+    }
+    cuda::mbarrier_arrive(&ds_full[j % 2]);  // this thread's part of dS^T is stored (or skipped)
+    if (computes) {
       cuda::wgmma_fence();
       fence_acc(dv);
       fence_acc(dk);
       issue_tokens_dot<kQSteps>(dv, pa, cuda::smem_u32(sDo(s)), true);
       issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);
+      cuda::wgmma_commit_group();  // retired below, with the dQ share's products where this consumer makes it
+    }
+
+    float dq[32];
+    if (dq_share) {
+      // dQ[query tile qt] (+)= dS K over the block's keys, issued behind dV and dK: the wait for the other
+      // consumer's half of dS^T and the dQ products overlap them.
+      cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);  // both halves of dS^T are in
+#pragma unroll
+      for (int i = 0; i < 32; ++i) dq[i] = 0.0f;
+      uint32_t da[2][kNSteps / 2][4];  // half h: consumer h's keys (skipped while j < h)
+      const int halves = j > 0 ? 2 : 1;
+#pragma unroll
+      for (int half = 0; half < 2; ++half)  // unrolled: da stays in registers
+        if (half < halves) load_ds_a(da[half], sds, half, warp, lane);
+      cuda::wgmma_fence();
+      fence_acc(dq);
+      issue_tokens_dot<kNSteps / 2>(dq, da[0], k_base, false);
+      if (halves > 1) issue_tokens_dot<kNSteps / 2>(dq, da[1], k_base + (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, true);
       cuda::wgmma_commit_group();
-      cuda::wgmma_wait_group<0>();
+      cuda::wgmma_wait_group<0>();  // dV, dK and the dQ share
+      fence_acc(dq);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        if (half < halves) fence_frags(da[half]);
+      cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
+    } else {
+      cuda::wgmma_wait_group<0>();  // dV, dK
+    }
+    if (computes) {
       fence_acc(dv);
       fence_acc(dk);
       fence_frags(pa);
       fence_frags(dsa);
     }
-    // This thread has read Q, dO, lse and D of the stage for the last time, and stored its part of dS^T.
+    // This thread has read Q, dO, lse and D of the stage for the last time.
     cuda::mbarrier_arrive(&empty[s]);
-    cuda::mbarrier_arrive(&ds_full[j % 2]);
 
-    if (c == j % Cfg::kConsumers) {
-      cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);  // both halves of dS^T are in
-      // dQ[query tile qt] (+)= dS K over the block's keys, in this key tile's turn
-      float dq[32];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) dq[i] = 0.0f;
-      for (int half = 0; half < 2 && half <= j; ++half) {  // half h: consumer h's keys (skipped while j < h)
-        uint32_t da[kNSteps / 2][4];
-        load_ds_a(da, sds, half, warp, lane);
-        cuda::wgmma_fence();
-        fence_acc(dq);
-        issue_tokens_dot<kNSteps / 2>(dq, da, k_base + half * (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, half > 0);
-        cuda::wgmma_commit_group();
-        cuda::wgmma_wait_group<0>();
-        fence_acc(dq);
-        fence_frags(da);
-      }
-      cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
-
+    if (dq_share) {
       // Hand the share to the writer warp: into this consumer's buffer once the writer has sent the last
       // one (its use j / 2 - 1; a fresh barrier passes), then on to the next tile.
       float* sdq = sDq(c);

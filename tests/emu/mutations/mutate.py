@@ -157,9 +157,10 @@ GEMM = {
 
 
 # ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
-BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time, and stored its part of dS^T.\n"
+BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time.\n"
               "    cuda::mbarrier_arrive(&empty[s]);\n")
-BWD_DVDK = ("      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n      cuda::wgmma_commit_group();\n")
+BWD_DVDK = ("      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n"
+            "      cuda::wgmma_commit_group();  // retired below, with the dQ share's products where this consumer makes it\n")
 
 ATTENTION_BWD = {
     # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
@@ -215,9 +216,11 @@ ATTENTION_BWD = {
                                 ("    if (warp != 0) return;\n    const int q_col",
                                  "    if (warp != 0) return;\n    cuda::setmaxnreg_dec<Cfg::kProducerRegs>();\n    const int q_col")],
     # consumer 0 skips its diagonal tile too: wrong dK/dV, and tile 0's dQ share read from an unwritten half
-    "masked_skip_off_by_one": [("    if (j >= c) {\n", "    if (j > c) {\n")],
+    "masked_skip_off_by_one": [("const bool computes = j >= c;", "const bool computes = j > c;")],
     # the dQ share reads consumer 1's half of dS^T on the tile where consumer 1 skipped (never written)
-    "dq_reads_skipped_half": [("half < 2 && half <= j; ++half)", "half < 2; ++half)")],
+    "dq_reads_skipped_half": [("const int halves = j > 0 ? 2 : 1;", "const int halves = 2;")],
+    # the consumer without the dQ share releases the stage and P^T, dS^T before dV and dK retired
+    "dvdk_wait_missing": [("      cuda::wgmma_wait_group<0>();  // dV, dK\n", "")],
     # K and V announce more bytes than land: the consumers' untimed kv_full wait never returns, and the
     # launch must still end (the producer's bounded waits, its watchdog among them, trap)
     "kv_expect_tx_long": [("cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes);",
