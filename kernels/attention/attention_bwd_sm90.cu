@@ -464,26 +464,22 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       float st[32], dpt[32];
 #pragma unroll
       for (int i = 0; i < 32; ++i) st[i] = dpt[i] = 0.0f;
-      {  // S^T = K Q^T
-        uint32_t ka[kKSteps][4];
+      {  // S^T = K Q^T and dP^T = V dO^T, both issued at once; P^T is computed while dP^T runs
+        uint32_t ka[kKSteps][4], va[kKSteps][4];
         load_rows_a<kKSteps>(ka, sK, wrow, lane, 0);
-        cuda::wgmma_fence();
-        fence_acc(st);
-        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);
-        cuda::wgmma_commit_group();
-        cuda::wgmma_wait_group<0>();
-        fence_acc(st);
-        fence_frags(ka);
-      }
-      {  // dP^T = V dO^T; P^T is computed while it runs
-        uint32_t va[kKSteps][4];
         load_rows_a<kKSteps>(va, sV, wrow, lane, 0);
         cuda::wgmma_fence();
+        fence_acc(st);
         fence_acc(dpt);
+        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);
+        cuda::wgmma_commit_group();
         issue_rows_dot<kKSteps>(dpt, va, cuda::smem_u32(sDo(s)), 0);
         cuda::wgmma_commit_group();
+        cuda::wgmma_wait_group<1>();  // S^T
+        fence_acc(st);
+        fence_frags(ka);
         probabilities(st, sLse(s), q0 - k0, diagonal, TileRows{wrow + g, lane}, args.scale_log2);
-        cuda::wgmma_wait_group<0>();
+        cuda::wgmma_wait_group<0>();  // dP^T
         fence_acc(dpt);
         fence_frags(va);
       }

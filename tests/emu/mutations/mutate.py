@@ -199,9 +199,9 @@ ATTENTION_BWD = {
     # the transposed dS loads swapped (queries and keys confused)
     "ds_ldmatrix_not_transposed": [("cuda::ldmatrix_x4_trans(a[kk], sds", "cuda::ldmatrix_x4(a[kk], sds")],
     # S^T used before its wgmma retired (no wait)
-    "missing_s_wait": [("        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n        cuda::wgmma_commit_group();\n"
-                        "        cuda::wgmma_wait_group<0>();\n",
-                        "        issue_rows_dot<kKSteps>(st, ka, cuda::smem_u32(sQ(s)), 0);\n        cuda::wgmma_commit_group();\n")],
+    "missing_s_wait": [("        cuda::wgmma_wait_group<1>();  // S^T\n", "")],
+    # dS^T computed from dP^T before its wgmma retired
+    "missing_dp_wait": [("        cuda::wgmma_wait_group<0>();  // dP^T\n", "")],
     # expect_tx announces half of Q's and dO's bytes
     "expect_tx_short": [("cuda::mbarrier_arrive_expect_tx(&full[s], 2 * Cfg::kQTileBytes);",
                          "cuda::mbarrier_arrive_expect_tx(&full[s], Cfg::kQTileBytes);")],
