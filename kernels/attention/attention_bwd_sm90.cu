@@ -40,14 +40,16 @@
 //    H200: the kernel issued on 13% of cycles, its top stalls "barrier" and "long_scoreboard").
 //  * Every product is the register-A wgmma m64n64k16 of ptx.cuh (there is no m64n64 SS wrapper): the A
 //    operands that do not come out of an accumulator (K, V, dS) are loaded by ldmatrix. dS reaches wgmma
-//    through registers, so no generic-to-async proxy fence is needed: the shared memory wgmma reads is
-//    written by TMA alone.
+//    through registers, so wgmma needs no generic-to-async proxy fence: the shared memory it reads is
+//    written by TMA alone. The one generic-to-async hand-off is the dQ buffer (the consumers' stores, the
+//    writer's bulk reductions), fenced by the consumers before they arrive on dq_full.
 //  * Out of bounds rows (keys or queries past T) come in as zeros from TMA (rank-3 maps, (cols, T, B)):
 //    keys past T are masked by causality (every valid query is before them); queries past T get lse =
 //    +inf, so P^T = 0 there, and their dQ rows are not stored.
 //
 // Verified on the H200 (2026-11-27: its tests, synccheck and racecheck; 0.96x of the default end to end,
-// docs/performance.md). It runs only when asked for: GPT2_ATTENTION_BWD=wgmma or
+// docs/performance.md) before the dQ writer and the overlapped products came in (the same day, checked on
+// the CPU emulator only so far). It runs only when asked for: GPT2_ATTENTION_BWD=wgmma or
 // attention_set_backward_path (attention_cuda.hpp). tests/emu runs its source on the CPU.
 //
 // Layout facts (attention_sm90.cu and kernels/gemm/gemm_sm90.cu have the sources):
@@ -74,7 +76,9 @@
 //    on it. Every thread arrives for its own accesses: compute-sanitizer's racecheck credits an
 //    mbarrier arrive only to the arriving thread (it reported the reads of lse/D released by lane 0 after
 //    __syncwarp, and the dS^T hand-off across a 256-thread named barrier, on the H200, 2026-11-27, though
-//    the PTX memory model orders both).
+//    the PTX memory model orders both). The writer's lanes each arrive on dq_empty after their own bulk
+//    copies have read the buffer; its turn is acquired and released by lane 0 alone, for the warp
+//    (__syncwarp orders the lanes), in global memory, which racecheck does not look at.
 //
 // Left for later (docs/performance.md): 128-query tiles, the dQ share as an SS wgmma from a swizzled dS^T
 // (needs an m64n64 SS wrapper in ptx.cuh and a proxy fence).
@@ -128,9 +132,11 @@ struct WgmmaBwdConfig {
   static constexpr int kOffDo = kOffQ + kStages * kQTileBytes;
   static constexpr int kOffDs = kOffDo + kStages * kQTileBytes;        // buffer i at + i * kDsBytes
   // The dQ shares on their way to dq_acc: one fp32 [query][dim] tile per consumer (consumer c takes the
-  // tiles j with j % 2 == c), rows padded so that the accumulator's float2 stores of a half-warp hit 16
-  // different bank pairs; the writer sends it one 256-byte row per bulk reduction.
-  static constexpr int kDqPitch = kHeadDim + 4;                       // floats: 272-byte rows, 16-byte aligned
+  // tiles j with j % 2 == c), rows padded so that the accumulator's float2 stores of a half-warp (rows
+  // g = 0..3, columns 2 tq) hit 16 different bank pairs (word 72 g + 2 tq: banks 8 g + 2 tq, +1; a pitch
+  // of 68 would give 4 g + 2 tq, two-way conflicts); the writer sends it one 256-byte row per bulk
+  // reduction.
+  static constexpr int kDqPitch = kHeadDim + 8;                       // floats: 288-byte rows, 16-byte aligned
   static constexpr int kDqBytes = kBlockM * kDqPitch * 4;
   static constexpr int kOffDq = kOffDs + 2 * kDsBytes;                 // consumer c's at + c * kDqBytes
   static constexpr int kOffLse = kOffDq + kConsumers * kDqBytes;       // [stage][64] fp32, lse * log2 e
@@ -375,11 +381,12 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
           else cuda::bulk_store_global(dst, src, Cfg::kHeadDim * 4);
         }
         cuda::bulk_commit_group();
-        cuda::bulk_wait_group<0>();        // this lane's rows are in dq_acc, and its buffer reads are done
-        cuda::fence_proxy_async_global();  // those writes (async proxy) before the generic release below
+        cuda::bulk_wait_group_read<0>();      // this lane's rows are read from the buffer:
+        cuda::mbarrier_arrive(&dq_empty[c]);  // the consumer may refill it while the adds complete
+        cuda::bulk_wait_group<0>();           // this lane's rows are in dq_acc
+        cuda::fence_proxy_async_global();     // those writes (async proxy) before the generic release below
         __syncwarp();
         if (lane == 0) cuda::red_release_gpu_add(turn, 1);  // every lane's rows precede the new count
-        cuda::mbarrier_arrive(&dq_empty[c]);
       }
       return;
     }

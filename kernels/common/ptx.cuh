@@ -251,6 +251,12 @@ template <int kPending>
 __device__ __forceinline__ void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
+// The same wait for the sources only: the older groups have read their shared memory, which may be
+// written again; their global writes may still be in flight.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
 
 // Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
 // __syncthreads): lets one warpgroup synchronise without the others.

@@ -186,8 +186,12 @@ ATTENTION_BWD = {
     # the highest key tile of a query tile adds to dq_acc (never written: NaN) instead of writing it
     "dq_first_adds": [("if (my_turn > 0) cuda::bulk_reduce_add_f32", "if (my_turn >= 0) cuda::bulk_reduce_add_f32")],
     # the writer counts its turn and frees the buffer before its bulk reductions completed
-    "dq_release_before_complete": [("        cuda::bulk_wait_group<0>();        // this lane's rows are in dq_acc",
-                                    "        // (no wait)                       this lane's rows are in dq_acc")],
+    "dq_release_before_complete": [("        cuda::bulk_wait_group<0>();           // this lane's rows are in dq_acc",
+                                    "        // (no wait)                          this lane's rows are in dq_acc")],
+    # the writer frees the consumer's buffer before its bulk copies have read it
+    "dq_free_before_read": [("        cuda::bulk_wait_group_read<0>();      // this lane's rows are read from the buffer:\n"
+                             "        cuda::mbarrier_arrive(&dq_empty[c]);  // the consumer may refill it while the adds complete\n",
+                             "        cuda::mbarrier_arrive(&dq_empty[c]);\n")],
     # the writer sends a consumer's dQ buffer before the consumer filled it (the wrong dq_full parity)
     "dq_full_parity": [("cuda::mbarrier_wait(&dq_full[c], (j / Cfg::kConsumers) & 1);",
                         "cuda::mbarrier_wait(&dq_full[c], ((j / Cfg::kConsumers) & 1) ^ 1);")],

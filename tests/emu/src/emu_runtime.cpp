@@ -58,6 +58,8 @@ struct BulkCopy {
   uint32_t src;        // shared offset
   int bytes;
   bool add_f32;
+  bool read = false;                // the source was read (by a .read wait): `data` holds it
+  std::vector<unsigned char> data;
 };
 struct BulkState {
   std::vector<BulkCopy> open;
@@ -994,10 +996,10 @@ void syncthreads() {
 void thread_exit_hook() {
   Block& b = blk();
   cp_async_land_all();  // a thread's copies still land after it exits
-  bulk_wait(0);
+  bulk_wait(0, false);
   if (!g_t.bulk.open.empty()) {  // issued, never committed: they complete at the kernel's end
     bulk_commit();
-    bulk_wait(0);
+    bulk_wait(0, false);
   }
   const bool in_wg = static_cast<size_t>(g_t.tid / 128) < b.wgs.size();
   Group* gs[2] = {b.warps[g_t.tid / 32].get(), in_wg ? b.wgs[g_t.tid / 128].get() : nullptr};
@@ -1509,10 +1511,16 @@ void cp_async_land_all() {
 // ---- sm_90 bulk copies shared -> global ----
 namespace {
 std::mutex g_bulk_add_mu;  // the hardware's reductions are atomic per element
-void complete(const std::vector<BulkCopy>& group) {
-  for (const BulkCopy& c : group) {
-    std::vector<unsigned char> data(static_cast<size_t>(c.bytes));
-    std::memcpy(data.data(), smem_at(c.src, c.bytes, "cp.async.bulk source"), data.size());
+void read_source(BulkCopy& c) {
+  if (c.read) return;
+  c.data.resize(static_cast<size_t>(c.bytes));
+  std::memcpy(c.data.data(), smem_at(c.src, c.bytes, "cp.async.bulk source"), c.data.size());
+  c.read = true;
+}
+void complete(std::vector<BulkCopy>& group) {
+  for (BulkCopy& c : group) {
+    read_source(c);
+    const std::vector<unsigned char>& data = c.data;
     if (!c.add_f32) {
       std::memcpy(c.dst, data.data(), data.size());
       continue;
@@ -1542,12 +1550,34 @@ void bulk_commit() {
   g_t.bulk.committed.push_back(std::move(g_t.bulk.open));
   g_t.bulk.open.clear();
 }
-void bulk_wait(int pending) {
+void bulk_wait(int pending, bool read_only) {
   const size_t n = g_t.bulk.committed.size();
   if (static_cast<int>(n) <= pending) return;
+  // The copy engine takes a while (0..EMU_TMA_DELAY_US): the block's other threads run meanwhile, so a
+  // buffer freed before this wait can be refilled before the copy reads it.
+  const auto until = Clock::now() + std::chrono::microseconds(blk().rand_us(config().tma_delay_us));
+  if (in_fiber()) {
+    while (Clock::now() < until) fiber_yield();
+  } else {
+    std::this_thread::sleep_until(until);
+  }
+  if (read_only) {  // the older groups read their sources now; their writes wait for a full wait
+    for (size_t i = 0; i < n - static_cast<size_t>(pending); ++i)
+      for (BulkCopy& c : g_t.bulk.committed[i]) read_source(c);
+    return;
+  }
   const size_t done = n - static_cast<size_t>(pending);
   for (size_t i = 0; i < done; ++i) complete(g_t.bulk.committed[i]);
   g_t.bulk.committed.erase(g_t.bulk.committed.begin(), g_t.bulk.committed.begin() + static_cast<long>(done));
+}
+
+void bulk_check_release(const char* what) {
+  size_t pending = g_t.bulk.open.size();
+  for (const auto& group : g_t.bulk.committed) pending += group.size();
+  if (pending > 0)
+    fail("%s by a thread with %zu bulk copies not complete: their global writes are not ordered before it "
+         "(a full cp.async.bulk.wait_group is missing)",
+         what, pending);
 }
 
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {

@@ -118,10 +118,14 @@ void cp_async_land_all();  // at thread exit
 // An issued copy reads its shared source and writes global memory only when a bulk wait_group of its
 // thread needs its group (or the thread exits): a source changed before that wait, or a reader of the
 // destination that is released before it, sees the wrong data, as it may on the GPU. add_f32 adds the
-// source's floats to the destination's (atomically against other blocks' adds).
+// source's floats to the destination's (atomically against other blocks' adds). A .read wait reads the
+// sources of the groups it covers then; their global writes still wait for a full wait.
 void bulk_copy(void* gdst, const void* ssrc, int bytes, bool add_f32);
 void bulk_commit();
-void bulk_wait(int pending);
+void bulk_wait(int pending, bool read_only);  // read_only: wait_group.read (the sources are read then)
+// A release by a thread whose bulk copies have not completed (no full wait_group since they were issued)
+// does not order their global writes before it: an error (`what` names the release).
+void bulk_check_release(const char* what);
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans);
 void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
 

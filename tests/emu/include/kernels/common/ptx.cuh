@@ -27,7 +27,10 @@ inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 }
 // A spin on a flag that other blocks set: yields, and a value unchanged for EMU_TIMEOUT_S is a deadlock.
 inline int ld_acquire_gpu(const int* flag) { return emu::spin_load_acquire(flag); }
-inline void red_release_gpu_add(int* flag, int v) { __atomic_fetch_add(flag, v, __ATOMIC_RELEASE); }
+inline void red_release_gpu_add(int* flag, int v) {
+  emu::bulk_check_release("red.release.gpu");
+  __atomic_fetch_add(flag, v, __ATOMIC_RELEASE);
+}
 // The repository's traps after 10 s; here a count that never comes is the spin's deadlock report
 // (emu::spin_load_acquire: EMU_TIMEOUT_S during which the whole grid made no progress).
 inline void wait_flag_at_least(const int* flag, int target) {
@@ -89,7 +92,9 @@ inline void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
 }
 inline void bulk_commit_group() { emu::bulk_commit(); }
 template <int kPending>
-inline void bulk_wait_group() { emu::bulk_wait(kPending); }
+inline void bulk_wait_group() { emu::bulk_wait(kPending, false); }
+template <int kPending>
+inline void bulk_wait_group_read() { emu::bulk_wait(kPending, true); }
 // The call site (GCC's __builtin_FILE/LINE in a default argument: the caller's) for the .aligned check.
 inline void named_barrier_sync(int id, int threads, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   emu::named_barrier(id, threads, file, line);
