@@ -188,8 +188,11 @@ CublasLtState* create_cublaslt_state() {
                                             "the last two are for diagnosis");
   if (reduction == "any") s->bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_MASK;
   if (reduction == "none") s->bf16_reduction_schemes = CUBLASLT_REDUCTION_SCHEME_NONE;
-  const char* log = std::getenv("GPT2_CUBLASLT_LOG_PLANS");
-  s->log_plans = log != nullptr && std::string(log) == "1";
+  const char* log_env = std::getenv("GPT2_CUBLASLT_LOG_PLANS");
+  const std::string log = log_env != nullptr ? log_env : "";
+  GPT2_CHECK(log.empty() || log == "0" || log == "1",
+             "GPT2_CUBLASLT_LOG_PLANS='" << log << "': use 1 (each cuBLASLt plan on stderr) or 0");
+  s->log_plans = log == "1";
   CUBLAS_CHECK(cublasLtCreate(&s->handle));
   s->workspace = device_alloc(s->workspace_bytes, "cuBLASLt's workspace");
   return s.release();

@@ -749,6 +749,22 @@ const WgmmaTile kWgmmaTiles[] = {{GemmWgmmaKernel::k128x128, "[wgmma 128x128] "}
 // ManyUnitsPerBlock) makes persistent blocks take several tiles.
 const Shape kTmaShapes[] = {{136, 72, 72}, {8, 8, 8}, {200, 136, 104}, {72, 104, 4104}, {1160, 1288, 200}};
 
+// The cuBLASLt diagnosis switches take only their documented values: a typo is an error that names the
+// variable, not a run of the default that looks like the diagnosis.
+TEST(GemmCublasLtEnvironment, UnknownValuesAreErrors) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
+  const std::pair<const char*, const char*> cases[] = {{"GPT2_CUBLASLT_REDUCTION", "fp16"},
+                                                       {"GPT2_CUBLASLT_LOG_PLANS", "yes"},
+                                                       {"GPT2_CUBLASLT_EPILOGUES", "none"}};
+  for (const auto& [var, bad] : cases) {
+    const char* was = std::getenv(var);
+    const std::string saved = was != nullptr ? was : "";
+    ASSERT_EQ(setenv(var, bad, 1), 0);
+    EXPECT_DEATH(GemmContext ctx(GemmBackend::kCublasLt), std::string(var) + "='" + bad + "'");
+    was != nullptr ? setenv(var, saved.c_str(), 1) : unsetenv(var);
+  }
+}
+
 TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
   const std::vector<Variant> v = {{"[mma.sync] ", path_hooks(kernels::GemmHandPath::kMmaSync)}};
   GemmContext& ctx = shared_context(GemmBackend::kHand);
