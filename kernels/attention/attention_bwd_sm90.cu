@@ -27,7 +27,8 @@
 //      dV  += P^T dO, dK += dS^T Q  A = P^T / dS^T packed to bf16 from the accumulators, B MN-major
 //    writes dS^T (bf16) to shared memory, and computes the tile's share of dQ over the block's keys,
 //      dQ_part = dS K               A = dS (registers, ldmatrix.trans of dS^T), B = K (smem, MN-major)
-//    (consumer j % 2 for tile j: issued behind dV and dK, one wait retires all three), which it stores,
+//    (consumer j % 2 for tile j: issued behind dV and dK; wait_group 1 retires those and releases the
+//    stage while the dQ products run; the dS^T buffer is released once loaded), which it stores,
 //    fp32, into its dQ buffer in shared memory (dq_full[c]) and goes on to the next tile.
 //    The dQ writer warp adds it to the fp32 accumulator dq_acc in this key tile's turn: dq_turns counts
 //    the key tiles done with a query tile, highest key tile first; key tile kt waits for dq_turn(kt, qt),
@@ -511,28 +512,24 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     }
 
     float dq[32];
+    uint32_t da[2][kNSteps / 2][4];  // dS as A fragments; half h: consumer h's keys (skipped while j < h)
+    const int halves = j > 0 ? 2 : 1;
     if (dq_share) {
       // dQ[query tile qt] (+)= dS K over the block's keys, issued behind dV and dK: the wait for the other
       // consumer's half of dS^T and the dQ products overlap them.
       cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);  // both halves of dS^T are in
 #pragma unroll
       for (int i = 0; i < 32; ++i) dq[i] = 0.0f;
-      uint32_t da[2][kNSteps / 2][4];  // half h: consumer h's keys (skipped while j < h)
-      const int halves = j > 0 ? 2 : 1;
 #pragma unroll
       for (int half = 0; half < 2; ++half)  // unrolled: da stays in registers
         if (half < halves) load_ds_a(da[half], sds, half, warp, lane);
+      cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
       cuda::wgmma_fence();
       fence_acc(dq);
       issue_tokens_dot<kNSteps / 2>(dq, da[0], k_base, false);
       if (halves > 1) issue_tokens_dot<kNSteps / 2>(dq, da[1], k_base + (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, true);
       cuda::wgmma_commit_group();
-      cuda::wgmma_wait_group<0>();  // dV, dK and the dQ share
-      fence_acc(dq);
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        if (half < halves) fence_frags(da[half]);
-      cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
+      cuda::wgmma_wait_group<1>();  // dV and dK (the older group); the dQ share may still run
     } else {
       cuda::wgmma_wait_group<0>();  // dV, dK
     }
@@ -542,10 +539,16 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       fence_frags(pa);
       fence_frags(dsa);
     }
-    // This thread has read Q, dO, lse and D of the stage for the last time.
+    // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K and dS^T).
     cuda::mbarrier_arrive(&empty[s]);
 
     if (dq_share) {
+      cuda::wgmma_wait_group<0>();  // the dQ share
+      fence_acc(dq);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        if (half < halves) fence_frags(da[half]);
+
       // Hand the share to the writer warp: into this consumer's buffer once the writer has sent the last
       // one (its use j / 2 - 1; a fresh barrier passes), then on to the next tile.
       float* sdq = sDq(c);

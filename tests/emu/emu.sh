@@ -21,7 +21,7 @@
 #                                         NCCL emulated over MPI (train_emu.py: against the CPU backend, 1 and 2
 #                                         ranks, resume, ZeRO-1, the wgmma kernels; ~2.5 min); --train-build builds
 #                                         them only, in BUILD_DIR/train
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 24 + 23 + 9 + 9 + 6) and of the
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 25 + 23 + 9 + 9 + 6) and of the
 #                                         training code's stream ordering (2 + 2 + 4; KERNELS: a quoted subset of
 #                                         "attention attention_bwd gemm gemm_mma attention_mma attention_decode
 #                                         nccl_comm device_reducer model_cuda"), each must be caught, not hang

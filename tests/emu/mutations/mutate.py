@@ -157,7 +157,7 @@ GEMM = {
 
 
 # ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
-BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time.\n"
+BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K and dS^T).\n"
               "    cuda::mbarrier_arrive(&empty[s]);\n")
 BWD_DVDK = ("      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n"
             "      cuda::wgmma_commit_group();  // retired below, with the dQ share's products where this consumer makes it\n")
@@ -225,6 +225,9 @@ ATTENTION_BWD = {
     "dq_reads_skipped_half": [("const int halves = j > 0 ? 2 : 1;", "const int halves = 2;")],
     # the consumer without the dQ share releases the stage and P^T, dS^T before dV and dK retired
     "dvdk_wait_missing": [("      cuda::wgmma_wait_group<0>();  // dV, dK\n", "")],
+    # the dQ consumer's wait retires neither group: the stage is released while dV and dK still read it
+    "dq_share_wait_2": [("cuda::wgmma_wait_group<1>();  // dV and dK (the older group)",
+                         "cuda::wgmma_wait_group<2>();  // dV and dK (the older group)")],
     # K and V announce more bytes than land: the consumers' untimed kv_full wait never returns, and the
     # launch must still end (the producer's bounded waits, its watchdog among them, trap)
     "kv_expect_tx_long": [("cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes);",
