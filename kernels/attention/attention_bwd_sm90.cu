@@ -32,13 +32,14 @@
 //    fp32, into its dQ buffer in shared memory (dq_full[c]) and goes on to the next tile.
 //    The dQ writer warp adds it to the fp32 accumulator dq_acc in this key tile's turn: dq_turns counts
 //    the key tiles done with a query tile, highest key tile first; key tile kt waits for dq_turn(kt, qt),
-//    writes (a turn of 0) or adds, one bulk copy or bulk reduce-add per 256-byte row, waits for them to
-//    complete, counts itself and frees the buffer (dq_empty[c]) (dq_turns.cuh, shared with attention.cu's
-//    bwd_add_dq_share; attention_bwd_store_dq scales dq_acc to bf16 afterwards). Deterministic: one
-//    block adds to a row at a time, in a fixed order; the waits only go to higher key tiles, which
-//    started earlier, so they cannot deadlock. Until 2026-11-27 the consumer itself waited for the turn
-//    and added with plain loads and stores, the whole warpgroup held at a named barrier (ncu on the
-//    H200: the kernel issued on 13% of cycles, its top stalls "barrier" and "long_scoreboard").
+//    writes (a turn of 0) or adds, one bulk copy or bulk reduce-add per 256-byte row, frees the buffer
+//    (dq_empty[c]) once they have read it, waits for them to complete and counts itself (dq_turns.cuh,
+//    shared with attention.cu's bwd_add_dq_share; attention_bwd_store_dq scales dq_acc to bf16
+//    afterwards). Deterministic: one block adds to a row at a time, in a fixed order; the waits only go
+//    to higher key tiles, which started earlier, so they cannot deadlock. Until 2026-11-27 the consumer
+//    itself waited for the turn and added with plain loads and stores, the whole warpgroup held at a
+//    named barrier (ncu on the H200: the kernel issued on 13% of cycles, its top stalls "barrier" and
+//    "long_scoreboard").
 //  * Every product is the register-A wgmma m64n64k16 of ptx.cuh (there is no m64n64 SS wrapper): the A
 //    operands that do not come out of an accumulator (K, V, dS) are loaded by ldmatrix. dS reaches wgmma
 //    through registers, so wgmma needs no generic-to-async proxy fence: the shared memory it reads is
@@ -508,7 +509,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       fence_acc(dk);
       issue_tokens_dot<kQSteps>(dv, pa, cuda::smem_u32(sDo(s)), true);
       issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);
-      cuda::wgmma_commit_group();  // retired below, with the dQ share's products where this consumer makes it
+      cuda::wgmma_commit_group();  // retired below, before the dQ share's products where this consumer makes it
     }
 
     float dq[32];
@@ -527,7 +528,8 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       cuda::wgmma_fence();
       fence_acc(dq);
       issue_tokens_dot<kNSteps / 2>(dq, da[0], k_base, false);
-      if (halves > 1) issue_tokens_dot<kNSteps / 2>(dq, da[1], k_base + (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, true);
+      if (halves > 1)
+        issue_tokens_dot<kNSteps / 2>(dq, da[1], k_base + (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, true);
       cuda::wgmma_commit_group();
       cuda::wgmma_wait_group<1>();  // dV and dK (the older group); the dQ share may still run
     } else {
@@ -549,8 +551,8 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       for (int half = 0; half < 2; ++half)
         if (half < halves) fence_frags(da[half]);
 
-      // Hand the share to the writer warp: into this consumer's buffer once the writer has sent the last
-      // one (its use j / 2 - 1; a fresh barrier passes), then on to the next tile.
+      // Hand the share to the writer warp: into this consumer's buffer once the writer's copies have read
+      // the last one (its use j / 2 - 1; a fresh barrier passes), then on to the next tile.
       float* sdq = sDq(c);
       cuda::mbarrier_wait_untimed(&dq_empty[c], ((j / Cfg::kConsumers) & 1) ^ 1);
 #pragma unroll

@@ -160,7 +160,7 @@ GEMM = {
 BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K and dS^T).\n"
               "    cuda::mbarrier_arrive(&empty[s]);\n")
 BWD_DVDK = ("      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n"
-            "      cuda::wgmma_commit_group();  // retired below, with the dQ share's products where this consumer makes it\n")
+            "      cuda::wgmma_commit_group();  // retired below, before the dQ share's products where this consumer makes it\n")
 
 ATTENTION_BWD = {
     # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
