@@ -147,6 +147,15 @@ void fiber_yield() {
   Fiber* f = g_fiber;
   emu_fiber_switch(&f->sp, g_sched_sp);
 }
+// Lets time pass for this GPU thread while the block's others run: a fiber yields until then (a sleep
+// would stall its whole block), an OS thread sleeps.
+void pass_time_until(Clock::time_point until) {
+  if (in_fiber()) {
+    while (Clock::now() < until) fiber_yield();
+  } else {
+    std::this_thread::sleep_until(until);
+  }
+}
 [[noreturn]] void fiber_main() {
   (*g_fiber_body)();
   g_fiber->done = true;
@@ -983,11 +992,7 @@ void syncthreads() {
   } else if (first_sync_complete && config().start_delay_us > 0) {
     const unsigned us = b.rand_us(config().start_delay_us);
     lk.unlock();
-    if (in_fiber()) {  // the block's other fibers wait at this barrier meanwhile: yield until the time passed
-      for (const auto until = Clock::now() + std::chrono::microseconds(us); Clock::now() < until;) fiber_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
-    }
+    pass_time_until(Clock::now() + std::chrono::microseconds(us));  // the block's other fibers wait here meanwhile
     lk.lock();
   }
   arrive_and_wait(b, lk, b.sync_arrived, b.sync_gen, b.live, "__syncthreads");
@@ -996,11 +1001,8 @@ void syncthreads() {
 void thread_exit_hook() {
   Block& b = blk();
   cp_async_land_all();  // a thread's copies still land after it exits
+  if (!g_t.bulk.open.empty()) bulk_commit();  // issued, never committed: they complete at the kernel's end
   bulk_wait(0, false);
-  if (!g_t.bulk.open.empty()) {  // issued, never committed: they complete at the kernel's end
-    bulk_commit();
-    bulk_wait(0, false);
-  }
   const bool in_wg = static_cast<size_t>(g_t.tid / 128) < b.wgs.size();
   Group* gs[2] = {b.warps[g_t.tid / 32].get(), in_wg ? b.wgs[g_t.tid / 128].get() : nullptr};
   for (Group* g : gs) {
@@ -1381,12 +1383,7 @@ void wgmma_wait(int pending) {
       [](int) {});
   // The delay passes outside the collective, whose leader holds the warpgroup's lock: the block's other
   // warpgroups run meanwhile, as OS threads and as fibers (which yield; a sleep would stall the block).
-  const auto until = g.retire_at;
-  if (in_fiber()) {
-    while (Clock::now() < until) fiber_yield();
-  } else {
-    std::this_thread::sleep_until(until);
-  }
+  pass_time_until(g.retire_at);
   collective(
       g, Op::WgRetire, [](Deposit&) {},
       [&] {
@@ -1555,12 +1552,7 @@ void bulk_wait(int pending, bool read_only) {
   if (static_cast<int>(n) <= pending) return;
   // The copy engine takes a while (0..EMU_TMA_DELAY_US): the block's other threads run meanwhile, so a
   // buffer freed before this wait can be refilled before the copy reads it.
-  const auto until = Clock::now() + std::chrono::microseconds(blk().rand_us(config().tma_delay_us));
-  if (in_fiber()) {
-    while (Clock::now() < until) fiber_yield();
-  } else {
-    std::this_thread::sleep_until(until);
-  }
+  pass_time_until(Clock::now() + std::chrono::microseconds(blk().rand_us(config().tma_delay_us)));
   if (read_only) {  // the older groups read their sources now; their writes wait for a full wait
     for (size_t i = 0; i < n - static_cast<size_t>(pending); ++i)
       for (BulkCopy& c : g_t.bulk.committed[i]) read_source(c);
