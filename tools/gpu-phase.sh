@@ -362,29 +362,46 @@ ncu_hot_kernels() {
     --global-batch-tokens 8192 --out "$work/ncu"
 }
 
-# ncu_attention: why attention misses its targets (H100: the backward at 103 of 200 TFLOP/s): one launch each
-# of the default forward and backward (mma.sync, recompute-dq) and of the wgmma backward at B*T = 8192, with
-# the sections and stall metrics that say what holds them back; tools/gpu/ncu_summary.py makes one line of
-# each (docs/performance.md, "Attention's block order", says how to read them).
-ncu_attention() {
-  local gpu_skip=""
+# ncu_launches STEP LIMIT KERNEL=BENCHMARK...: one launch of each KERNEL (a regex of its name) profiled in
+# bench_gpu_kernels' run of BENCHMARK (a regex of the benchmark's full name), with the sections and stall
+# metrics that say what holds a kernel back; tools/gpu/ncu_summary.py makes one line of each
+# (docs/performance.md, "Attention's block order", says how to read them).
+ncu_launches() {
+  local name=$1 limit=$2 gpu_skip="" stalls="" r
+  shift 2
   command -v ncu >/dev/null || gpu_skip="ncu not installed"
   [[ $sandbox == gvisor ]] && gpu_skip="ncu has no counters on gVisor"
-  local stalls="" r
   for r in long_scoreboard short_scoreboard barrier mio_throttle math_pipe_throttle wait not_selected lg_throttle \
       membar dispatch_stall no_instruction; do
     stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
   done
-  gpu_step ncu_attention 150 "one line a kernel" bash -c "
-    for k in attention_fwd_tc:forward_bf16/8/0/0 attention_bwd_tc:backward_bf16/8/0/0 \
-        attention_bwd_wgmma_tma:backward_bf16/8/0/2; do
-      ncu --clock-control none -k regex:\${k%%:*} --launch-count 1 --section SpeedOfLight --section LaunchStats \
+  # One log per launch ($logs/STEP_N.csv), summarised under the benchmark it ran in.
+  gpu_step "$name" "$limit" "one line a kernel" bash -c "
+    i=0
+    for k in $*; do
+      i=\$((i + 1))
+      ncu --clock-control none -k regex:\${k%%=*} --launch-count 1 --section SpeedOfLight --section LaunchStats \
         --section Occupancy --section SchedulerStats --section ComputeWorkloadAnalysis \
         --metrics $stalls,smsp__warps_eligible.avg.per_cycle_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum \
-        --csv --page details '$bin/bench_gpu_kernels' --benchmark_filter=\"^BM_attention_\${k#*:}/\" \
-        --benchmark_min_time=0.01 > '$logs/ncu_'\${k%%:*}.csv || exit 1
-    done
-    python3 '$repo/tools/gpu/ncu_summary.py' '$logs'/ncu_*.csv"
+        --csv --page details '$bin/bench_gpu_kernels' --benchmark_filter=\"\${k#*=}\" \
+        --benchmark_min_time=0.01 > '$logs/${name}_'\$i.csv || exit 1
+      echo \"in \${k#*=}\"
+      python3 '$repo/tools/gpu/ncu_summary.py' '$logs/${name}_'\$i.csv || exit 1
+    done"
+}
+# ncu_attention: why attention misses its targets (H100: the backward at 103 of 200 TFLOP/s): the default
+# forward and backward (mma.sync, recompute-dq) and the wgmma backward at B*T = 8192.
+ncu_attention() {
+  ncu_launches ncu_attention 150 attention_fwd_tc='^BM_attention_forward_bf16/8/0/0/' \
+    attention_bwd_tc='^BM_attention_backward_bf16/8/0/0/' attention_bwd_wgmma_tma='^BM_attention_backward_bf16/8/0/2/'
+}
+# ncu_layernorm: why layernorm misses 80% of copy (H200: the backward at 40% at 8192 rows, 61% at 65536; the
+# forward 46% and 72%): is the backward's row loop issue-bound (its shared-memory dweight/dbias sums) or
+# latency-bound (a warp's rows one after another, 3 blocks an SM)? The 124M step's 16384 rows sit between.
+ncu_layernorm() {
+  ncu_launches ncu_layernorm 90 layernorm_fwd_warp_per_row_vec='^BM_layernorm_fwd_bf16/65536/768/' \
+    layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/8192/768/' \
+    layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/65536/768/'
 }
 
 # ---- phase A: is it right, and how fast by default -------------------------------------------------
@@ -546,6 +563,7 @@ phase_C() {
     --train-data "$B/data/train.h5" --val-data "$B/data/val.h5" --max-steps 20 --log-every 5 --out "$work/cpu2"
   ncu_hot_kernels
   ncu_attention
+  ncu_layernorm
 }
 
 # ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
@@ -610,6 +628,7 @@ PY
 }
 # "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
 figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
+figure_ncu_layernorm() { grep -E '^layernorm_' "$1" | sed -E 's/^layernorm_([a-z]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
 train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }
 # first and last loss of a run's step lines

@@ -380,6 +380,27 @@ sed -n "${s},$((e + 2))p" "$repo/kernels/common/ptx.cuh" > "$out/repo_ptx_helper
 "${cxx[@]}" -I"$here/include" -I"$out" -I"$repo" -I"$cuda_inc" "$here/src/check_ptx_helpers.cpp" -o "$out/check_ptx_helpers" ||
   exit 1
 check layout_helpers "$out/check_ptx_helpers"
+# The deadlock detector and its report (src/deadlock_report_test.cpp): a deadlocked block must end the process,
+# and the report must name each thread's wait, with fibers and with OS threads.
+"${cxx[@]}" "${inc[@]}" "$here/src/deadlock_report_test.cpp" "$out"/{emu_runtime,cudart_stubs,fatal_stub}.o \
+  -o "$out/deadlock_report_test" || exit 1
+deadlock_report() {  # deadlock_report LOG VAR=VALUE...: passes when the run fails with the report's four waits
+  local log=$1 want
+  shift
+  if env "$@" EMU_TIMEOUT_S=1 "$out/deadlock_report_test" > "$log" 2>&1; then
+    echo "the deadlocked block finished: the detector missed it"
+    return 1
+  fi
+  for want in 'ERROR in .*deadlock: ' \
+      '31 thread\(s\) in shfl\.sync \(warp of threads 0\.\.31\): 0-30$' \
+      '1 thread\(s\) in bar\.sync 1, 64 \(named barrier\): 31$' \
+      '1 thread\(s\) in mbarrier\.try_wait\.parity 0x[0-9a-f]+ parity 0 \(phase 0: 1 of 2 arrivals, 0 bytes pending\): 63$' \
+      '31 thread\(s\) in a spin on the global flag 0x[0-9a-f]+, reading 0: 32-62$'; do
+    grep -qE "$want" "$log" || { echo "not in the report ($log): $want"; return 1; }
+  done
+  echo "the report names the 4 waits"
+}
+for v in EMU_FIBERS=1 EMU_FIBERS=0; do check "deadlock_report $v" deadlock_report "$out/deadlock_report_${v#*=}.txt" $v; done
 # Every GPU thread a fiber (README, Fibers): the checks take a fifth of the time they take with an OS thread
 # per GPU thread, and the 61 mutants are caught either way. A few checks below keep OS threads
 # (EMU_FIBERS=0), whose real concurrency interleaves threads anywhere, not only where the emulator switches.

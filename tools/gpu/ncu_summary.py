@@ -10,7 +10,7 @@ and the three warp stall reasons with the most cycles per issued instruction (th
 smsp__average_warps_issue_stalled_* metrics). Every one of these is required: a launch without one of them
 (a section or metric the run did not ask for, a value that is not a number, a duration in a unit not known
 here) is an error naming the log and the kernel, and so is a LOG without a profiled launch (a kernel filter
-that matched nothing); the exit status is then 1. Phase C's ncu_attention step prints it;
+that matched nothing); the exit status is then 1. Phase C's ncu_attention and ncu_layernorm steps print it;
 docs/performance.md says how to read it. Standard library only: the device's Python runs it.
 
 What ncu writes: a header of 20 columns ending in the rule columns ("Rule Name" .. "Estimated Speedup"); a

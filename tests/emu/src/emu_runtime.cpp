@@ -71,8 +71,8 @@ struct SpinState {
   int last_value = 0;
   int64_t since = 0, since_run = 0;  // real time (the back-off), run clock (the detector)
 };
-// The emulated GPU thread running on this OS thread: with EMU_FIBERS, the scheduler swaps the running
-// fiber's context in and out (run_block_fibers).
+// The emulated GPU thread running on this OS thread (cur()): the running fiber's with EMU_FIBERS, else the OS
+// thread's own (blk null on the host and the copy engine).
 struct TCtx {
   Block* blk = nullptr;
   int tid = -1;
@@ -80,7 +80,7 @@ struct TCtx {
   BulkState bulk;
   SpinState spin;
 };
-thread_local TCtx g_t;
+thread_local TCtx g_own_ctx;
 
 // ---- fibers (EMU_FIBERS=1) ----
 // Every GPU thread of a block is a fiber on the block's one OS thread, switched in user space at the
@@ -92,11 +92,13 @@ thread_local TCtx g_t;
 struct Fiber {
   void* sp = nullptr;  // saved stack pointer while switched out
   unsigned char* stack = nullptr;
-  TCtx ctx;    // swapped with g_t while the fiber runs
+  TCtx ctx;    // cur() while the fiber runs
   uint3 tidx;  // its threadIdx
   bool done = false;
 };
 thread_local Fiber* g_fiber = nullptr;   // the running fiber; null outside (the scheduler, OS-thread mode)
+// A pointer, not a copy swapped in and out at every switch (that was a tenth of the fiber runs' time).
+inline TCtx& cur() { return g_fiber ? g_fiber->ctx : g_own_ctx; }
 thread_local void* g_sched_sp = nullptr;  // the scheduler's stack pointer while a fiber runs
 thread_local const std::function<void()>* g_fiber_body = nullptr;
 constexpr size_t kFiberStack = 512 * 1024;  // touched pages only; the kernels' register arrays fit
@@ -196,9 +198,12 @@ void* initial_sp(unsigned char* stack) {
   return w;
 }
 
-// Counts every event that moves the grid on (progress()); the fiber scheduler sleeps a little when a
-// whole round of its fibers passed without one (they all wait for a copy, another block or time).
+// Counts the events that move the grid on (progress()); the fiber scheduler sleeps a little when a whole
+// round of its fibers passed without one (they all wait for a copy, another block or time). A fiber's events
+// are counted in its OS thread's t_fiber_events and published here once a round: one shared counter written
+// at every event by the blocks on both cores was a sixth of the fiber runs' time (perf, 2026-11-28).
 std::atomic<uint64_t> g_progress_events{0};
+thread_local uint64_t t_fiber_events = 0;
 
 
 // ---- collectives ----
@@ -293,6 +298,65 @@ struct NamedBar {
 
 }  // namespace
 
+// What a thread waits in, for the deadlock report: a fixed text, or the numbers of a wait that are formatted
+// only when a report prints them (describe). Formatting the text at every wait, as this did until 2026-11-28,
+// took a quarter of the fiber runs' time: every shuffle and mma.sync has 31 lanes that wait for the 32nd.
+struct WaitWhat {
+  enum Kind : unsigned char { kRunning, kText, kCollective, kMbarrier, kNamedBarrier, kSpin };
+  Kind kind = kRunning;
+  const char* text = nullptr;  // kText: the wait; kCollective: the instruction
+  const void* ptr = nullptr;   // kSpin: the flag
+  long long v[6] = {};
+  WaitWhat() = default;
+  WaitWhat(const char* t) : kind(t && *t ? kText : kRunning), text(t) {}  // NOLINT: a text converts ("": running)
+  static WaitWhat collective(const char* op, int size, int base) {
+    WaitWhat w;
+    w.kind = kCollective, w.text = op, w.v[0] = size, w.v[1] = base;
+    return w;
+  }
+  static WaitWhat mbarrier(uint32_t addr, uint32_t parity, uint32_t phase, uint32_t pending, uint32_t count, long long tx) {
+    WaitWhat w;
+    w.kind = kMbarrier, w.v[0] = addr, w.v[1] = parity, w.v[2] = phase, w.v[3] = pending, w.v[4] = count, w.v[5] = tx;
+    return w;
+  }
+  static WaitWhat named_barrier(int id, int threads) {
+    WaitWhat w;
+    w.kind = kNamedBarrier, w.v[0] = id, w.v[1] = threads;
+    return w;
+  }
+  static WaitWhat spin(const void* flag, int value) {
+    WaitWhat w;
+    w.kind = kSpin, w.ptr = flag, w.v[0] = value;
+    return w;
+  }
+  bool operator==(const WaitWhat& o) const {
+    if (kind != o.kind || text != o.text || ptr != o.ptr) return false;
+    for (int i = 0; i < 6; ++i)
+      if (v[i] != o.v[i]) return false;
+    return true;
+  }
+};
+
+std::string describe(const WaitWhat& w) {
+  char buf[192];
+  switch (w.kind) {
+    case WaitWhat::kRunning: return "";
+    case WaitWhat::kText: return w.text;
+    case WaitWhat::kCollective:
+      snprintf(buf, sizeof buf, "%s (%s of threads %lld..%lld)", w.text, w.v[0] == 32 ? "warp" : "warpgroup", w.v[1],
+               w.v[1] + w.v[0] - 1);
+      break;
+    case WaitWhat::kMbarrier:
+      snprintf(buf, sizeof buf,
+               "mbarrier.try_wait.parity 0x%llx parity %lld (phase %lld: %lld of %lld arrivals, %lld bytes pending)",
+               w.v[0], w.v[1], w.v[2], w.v[3], w.v[4], w.v[5]);
+      break;
+    case WaitWhat::kNamedBarrier: snprintf(buf, sizeof buf, "bar.sync %lld, %lld (named barrier)", w.v[0], w.v[1]); break;
+    case WaitWhat::kSpin: snprintf(buf, sizeof buf, "a spin on the global flag %p, reading %lld", w.ptr, w.v[0]); break;
+  }
+  return buf;
+}
+
 struct Block {
   std::atomic<long> first_atomic_seq{-1};  // EMU_START_LAST_FIRST's order (atomic_add)
   dim3 idx;
@@ -325,10 +389,10 @@ struct Block {
 
   std::vector<std::unique_ptr<Group>> warps, wgs;
 
-  // What each thread waits in, for the deadlock report ("" while it runs). Locked after mu or a group's
+  // What each thread waits in, for the deadlock report (WaitWhat{} while it runs). Locked after mu or a group's
   // mutex, never before.
   std::mutex state_mu;
-  std::vector<std::string> waiting;
+  std::vector<WaitWhat> waiting;
 
   std::thread dma;
   std::mutex dma_mu;
@@ -355,27 +419,30 @@ std::mutex g_stats_mu;
 
 std::string ctx_string() {
   char buf[128];
-  if (g_t.blk)
-    snprintf(buf, sizeof buf, "block (%u,%u,%u) thread %d (warpgroup %d warp %d lane %d)", g_t.blk->idx.x,
-             g_t.blk->idx.y, g_t.blk->idx.z, g_t.tid, g_t.tid / 128, g_t.tid / 32, g_t.tid % 32);
+  if (cur().blk)
+    snprintf(buf, sizeof buf, "block (%u,%u,%u) thread %d (warpgroup %d warp %d lane %d)", cur().blk->idx.x,
+             cur().blk->idx.y, cur().blk->idx.z, cur().tid, cur().tid / 128, cur().tid / 32, cur().tid % 32);
   else
     snprintf(buf, sizeof buf, "host / copy engine");
   return buf;
 }
 
 Block& blk() {
-  if (!g_t.blk) fail("device function called outside a kernel");
-  return *g_t.blk;
+  if (!cur().blk) fail("device function called outside a kernel");
+  return *cur().blk;
 }
 
 // ---- the deadlock report: what every thread of the resident blocks waits in ----
 std::mutex g_resident_mu;
 std::vector<Block*> g_resident;
 
-void set_waiting(const std::string& what) {
-  if (!g_t.blk) return;
-  std::lock_guard<std::mutex> g(g_t.blk->state_mu);
-  g_t.blk->waiting[g_t.tid] = what;
+void set_waiting(const WaitWhat& what) {
+  TCtx& c = cur();
+  if (!c.blk) return;
+  WaitWhat& slot = c.blk->waiting[c.tid];
+  if (slot == what) return;  // only this thread writes its slot: reading it unlocked races with nothing
+  std::lock_guard<std::mutex> g(c.blk->state_mu);
+  slot = what;
 }
 
 // Printed before a deadlock failure: per resident block, runs of threads in the same wait, and its
@@ -401,7 +468,7 @@ void report_waits(const std::mutex* held) {
       {
         std::lock_guard<std::mutex> sg(b->state_mu);
         for (int t = 0; t < b->nthreads; ++t)
-          if (!b->waiting[t].empty()) by_wait[b->waiting[t]].push_back(t);
+          if (b->waiting[t].kind != WaitWhat::kRunning) by_wait[describe(b->waiting[t])].push_back(t);
       }
       for (const auto& kv : by_wait) {
         std::string ranges;  // "0-3, 5, 9-127", the first 8 runs
@@ -466,7 +533,10 @@ int64_t run_clock_ns() {
 
 std::atomic<int64_t> g_last_progress_ns{0};  // on run_clock_ns()
 void progress() {  // moves the clock forward only: a thread preempted after reading the time must not set it back
-  g_progress_events.fetch_add(1, std::memory_order_relaxed);
+  if (in_fiber())
+    ++t_fiber_events;
+  else
+    g_progress_events.fetch_add(1, std::memory_order_relaxed);
   const int64_t t = run_clock_ns();
   int64_t seen = g_last_progress_ns.load(std::memory_order_relaxed);
   while (seen < t && !g_last_progress_ns.compare_exchange_weak(seen, t, std::memory_order_relaxed)) {
@@ -487,19 +557,23 @@ void pause_waiter(std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
 }
 
 template <class Pred>
-void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const char* what) {
+void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, Pred pred, const WaitWhat& what) {
   const int64_t since = run_clock_ns();
-  if (pred()) return;
-  set_waiting(what);
-  while (!pred()) {
+  // A fiber writes the deadlock report's entry from its second pause on: most waits (a warp's lanes waiting for
+  // its last) end after one, and a fiber in a deadlock pauses every round before the report. An OS thread's
+  // first pause may last until the report: it writes the entry before.
+  const int show_at = in_fiber() ? 1 : 0;
+  for (int pauses = 0; !pred(); ++pauses) {
+    if (pauses == show_at) set_waiting(what);
     // Sleeps until the grid would have stood still for the timeout; progress meanwhile moves the deadline,
     // and a gap in which the process did not run moves the run clock by less than the sleep (run_clock_ns).
     const int64_t deadline = std::max(since, g_last_progress_ns.load(std::memory_order_relaxed)) + timeout_ns();
     const int64_t left = deadline - run_clock_ns();
     if (left <= 0) {
+      set_waiting(what);
       report_waits(lk.mutex());
       fail("deadlock: the whole grid made no progress for %u s while this thread waited in %s", config().timeout_s,
-           what);
+           describe(what).c_str());
     }
     pause_waiter(lk, cv, std::chrono::nanoseconds(std::max(left, kTickNs)));
   }
@@ -510,7 +584,7 @@ void timed_wait(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, P
 // group's lock, then everyone leaves with the results. All members must call the same instruction.
 template <class Fill, class Leader, class Take>
 void collective(Group& g, Op op, Fill&& fill, Leader&& leader, Take&& take) {
-  const int me = g_t.tid - g.base;
+  const int me = cur().tid - g.base;
   std::unique_lock<std::mutex> lk(g.mu);
   if (g.exited > 0)
     fail("%s executed by a %s with %d exited thread(s): every thread must take part", op_name(op),
@@ -531,10 +605,7 @@ void collective(Group& g, Op op, Fill&& fill, Leader&& leader, Take&& take) {
     ++g.gen;
     g.cv.notify_all();
   } else {
-    char what[96];
-    snprintf(what, sizeof what, "%s (%s of threads %d..%d)", op_name(op), g.size == 32 ? "warp" : "warpgroup", g.base,
-             g.base + g.size - 1);
-    timed_wait(lk, g.cv, [&] { return g.gen != my_gen; }, what);
+    timed_wait(lk, g.cv, [&] { return g.gen != my_gen; }, WaitWhat::collective(op_name(op), g.size, g.base));
   }
   take(me);
 }
@@ -555,9 +626,9 @@ Mbar& bar_at(Block& b, uint32_t addr, const char* what) {  // b.mu held
   auto it = b.bars.find(addr);
   if (it == b.bars.end() || !it->second.inited) fail("%s: mbarrier at 0x%x used before mbarrier.init", what, addr);
   Mbar& m = it->second;
-  if (g_t.blk && g_t.tid != m.init_tid && b.sync_gen == m.init_sync_gen)
+  if (cur().blk && cur().tid != m.init_tid && b.sync_gen == m.init_sync_gen)
     fail("%s: mbarrier at 0x%x used by thread %d before a block barrier followed its initialisation", what, addr,
-         g_t.tid);
+         cur().tid);
   return m;
 }
 
@@ -778,7 +849,7 @@ void retire(Block& b, Group& g, WgmmaOp& op, LaterUse&& later_use) {  // g.mu he
 void wg_mma(int n, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b, int kind, int ta, int tb,
             int scale_d) {
   Block& b = blk();
-  Group& g = *b.wgs[g_t.tid / 128];
+  Group& g = *b.wgs[cur().tid / 128];
   collective(
       g, Op::WgMma,
       [&](Deposit& dp) {
@@ -897,7 +968,7 @@ const Config& config() {
 
 LaunchStats& stats() { return g_stats; }
 
-int tid() { return g_t.tid; }
+int tid() { return cur().tid; }
 
 void trap(const char* why) { fail("trap: %s", why); }
 
@@ -911,7 +982,7 @@ uint64_t stalled_ns(uint64_t since_ns) {
 // One generation of a block-level barrier (b.mu held through lk): the expected-th arrival opens it and
 // starts the next generation; the others wait for that.
 static void arrive_and_wait(Block& b, std::unique_lock<std::mutex>& lk, int& arrived, uint64_t& gen, int expected,
-                            const char* what) {
+                            const WaitWhat& what) {
   const uint64_t my = gen;
   progress();
   if (++arrived == expected) {
@@ -1001,10 +1072,10 @@ void syncthreads() {
 void thread_exit_hook() {
   Block& b = blk();
   cp_async_land_all();  // a thread's copies still land after it exits
-  if (!g_t.bulk.open.empty()) bulk_commit();  // issued, never committed: they complete at the kernel's end
+  if (!cur().bulk.open.empty()) bulk_commit();  // issued, never committed: they complete at the kernel's end
   bulk_wait(0, false);
-  const bool in_wg = static_cast<size_t>(g_t.tid / 128) < b.wgs.size();
-  Group* gs[2] = {b.warps[g_t.tid / 32].get(), in_wg ? b.wgs[g_t.tid / 128].get() : nullptr};
+  const bool in_wg = static_cast<size_t>(cur().tid / 128) < b.wgs.size();
+  Group* gs[2] = {b.warps[cur().tid / 32].get(), in_wg ? b.wgs[cur().tid / 128].get() : nullptr};
   for (Group* g : gs) {
     if (!g) continue;
     std::lock_guard<std::mutex> lk(g->mu);
@@ -1031,7 +1102,7 @@ void thread_exit_hook() {
 }
 
 int atomic_add(int* p, int v) {
-  Block* b = g_t.blk;
+  Block* b = cur().blk;
   if (b == nullptr || b->first_atomic_seq.load() >= 0) return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
   // A block's first atomic (the backward's ticket) and its place in EMU_START_LAST_FIRST's order, together.
   std::lock_guard<std::mutex> g(g_first_atomic_mu);
@@ -1042,7 +1113,7 @@ int atomic_add(int* p, int v) {
 
 uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width) {
   Block& b = blk();
-  Group& g = *b.warps[g_t.tid / 32];
+  Group& g = *b.warps[cur().tid / 32];
   uint64_t out = 0;
   collective(
       g, Op::Shfl,
@@ -1065,7 +1136,7 @@ uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width) {
 // __syncwarp: a rendezvous of the warp's 32 lanes (a partial member mask is not modelled).
 void syncwarp(unsigned mask) {
   if (mask != 0xffffffffu) fail("__syncwarp with a partial member mask 0x%x (not modelled)", mask);
-  Group& g = *blk().warps[g_t.tid / 32];
+  Group& g = *blk().warps[cur().tid / 32];
   collective(g, Op::SyncWarp, [](Deposit&) {}, [] {}, [](int) {});
 }
 
@@ -1121,7 +1192,7 @@ void mbar_init(uint32_t addr, uint32_t count) {
   m = Mbar{};
   m.inited = true;
   m.count = m.pending = count;
-  m.init_tid = g_t.tid;
+  m.init_tid = cur().tid;
   m.init_sync_gen = b.sync_gen;
 }
 
@@ -1135,7 +1206,7 @@ void mbar_arrive(uint32_t addr, uint32_t expect_tx) {
   Block& b = blk();
   std::lock_guard<std::mutex> lk(b.mu);
   Mbar& m = bar_at(b, addr, expect_tx ? "mbarrier.arrive.expect_tx" : "mbarrier.arrive");
-  if (m.init_tid != g_t.tid && !b.fence_init_seen) fail("mbarrier used before fence.mbarrier_init");
+  if (m.init_tid != cur().tid && !b.fence_init_seen) fail("mbarrier used before fence.mbarrier_init");
   m.tx += expect_tx;  // expect-tx happens before the arrive-on (PTX)
   if (m.tx > (1 << 20) - 1) fail("mbarrier 0x%x: tx-count %lld exceeds 2^20-1", addr, static_cast<long long>(m.tx));
   if (m.pending == 0)
@@ -1160,10 +1231,7 @@ bool mbar_try_wait_parity(uint32_t addr, uint32_t parity) {
     set_waiting("");
     return true;
   }
-  char what[160];
-  snprintf(what, sizeof what, "mbarrier.try_wait.parity 0x%x parity %u (phase %u: %u of %u arrivals, %lld bytes pending)",
-           addr, parity, m.phase, m.pending, m.count, static_cast<long long>(m.tx));
-  set_waiting(what);
+  set_waiting(WaitWhat::mbarrier(addr, parity, m.phase, m.pending, m.count, static_cast<long long>(m.tx)));
   return false;
 }
 
@@ -1248,7 +1316,7 @@ void tma_load(uint32_t dst, const void* tmap, uint32_t bar, int rank, const int*
   const uint32_t bytes = static_cast<uint32_t>(nelem * t.elem_bytes);
   check_dyn_range(b, dst, bytes, "cp.async.bulk.tensor destination");
   Copy cp;
-  cp.dst = dst, cp.bar = bar, cp.bytes = bytes, cp.issuer = g_t.tid;
+  cp.dst = dst, cp.bar = bar, cp.bytes = bytes, cp.issuer = cur().tid;
   cp.elems.reserve(nelem);
   uint32_t idx[5] = {0, 0, 0, 0, 0};
   for (uint64_t e = 0; e < nelem; ++e) {
@@ -1330,9 +1398,7 @@ void named_barrier(int id, int threads, const char* file, int line) {
          "every thread of a phase must wait at the same instruction",
          id, threads, nb.sync_file, nb.sync_line, file, line);
   }
-  char what[64];
-  snprintf(what, sizeof what, "bar.sync %d, %d (named barrier)", id, threads);
-  arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, what);
+  arrive_and_wait(b, lk, nb.arrived, nb.gen, threads, WaitWhat::named_barrier(id, threads));
 }
 
 void named_barrier_arrive(int id, int threads) {
@@ -1350,13 +1416,13 @@ void named_barrier_arrive(int id, int threads) {
 // ---- wgmma (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions") ----
 void wgmma_fence() {
   Block& b = blk();
-  Group& g = *b.wgs[g_t.tid / 128];
+  Group& g = *b.wgs[cur().tid / 128];
   collective(g, Op::WgFence, [](Deposit&) {}, [&] {}, [&](int me) { g.fenced[me] = true; });
 }
 
 void wgmma_commit() {
   Block& b = blk();
-  Group& g = *b.wgs[g_t.tid / 128];
+  Group& g = *b.wgs[cur().tid / 128];
   collective(
       g, Op::WgCommit, [](Deposit&) {},
       [&] {
@@ -1368,7 +1434,7 @@ void wgmma_commit() {
 
 void wgmma_wait(int pending) {
   Block& b = blk();
-  Group& g = *b.wgs[g_t.tid / 128];
+  Group& g = *b.wgs[cur().tid / 128];
   collective(
       g, Op::WgWait, [&](Deposit& d) { d.pending = pending; },
       [&] {
@@ -1419,7 +1485,7 @@ void wgmma_rs(int n, float* d, const uint32_t* a, uint64_t desc_b, int tb, int s
 // ---- setmaxnreg (PTX ISA "Miscellaneous Instructions: setmaxnreg") ----
 void setmaxnreg(int regs, bool inc) {
   Block& b = blk();
-  const int wg = g_t.tid / 128;
+  const int wg = cur().tid / 128;
   Group& g = *b.wgs[wg];
   // The collective checks the instruction and files an inc's request; the threads then wait for the pool
   // outside it (a wait inside the leader would hold the warpgroup's lock, and with fibers no other fiber
@@ -1486,23 +1552,23 @@ void cp_async(void* dst, const void* src, int bytes, bool full) {
   CpAsyncCopy c{p, std::vector<unsigned char>(bytes, 0)};
   if (full) std::memcpy(c.data.data(), src, bytes);
   std::memset(p, 0xFF, bytes);
-  g_t.cp.open.push_back(std::move(c));
+  cur().cp.open.push_back(std::move(c));
 }
 void cp_async_commit() {
-  g_t.cp.committed.push_back(std::move(g_t.cp.open));
-  g_t.cp.open.clear();
+  cur().cp.committed.push_back(std::move(cur().cp.open));
+  cur().cp.open.clear();
 }
 void cp_async_wait(int pending) {
   // Copies not yet committed are not waited for by wait_group (PTX ISA); they stay in flight.
-  const size_t n = g_t.cp.committed.size();
+  const size_t n = cur().cp.committed.size();
   if (static_cast<int>(n) <= pending) return;
   const size_t done = n - static_cast<size_t>(pending);
-  for (size_t i = 0; i < done; ++i) land(g_t.cp.committed[i]);
-  g_t.cp.committed.erase(g_t.cp.committed.begin(), g_t.cp.committed.begin() + static_cast<long>(done));
+  for (size_t i = 0; i < done; ++i) land(cur().cp.committed[i]);
+  cur().cp.committed.erase(cur().cp.committed.begin(), cur().cp.committed.begin() + static_cast<long>(done));
 }
 void cp_async_land_all() {
   cp_async_wait(0);
-  land(g_t.cp.open);
+  land(cur().cp.open);
 }
 
 // ---- sm_90 bulk copies shared -> global ----
@@ -1541,31 +1607,31 @@ void bulk_copy(void* gdst, const void* ssrc, int bytes, bool add_f32) {
   if (src % 16) fail("%s from shared address 0x%x, not 16-byte aligned", what, src);
   if (reinterpret_cast<uintptr_t>(gdst) % 16) fail("%s to global address %p, not 16-byte aligned", what, gdst);
   (void)smem_at(src, bytes, what);  // in the block's shared memory
-  g_t.bulk.open.push_back(BulkCopy{static_cast<unsigned char*>(gdst), src, bytes, add_f32});
+  cur().bulk.open.push_back(BulkCopy{static_cast<unsigned char*>(gdst), src, bytes, add_f32});
 }
 void bulk_commit() {
-  g_t.bulk.committed.push_back(std::move(g_t.bulk.open));
-  g_t.bulk.open.clear();
+  cur().bulk.committed.push_back(std::move(cur().bulk.open));
+  cur().bulk.open.clear();
 }
 void bulk_wait(int pending, bool read_only) {
-  const size_t n = g_t.bulk.committed.size();
+  const size_t n = cur().bulk.committed.size();
   if (static_cast<int>(n) <= pending) return;
   // The copy engine takes a while (0..EMU_TMA_DELAY_US): the block's other threads run meanwhile, so a
   // buffer freed before this wait can be refilled before the copy reads it.
   pass_time_until(Clock::now() + std::chrono::microseconds(blk().rand_us(config().tma_delay_us)));
   if (read_only) {  // the older groups read their sources now; their writes wait for a full wait
     for (size_t i = 0; i < n - static_cast<size_t>(pending); ++i)
-      for (BulkCopy& c : g_t.bulk.committed[i]) read_source(c);
+      for (BulkCopy& c : cur().bulk.committed[i]) read_source(c);
     return;
   }
   const size_t done = n - static_cast<size_t>(pending);
-  for (size_t i = 0; i < done; ++i) complete(g_t.bulk.committed[i]);
-  g_t.bulk.committed.erase(g_t.bulk.committed.begin(), g_t.bulk.committed.begin() + static_cast<long>(done));
+  for (size_t i = 0; i < done; ++i) complete(cur().bulk.committed[i]);
+  cur().bulk.committed.erase(cur().bulk.committed.begin(), cur().bulk.committed.begin() + static_cast<long>(done));
 }
 
 void bulk_check_release(const char* what) {
-  size_t pending = g_t.bulk.open.size();
-  for (const auto& group : g_t.bulk.committed) pending += group.size();
+  size_t pending = cur().bulk.open.size();
+  for (const auto& group : cur().bulk.committed) pending += group.size();
   if (pending > 0)
     fail("%s by a thread with %zu bulk copies not complete: their global writes are not ordered before it "
          "(a full cp.async.bulk.wait_group is missing)",
@@ -1574,7 +1640,7 @@ void bulk_check_release(const char* what) {
 
 void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
   Block& b = blk();
-  Group& g = *b.warps[g_t.tid / 32];
+  Group& g = *b.warps[cur().tid / 32];
   collective(
       g, Op::LdMatrix, [&](Deposit& d) { d.ptr = p; },
       [&] {
@@ -1604,7 +1670,7 @@ void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
 
 void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
   Block& b = blk();
-  Group& g = *b.warps[g_t.tid / 32];
+  Group& g = *b.warps[cur().tid / 32];
   collective(
       g, Op::Mma16816,
       [&](Deposit& dp) {
@@ -1643,7 +1709,7 @@ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
 
 // ---- global-memory flags ----
 int spin_load_acquire(const int* flag) {
-  SpinState& st = g_t.spin;
+  SpinState& st = cur().spin;
   const int*& last = st.last;
   int& last_value = st.last_value;
   int64_t &since = st.since, &since_run = st.since_run;
@@ -1660,9 +1726,7 @@ int spin_load_acquire(const int* flag) {
     // Backs off after 1 ms: a dozen threads spinning with yield() took CPU time from the 2 cores that the
     // blocks they wait for need.
     if (now_ns() - since > 1'000'000) {
-      char what[96];
-      snprintf(what, sizeof what, "a spin on the global flag %p, reading %d", static_cast<const void*>(flag), v);
-      set_waiting(what);
+      set_waiting(WaitWhat::spin(flag, v));
       if (in_fiber())
         fiber_yield();  // the scheduler backs off when no fiber makes progress
       else
@@ -1738,25 +1802,25 @@ void run_block_fibers(Block* b, dim3 block, dim3 grid, const std::function<void(
   size_t live = fibers.size();
   unsigned idle_us = 0;
   while (live > 0) {
-    const uint64_t events = g_progress_events.load(std::memory_order_relaxed);
+    const uint64_t events = g_progress_events.load(std::memory_order_relaxed), own_events = t_fiber_events;
     std::shuffle(order.begin(), order.end(), rng);
     size_t ended = 0;
     for (int t : order) {
       Fiber& f = fibers[static_cast<size_t>(t)];
       if (f.done) continue;
-      std::swap(g_t, f.ctx);
       threadIdx = f.tidx;
       g_fiber = &f;
       emu_fiber_switch(&g_sched_sp, f.sp);
       g_fiber = nullptr;
-      std::swap(g_t, f.ctx);
       if (f.done) {
         give_stack(f.stack);
         ++ended;
       }
     }
     live -= ended;
-    if (ended == 0 && events == g_progress_events.load(std::memory_order_relaxed)) {
+    const bool moved = t_fiber_events != own_events;
+    if (moved) g_progress_events.fetch_add(1, std::memory_order_relaxed);
+    if (ended == 0 && !moved && events == g_progress_events.load(std::memory_order_relaxed)) {
       // A completing mbarrier phase (a TMA copy landing) notifies the block's condition variable: it ends
       // the pause at once. Another block's flag or arrival is seen after the pause.
       idle_us = std::min(1000u, idle_us ? 2 * idle_us : 10u);
@@ -1831,7 +1895,7 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
         g.dep.resize(128), g.result.resize(128), g.fenced.assign(128, false), g.last_written.resize(128);
         g.chain_val.resize(128);
       }
-      b.waiting.assign(nthreads, "");
+      b.waiting.assign(nthreads, WaitWhat{});
       b.dma = std::thread(dma_loop, &b);
     }
     {
@@ -1846,8 +1910,8 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       }
       for (unsigned t = 0; t < nthreads; ++t)
         threads.emplace_back([&, bb, t] {
-          g_t.blk = bb;
-          g_t.tid = static_cast<int>(t);  // the linear thread index: warps are consecutive x, then y, then z
+          cur().blk = bb;
+          cur().tid = static_cast<int>(t);  // the linear thread index: warps are consecutive x, then y, then z
           threadIdx = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
           blockIdx = uint3{bb->idx.x, bb->idx.y, bb->idx.z};
           blockDim = block;
