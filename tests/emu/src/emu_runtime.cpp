@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <atomic>
 #include <chrono>
@@ -239,7 +240,6 @@ struct Deposit {
   uint64_t desc_a = 0, desc_b = 0;
   float* d = nullptr;
   const uint32_t* a = nullptr;
-  float old[128];
 };
 
 struct WgmmaOp {
@@ -266,6 +266,9 @@ struct Group {  // a warp (32) or a warpgroup (128)
   std::vector<WgmmaOp> open;
   std::deque<std::vector<WgmmaOp>> committed;
   std::vector<bool> fenced;
+  // wgmma.mma_async: each thread's accumulators when it issued (not in Deposit: every collective of every warp
+  // resets its Deposit, and 512 more bytes to clear there were most of the rendezvous' memory traffic)
+  std::vector<std::array<float, 128>> old;
   Clock::time_point retire_at;  // wgmma.wait_group: when its products finish
   std::vector<std::map<const float*, std::vector<uint32_t>>> last_written;
   std::vector<std::map<const float*, std::vector<float>>> chain_val;  // running value of in-flight chains
@@ -357,11 +360,34 @@ std::string describe(const WaitWhat& w) {
   return buf;
 }
 
+// Shared-memory windows (kWindowBytes, 1024-aligned in a store 1024 bytes larger), reused across blocks: a
+// fresh one a block was an allocation of 257 KB filled with 0xFF, and with it an mmap, page faults and an
+// munmap's TLB shootdown; a grid of a thousand small blocks spent most of its time there. A window in the pool
+// is all 0xFF (uninitialised shared memory reads as bf16 NaN): a block that ends refills what it could write.
+std::mutex g_windows_mu;
+std::vector<std::unique_ptr<unsigned char[]>> g_free_windows;
+std::unique_ptr<unsigned char[]> take_window() {
+  {
+    std::lock_guard<std::mutex> lk(g_windows_mu);
+    if (!g_free_windows.empty()) {
+      std::unique_ptr<unsigned char[]> w = std::move(g_free_windows.back());
+      g_free_windows.pop_back();
+      return w;
+    }
+  }
+  std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowBytes + 1024]);
+  std::memset(w.get(), 0xFF, kWindowBytes + 1024);
+  return w;
+}
+unsigned char* aligned_window(unsigned char* store) {
+  return store + (1024 - reinterpret_cast<uintptr_t>(store) % 1024) % 1024;
+}
+
 struct Block {
   std::atomic<long> first_atomic_seq{-1};  // EMU_START_LAST_FIRST's order (atomic_add)
   dim3 idx;
   int nthreads = 0;
-  std::vector<unsigned char> window_store;
+  std::unique_ptr<unsigned char[]> window_store;  // take_window's, given back refilled by the destructor
   unsigned char* window = nullptr;
   uint32_t dyn_off = 0, dyn_bytes = 0;
   // Static __shared__ storage (EMU_STATIC_SHARED): placed from the top of the window down, one place per
@@ -405,6 +431,13 @@ struct Block {
     if (max_us == 0) return 0;
     std::lock_guard<std::mutex> g(rng_mu);
     return std::uniform_int_distribution<unsigned>(0, max_us)(rng);
+  }
+  ~Block() {  // gives the window back as the pool keeps them: all 0xFF (static storage sits at the top)
+    if (!window_store) return;
+    std::memset(window + dyn_off, 0xFF, dyn_bytes);
+    if (static_lo > 0) std::memset(window + static_lo, 0xFF, kWindowBytes - static_lo);
+    std::lock_guard<std::mutex> lk(g_windows_mu);
+    g_free_windows.push_back(std::move(window_store));
   }
 };
 
@@ -855,7 +888,8 @@ void wg_mma(int n, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b
       [&](Deposit& dp) {
         dp.n = n, dp.kind = kind, dp.desc_a = desc_a, dp.desc_b = desc_b, dp.trans_a = ta, dp.trans_b = tb;
         dp.scale_d = scale_d, dp.d = d, dp.a = a;
-        for (int i = 0; i < n / 2; ++i) dp.old[i] = d[i];
+        if (g.old.empty()) g.old.resize(128);  // with the first wgmma (under the group's lock, as every fill)
+        for (int i = 0; i < n / 2; ++i) g.old[static_cast<size_t>(cur().tid - g.base)][i] = d[i];
         if (a)
           for (int r = 0; r < 4; ++r) dp.regs[r] = a[r];
       },
@@ -880,7 +914,7 @@ void wg_mma(int n, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b
           op.d[t] = x.d;
           op.a[t] = x.a;
           std::memcpy(op.a_issue[t], x.regs, 16);
-          op.old[t].assign(x.old, x.old + n / 2);
+          op.old[t].assign(g.old[t].begin(), g.old[t].begin() + n / 2);
           bool chained = false;
           for (auto& o : g.open) chained |= o.d[t] == x.d;
           for (auto& grp : g.committed)
@@ -1362,6 +1396,9 @@ void tma_load(uint32_t dst, const void* tmap, uint32_t bar, int rank, const int*
   {
     std::lock_guard<std::mutex> lk(b.dma_mu);
     b.queue.push_back(std::move(cp));
+    // The block's copy engine starts with its first copy: most kernels issue none, and a thread started and
+    // joined for each of a grid's thousand blocks cost more than they ran.
+    if (!b.dma.joinable()) b.dma = std::thread(dma_loop, &b);
   }
   b.dma_cv.notify_one();
   std::lock_guard<std::mutex> sg(g_stats_mu);
@@ -1869,8 +1906,8 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       b.idx = ids[bi];
       b.nthreads = static_cast<int>(nthreads);
       b.live = static_cast<int>(nthreads);
-      b.window_store.assign(kWindowBytes + 1024, 0xFF);  // uninitialised smem reads as bf16 NaN
-      b.window = b.window_store.data() + (1024 - reinterpret_cast<uintptr_t>(b.window_store.data()) % 1024) % 1024;
+      b.window_store = take_window();  // all 0xFF: uninitialised smem reads as bf16 NaN
+      b.window = aligned_window(b.window_store.get());
       b.dyn_off = cfg.smem_offset;
       b.dyn_bytes = static_cast<uint32_t>(smem);
       b.chunk_version.assign(kWindowBytes / kChunk, 0);
@@ -1896,7 +1933,6 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
         g.chain_val.resize(128);
       }
       b.waiting.assign(nthreads, WaitWhat{});
-      b.dma = std::thread(dma_loop, &b);
     }
     {
       std::lock_guard<std::mutex> rg(g_resident_mu);
@@ -1932,7 +1968,7 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
         b.dma_stop = true;
       }
       b.dma_cv.notify_all();
-      b.dma.join();
+      if (b.dma.joinable()) b.dma.join();
       // Every phase the kernel started must have completed: a partial phase means mismatched arrival
       // counts or transaction bytes.
       for (auto& kv : b.bars) {
