@@ -397,10 +397,12 @@ ncu_attention() {
 }
 # ncu_layernorm: why layernorm misses 80% of copy (H200: the backward at 40% at 8192 rows, 61% at 65536; the
 # forward 46% and 72%): is the backward's row loop issue-bound (its shared-memory dweight/dbias sums) or
-# latency-bound (a warp's rows one after another, 3 blocks an SM)? The 124M step's 16384 rows sit between.
+# latency-bound (a warp's rows one after another, 3 blocks an SM)? And what its second kernel (the partial
+# sums, 48 blocks) adds at 8192 rows. The 124M step's 16384 rows sit between.
 ncu_layernorm() {
   ncu_launches ncu_layernorm 90 layernorm_fwd_warp_per_row_vec='^BM_layernorm_fwd_bf16/65536/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/8192/768/' \
+    layernorm_bwd_sum_partials='^BM_layernorm_bwd_bf16/8192/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/65536/768/'
 }
 
@@ -628,7 +630,7 @@ PY
 }
 # "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
 figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
-figure_ncu_layernorm() { grep -E '^layernorm_' "$1" | sed -E 's/^layernorm_([a-z]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
+figure_ncu_layernorm() { grep -E '^layernorm_' "$1" | sed -E 's/^layernorm_([a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/; s/_warp_per_row_vec//; s/_partials//' | paste -sd, -; }
 # "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
 train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }
 # first and last loss of a run's step lines

@@ -15,13 +15,13 @@
 #   tests/emu/emu.sh BUILD_DIR --gpu-tests  the repository's GPU test suites (tests/gpu: GEMM's hand backend,
 #                                         attention, layernorm, elementwise, encoder, model, decode) against
 #                                         every kernel file of kernels/, CI's cases, and bench_gpu_kernels on
-#                                         a few cheap benchmarks (bench_emu.py) (~6 min); --gpu-tests-build
+#                                         a few cheap benchmarks (bench_emu.py) (~4.5 min); --gpu-tests-build
 #                                         builds them only
 #   tests/emu/emu.sh BUILD_DIR --train [MPIEXEC]  gpt2-train, gpt2-sample and the device reducer on the GPU path,
 #                                         NCCL emulated over MPI (train_emu.py: against the CPU backend, 1 and 2
-#                                         ranks, resume, ZeRO-1, the wgmma kernels; ~2.5 min); --train-build builds
+#                                         ranks, resume, ZeRO-1, the wgmma kernels; ~4 min); --train-build builds
 #                                         them only, in BUILD_DIR/train
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 25 + 23 + 9 + 9 + 6) and of the
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 25 + 24 + 9 + 9 + 6) and of the
 #                                         training code's stream ordering (2 + 2 + 4; KERNELS: a quoted subset of
 #                                         "attention attention_bwd gemm gemm_mma attention_mma attention_decode
 #                                         nccl_comm device_reducer model_cuda"), each must be caught, not hang
@@ -75,7 +75,7 @@ gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/fi
   kernels/reduce/reduce_cpu.cpp src/model/config.cpp src/model/params.cpp src/model/gpt2.cpp src/optim/adamw.cpp
   src/optim/schedule.cpp src/train/sample.cpp)
 gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
-# The cases CI runs (--gpu-tests), about 5 min on 2 cores; every case of the suites passes (~35 min: run
+# The cases CI runs (--gpu-tests), about 4.5 min on 2 cores plus the build; every case of the suites passes (~35 min: run
 # BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1). Left out here: the GPT-2-sized shapes, the
 # cases that repeat a kernel on more data, and bf16 repeats of the decode suite's fp32 model cases.
 declare -A gpu_test_filter=(
@@ -223,18 +223,8 @@ build_train_mutant() {
     ln -sf "$out/train/gpt2-data" "$dir/gpt2-data"
 }
 
-src_of() {
-  case $1 in
-    gemm_mma) echo "$repo/kernels/gemm/gemm.cu" ;;
-    attention_mma) echo "$repo/kernels/attention/attention.cu" ;;
-    attention_decode) echo "$repo/kernels/attention/attention_decode.cu" ;;
-    nccl_comm) echo "$repo/src/comm/nccl_communicator.cpp" ;;
-    device_reducer) echo "$repo/src/comm/device_reducer.cpp" ;;
-    model_cuda) echo "$repo/src/model/gpt2_cuda.cu" ;;
-    attention) echo "$repo/kernels/attention/attention_sm90.cu" ;;
-    attention_bwd) echo "$repo/kernels/attention/attention_bwd_sm90.cu" ;;
-    *) echo "$repo/kernels/gemm/gemm_sm90.cu" ;;
-  esac
+src_of() {  # the file KERNEL's mutations apply to (mutate.py's table)
+  echo "$repo/$(python3 "$here/mutations/mutate.py" --source "$1")"
 }
 
 status=0

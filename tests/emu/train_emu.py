@@ -18,7 +18,8 @@ GEMM (the emulated cuBLASLt computes in double: what it checks is the wrapper's 
      the emulated capture refuses what CUDA's refuses (graph_capture_test.cpp);
   7. on NCCL (a nonblocking communicator, emulated as always in progress), a peer hung before a gradient
      bucket, before the ranks meet to set NCCL up or before NCCL's initialisation, and an initialisation that
-     never completes, end the job within --comm-timeout-s with the message that names the cause; ranks whose
+     never completes, end the job within --comm-timeout-s with the message that names the cause; an
+     asynchronous NCCL error on one rank (EMU_NCCL_ASYNC_ERROR) ends it with NCCL's reason; ranks whose
      nodes resolve different backends (1 and 2 GPUs) end it at once, saying so.
 usage: train_emu.py EMU_TRAIN_DIR WORK_DIR MPIEXEC [--streams]    (EMU_TRAIN_DIR: BUILD_DIR/train of emu.sh)
 --streams: only the fp32 checks that the ordering between streams and the host decides (accumulation, the
@@ -294,6 +295,13 @@ if not streams_only:
                {"GPT2_FAULT_STALL": "1:nccl init:0"},
                r"step 0: collective #0 init 'nccl init' \(0 bytes, nccl\) did not complete within --comm-timeout-s "
                r"TIMEOUT s on rank 0; rank\(s\) 1 did not arrive \(rank 1 sent no word from any collective\)")
+    # NCCL reports an asynchronous error on rank 1 (as on the ranks still alive when a peer dies or the network
+    # fails): that rank aborts its communicator and ends the job with NCCL's reason, and its flight record
+    nccl_fault("NCCL: an asynchronous error ends the job with NCCL's reason", "async_error", 20,
+               {"EMU_NCCL_ASYNC_ERROR": "1:12"},
+               r"NCCL failed asynchronously on rank 1: remote process exited or there was a network error "
+               r"\(emulated NCCL\) \(NCCL's last error message: emulated: call 12 on rank 1 failed asynchronously",
+               flight_file="flight_rank1.nccl.json")
     # every rank joins and NCCL never connects them (as with a wrong NCCL_SOCKET_IFNAME)
     nccl_fault("NCCL: an initialisation that never completes ends the job, with what to check", "stuck_init", 5,
                {"EMU_NCCL_INIT_STUCK": "1"},

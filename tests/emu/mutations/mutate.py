@@ -109,11 +109,11 @@ GEMM = {
     "kstep_a_x2": [("constexpr uint32_t kKStepA = kTransA ? Cfg::kWgmmaK * 128 : Cfg::kWgmmaK * 2;",
                     "constexpr uint32_t kKStepA = kTransA ? Cfg::kWgmmaK * 128 : Cfg::kWgmmaK * 4;")],
     # consumers wait for the wrong full parity (a fresh barrier's parity-1 wait passes at once)
-    "consumer_parity": [("cuda::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);",
-                         "cuda::mbarrier_wait(&full[s], ((it / Cfg::kStages) & 1) ^ 1);")],
+    "consumer_parity": [("cuda::mbarrier_wait(&full[s], (it / kStages) & 1);",
+                         "cuda::mbarrier_wait(&full[s], ((it / kStages) & 1) ^ 1);")],
     # producer waits for the wrong empty parity: its first wait on a fresh barrier never completes
-    "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);",
-                         "cuda::mbarrier_wait(&empty[s], (it / Cfg::kStages) & 1);")],
+    "producer_parity": [("cuda::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);",
+                         "cuda::mbarrier_wait(&empty[s], (it / kStages) & 1);")],
     # wait_group<1> where 0 is needed: the epilogue reads accumulators still in flight
     "end_wait_1": [("    cuda::wgmma_wait_group<0>();\n#pragma unroll\n    for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)",
                     "    cuda::wgmma_wait_group<1>();\n#pragma unroll\n    for (int rb = 0; rb < Cfg::kRowBlocks; ++rb)")],
@@ -130,8 +130,10 @@ GEMM = {
     # both consumers take the first 64 rows of A
     "a_rows_offset_0": [("const int rb0 = Cfg::kPingPong ? 0 : c;", "const int rb0 = 0;")],
     # accumulator fragment: registers 4j+2,4j+3 (row +8) swapped with 4j,4j+1
-    "acc_fragment_rows": [("make_float2(acc[rb][i], acc[rb][i + 1]);\n          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);",
-                           "make_float2(acc[rb][i + 2], acc[rb][i + 3]);\n          *reinterpret_cast<float2*>(stg + (r + 8) * Cfg::kCStride + col) = make_float2(acc[rb][i], acc[rb][i + 1]);")],
+    "acc_fragment_rows": [("layout.at(r, col)) = make_float2(acc[rb][i], acc[rb][i + 1]);",
+                           "layout.at(r, col)) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);"),
+                          ("layout.at(r + 8, col)) = make_float2(acc[rb][i + 2], acc[rb][i + 3]);",
+                           "layout.at(r + 8, col)) = make_float2(acc[rb][i], acc[rb][i + 1]);")],
     # 128x256: the epilogue's second pass writes over the first pass's columns (128 of 256 never written)
     "epilogue_pass_column": [("u.n0 + pass * Cfg::kStageCols, p.M, p.N, part", "u.n0, p.M, p.N, part")],
     # 128x256: B loaded as two boxes (128 columns), the stage's expect_tx still counting four
@@ -145,14 +147,18 @@ GEMM = {
     "pingpong_empty_count": [("cuda::mbarrier_init(&empty[s], Cfg::kUnitConsumers * Cfg::kWarpgroupThreads / 32);",
                               "cuda::mbarrier_init(&empty[s], Cfg::kConsumers * Cfg::kWarpgroupThreads / 32);")],
     # fused bias gradient: B's column read without the 128-byte swizzle (another column's values)
-    "bias_sum_no_swizzle": [("box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte", "box + r * 128 + (chunk * 16) + byte")],
+    "bias_sum_no_swizzle": [("rows + r * 128 + ((chunk ^ (r % 8)) * 16) + byte", "rows + r * 128 + (chunk * 16) + byte")],
+    # the GELU gradient's pre-activations read from their TMA staging without the 128-byte swizzle
+    # (this was bias_sum_no_swizzle's pattern until the bias sum's rewrite moved it: uncaught, 2026-11-28)
+    "aux_no_swizzle": [("box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte", "box + r * 128 + (chunk * 16) + byte")],
     # fused bias gradient: the column summed from the next stage of the ring, not the one just waited for
-    "bias_sum_wrong_stage": [("b_column_sum<Cfg>(stage_b(s), st)", "b_column_sum<Cfg>(stage_b((s + 1) % Cfg::kStages), st)")],
+    "bias_sum_wrong_stage": [("b_pair_sum<Cfg>(stage_b(s), bias_pair, bias_slice)",
+                              "b_pair_sum<Cfg>(stage_b((s + 1) % kStages), bias_pair, bias_slice)")],
     # fused bias gradient: every row tile adds its column sums, not row tile 0 alone
     "bias_every_row_tile": [("const bool bias_grad = bias_grad_wanted && u.m0 == 0;", "const bool bias_grad = bias_grad_wanted;")],
     # fused bias gradient with split-K: every split's sums written to split 0's row of the partials
-    "bias_split_index_0": [("store_bias_grad(p.dbias, p.dbias_partial, p.N, u.split, u.n0 + st, bias_sum);",
-                            "store_bias_grad(p.dbias, p.dbias_partial, p.N, 0, u.n0 + st, bias_sum);")],
+    "bias_split_index_0": [("p.N, u.split, u.n0 + 2 * bias_pair, total.x);", "p.N, 0, u.n0 + 2 * bias_pair, total.x);"),
+                           ("p.N, u.split, u.n0 + 2 * bias_pair + 1, total.y);", "p.N, 0, u.n0 + 2 * bias_pair + 1, total.y);")],
 }
 
 
@@ -357,22 +363,67 @@ MODEL_CUDA = {
 MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM, "gemm_mma": GEMM_MMA,
              "attention_mma": ATTENTION_MMA, "attention_decode": ATTENTION_DECODE, "nccl_comm": NCCL_COMM,
              "device_reducer": DEVICE_REDUCER, "model_cuda": MODEL_CUDA}
+# The file each kernel's mutations apply to, relative to the repository (emu.sh's src_of asks here).
+SOURCES = {"attention": "kernels/attention/attention_sm90.cu", "attention_bwd": "kernels/attention/attention_bwd_sm90.cu",
+           "gemm": "kernels/gemm/gemm_sm90.cu", "gemm_mma": "kernels/gemm/gemm.cu",
+           "attention_mma": "kernels/attention/attention.cu", "attention_decode": "kernels/attention/attention_decode.cu",
+           "nccl_comm": "src/comm/nccl_communicator.cpp", "device_reducer": "src/comm/device_reducer.cpp",
+           "model_cuda": "src/model/gpt2_cuda.cu"}
+
+
+def mutate(base, name, replacements):
+    """base with the mutation's replacements made; an error naming the pattern if one matches other than its
+    expected number of times (a third element: that count, all replaced; one otherwise) or changes nothing."""
+    text = base
+    for old, new, *times in replacements:
+        n = text.count(old)
+        if n != (times[0] if times else 1):
+            raise ValueError(f"mutation {name}: pattern found {n} times:\n{old}")
+        text = text.replace(old, new)
+    if text == base:
+        raise ValueError(f"mutation {name} changes nothing")
+    return text
+
+
+def check(repo):
+    """Every mutation of every kernel against the repository's sources, nothing written: run by CI
+    (lint.emu_mutants) so that a kernel change that moves a pattern fails there, not when someone next runs
+    emu.sh --mutants (a GEMM change of 2026-11-27 left 5 of its 23 mutants stale until 2026-11-28)."""
+    stale = []
+    total = 0
+    for kernel, table in MUTATIONS.items():
+        base = open(os.path.join(repo, SOURCES[kernel])).read()
+        for name, replacements in table.items():
+            total += 1
+            try:
+                mutate(base, name, replacements)
+            except ValueError as e:
+                stale.append(f"{kernel}/{e}")
+    for s in stale:
+        print("STALE", s)
+    print(f"{total - len(stale)} of {total} mutations of {len(MUTATIONS)} files apply to the sources")
+    return 1 if stale else 0
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        sys.exit(check(sys.argv[2]))
+    if len(sys.argv) == 3 and sys.argv[1] == "--source" and sys.argv[2] in SOURCES:
+        print(SOURCES[sys.argv[2]])
+        return
     if len(sys.argv) < 4 or sys.argv[1] not in MUTATIONS:
-        sys.exit("usage: mutate.py " + "|".join(MUTATIONS) + " SRC OUT_DIR [NAME ...]")
+        sys.exit("usage: mutate.py " + "|".join(MUTATIONS) + " SRC OUT_DIR [NAME ...]\n"
+                 "       mutate.py --check REPO      every mutation against the repository's sources\n"
+                 "       mutate.py --source KERNEL   the file KERNEL's mutations apply to")
     table = MUTATIONS[sys.argv[1]]
     base = open(sys.argv[2]).read()
     out = sys.argv[3]
     os.makedirs(out, exist_ok=True)
     for name in sys.argv[4:] or list(table):
-        text = base
-        for old, new, *times in table[name]:
-            n = text.count(old)
-            if n != (times[0] if times else 1):  # a third element: the pattern's expected count, all replaced
-                sys.exit(f"mutation {name}: pattern found {n} times:\n{old}")
-            text = text.replace(old, new)
+        try:
+            text = mutate(base, name, table[name])
+        except ValueError as e:
+            sys.exit(str(e))
         open(os.path.join(out, name + ".cu"), "w").write(text)
         print(name)
 

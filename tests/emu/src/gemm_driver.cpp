@@ -382,6 +382,8 @@ int main(int argc, char** argv) {
     for (int t = 0; t < 4; ++t) cases.push_back({200, 136, 104, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kBiasGelu, false, 1});
     for (int t = 0; t < 4; ++t) cases.push_back({200, 136, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true, 3});
     cases.push_back({296, 264, 136, false, false, GemmEpilogue::kBias, false, 1});
+    // the GELU gradient: its pre-activations by TMA (128x128, ping-pong) or read in the epilogue (128x256)
+    cases.push_back({200, 136, 104, false, true, GemmEpilogue::kDGelu, false, 1});
     // 2 units per block of 9 k-steps: a ping-pong warpgroup skips more than a round of the 4-stage ring
     cases.push_back({256, 384, 520, false, false, GemmEpilogue::kBias, false, 1});
     // the fused bias gradient: 3 column tiles of 128 (2 of 256, the last 8 wide), 2 row tiles; split-K

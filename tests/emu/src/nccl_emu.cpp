@@ -21,6 +21,9 @@
 // that records an event after a call before it has settled, or that does not poll, fails its checks here.
 // EMU_NCCL_INIT_STUCK=1: every rank joins the initialisation and it never completes, as when NCCL cannot
 // connect the ranks (a wrong NCCL_SOCKET_IFNAME).
+// EMU_NCCL_ASYNC_ERROR=RANK:CALL: on the communicator's rank RANK, call CALL (0 the first after the
+// initialisation) never runs; ncclCommGetAsyncError reports ncclRemoteError for it from then on, as NCCL
+// does on the ranks still alive when a peer dies or the network fails (nonblocking communicators only).
 #include <mpi.h>
 #include <nccl.h>
 
@@ -33,6 +36,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <memory>
 #include <vector>
 
@@ -46,6 +50,8 @@ struct ncclComm {
   bool initialising = false;
   std::function<void()> deferred;  // a nonblocking call's work, put on its stream when it settles
   int polls_left = 0;
+  long calls_settled = 0;          // the nonblocking calls that settled so far (EMU_NCCL_ASYNC_ERROR)
+  bool failed = false;             // EMU_NCCL_ASYNC_ERROR struck: every later poll reports it
 };
 
 namespace {
@@ -353,7 +359,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return ncclSuccess;
 }
 // Also what moves a nonblocking communicator's calls on (see the top). An MPI failure inside a running
-// collective ends the process (emu::fail): no asynchronous error is ever reported.
+// collective ends the process (emu::fail); the one asynchronous error reported is EMU_NCCL_ASYNC_ERROR's.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async) {
   if (!comm) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: no communicator");
   *async = ncclInProgress;
@@ -365,8 +371,29 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async) {
     if (!joined || stuck) return ncclSuccess;
     comm->initialising = false;
   }
+  if (comm->failed) {
+    *async = ncclRemoteError;
+    return ncclSuccess;
+  }
   if (comm->deferred) {
     if (comm->polls_left-- > 0) return ncclSuccess;
+    static const std::pair<int, long> strike = [] {
+      const char* e = std::getenv("EMU_NCCL_ASYNC_ERROR");
+      int rank = -1;
+      long call = -1;
+      if (e && std::sscanf(e, "%d:%ld", &rank, &call) != 2)
+        emu::fail("EMU_NCCL_ASYNC_ERROR=%s: expected RANK:CALL", e);
+      return std::make_pair(rank, call);
+    }();
+    if (comm->rank == strike.first && comm->calls_settled == strike.second) {
+      comm->failed = true;
+      comm->deferred = nullptr;
+      fail(ncclRemoteError, "emulated: call " + std::to_string(strike.second) + " on rank " +
+                                std::to_string(comm->rank) + " failed asynchronously (EMU_NCCL_ASYNC_ERROR)");
+      *async = ncclRemoteError;
+      return ncclSuccess;
+    }
+    ++comm->calls_settled;
     const std::function<void()> work = std::move(comm->deferred);
     comm->deferred = nullptr;
     work();
