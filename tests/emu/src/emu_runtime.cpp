@@ -311,7 +311,7 @@ struct WaitWhat {
   const void* ptr = nullptr;   // kSpin: the flag
   long long v[6] = {};
   WaitWhat() = default;
-  WaitWhat(const char* t) : kind(t && *t ? kText : kRunning), text(t) {}  // NOLINT: a text converts ("": running)
+  WaitWhat(const char* t) : kind(t && *t ? kText : kRunning), text(t && *t ? t : nullptr) {}  // NOLINT: a text converts ("": running)
   static WaitWhat collective(const char* op, int size, int base) {
     WaitWhat w;
     w.kind = kCollective, w.text = op, w.v[0] = size, w.v[1] = base;
@@ -361,17 +361,26 @@ std::string describe(const WaitWhat& w) {
 }
 
 // Shared-memory windows (kWindowBytes, 1024-aligned in a store 1024 bytes larger), reused across blocks: a
-// fresh one a block was an allocation of 257 KB filled with 0xFF, and with it an mmap, page faults and an
-// munmap's TLB shootdown; a grid of a thousand small blocks spent most of its time there. A window in the pool
-// is all 0xFF (uninitialised shared memory reads as bf16 NaN): a block that ends refills what it could write.
-std::mutex g_windows_mu;
-std::vector<std::unique_ptr<unsigned char[]>> g_free_windows;
+// fresh one a block was an allocation of 257 KB, and with it an mmap, page faults and an munmap's TLB
+// shootdown; a grid of a thousand small blocks spent most of its time there. A window in the pool is all
+// 0xFF (uninitialised shared memory reads as bf16 NaN): a block that ends refills all of it, so a kernel's
+// stray store past its shared memory cannot reach a later block (a memset of a cached window is microseconds).
+// Never destroyed: a launch still running on the emulated device's thread at exit gives its windows back.
+struct WindowPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<unsigned char[]>> free;
+};
+WindowPool& window_pool() {
+  static WindowPool* pool = new WindowPool;
+  return *pool;
+}
 std::unique_ptr<unsigned char[]> take_window() {
+  WindowPool& pool = window_pool();
   {
-    std::lock_guard<std::mutex> lk(g_windows_mu);
-    if (!g_free_windows.empty()) {
-      std::unique_ptr<unsigned char[]> w = std::move(g_free_windows.back());
-      g_free_windows.pop_back();
+    std::lock_guard<std::mutex> lk(pool.mu);
+    if (!pool.free.empty()) {
+      std::unique_ptr<unsigned char[]> w = std::move(pool.free.back());
+      pool.free.pop_back();
       return w;
     }
   }
@@ -432,12 +441,12 @@ struct Block {
     std::lock_guard<std::mutex> g(rng_mu);
     return std::uniform_int_distribution<unsigned>(0, max_us)(rng);
   }
-  ~Block() {  // gives the window back as the pool keeps them: all 0xFF (static storage sits at the top)
+  ~Block() {  // gives the window back as the pool keeps them: all 0xFF
     if (!window_store) return;
-    std::memset(window + dyn_off, 0xFF, dyn_bytes);
-    if (static_lo > 0) std::memset(window + static_lo, 0xFF, kWindowBytes - static_lo);
-    std::lock_guard<std::mutex> lk(g_windows_mu);
-    g_free_windows.push_back(std::move(window_store));
+    std::memset(window_store.get(), 0xFF, kWindowBytes + 1024);
+    WindowPool& pool = window_pool();
+    std::lock_guard<std::mutex> lk(pool.mu);
+    pool.free.push_back(std::move(window_store));
   }
 };
 

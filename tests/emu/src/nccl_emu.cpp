@@ -130,6 +130,9 @@ void store(char* p, ncclDataType_t t, double v) {
 
 // Refuses a call on a nonblocking communicator whose last call has not settled yet.
 ncclResult_t check_settled(ncclComm_t comm, const char* what) {
+  if (comm->failed)
+    return fail(ncclRemoteError, std::string(what) + ": the communicator failed asynchronously before "
+                                                      "(EMU_NCCL_ASYNC_ERROR): abort it");
   if (comm->initialising || comm->deferred)
     return fail(ncclInvalidUsage, std::string(what) + ": called while the communicator's " +
                                       (comm->initialising ? "initialisation" : "previous call") +
