@@ -166,27 +166,36 @@ void pass_time_until(Clock::time_point until) {
   __builtin_trap();  // a finished fiber is never resumed
 }
 
-// Stacks are reused across blocks and launches: mapping fresh ones page-faults every launch.
-std::mutex g_stack_mu;
-std::vector<unsigned char*> g_free_stacks;
-unsigned char* take_stack() {
-  {
-    std::lock_guard<std::mutex> g(g_stack_mu);
-    if (!g_free_stacks.empty()) {
-      unsigned char* s = g_free_stacks.back();
-      g_free_stacks.pop_back();
-      return s;
-    }
+// Buffers reused across blocks and launches (fiber stacks, shared-memory windows): making fresh ones page-faults
+// at every launch, and unmapping them shoots down TLBs. A pool is never destroyed: a launch still running on
+// the emulated device's thread at exit gives its buffers back.
+struct BufferPool {
+  std::mutex mu;
+  std::vector<unsigned char*> free;
+  unsigned char* take() {  // nullptr when empty
+    std::lock_guard<std::mutex> g(mu);
+    if (free.empty()) return nullptr;
+    unsigned char* b = free.back();
+    free.pop_back();
+    return b;
   }
+  void give(unsigned char* b) {
+    std::lock_guard<std::mutex> g(mu);
+    free.push_back(b);
+  }
+};
+BufferPool& stack_pool() {
+  static BufferPool* pool = new BufferPool;
+  return *pool;
+}
+unsigned char* take_stack() {
+  if (unsigned char* s = stack_pool().take()) return s;
   void* p = mmap(nullptr, kFiberStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) fail("fiber stack: mmap of %zu bytes failed", kFiberStack);
   mprotect(p, 4096, PROT_NONE);  // a guard page: an overflow faults instead of corrupting a neighbour
   return static_cast<unsigned char*>(p);
 }
-void give_stack(unsigned char* s) {
-  std::lock_guard<std::mutex> g(g_stack_mu);
-  g_free_stacks.push_back(s);
-}
+void give_stack(unsigned char* s) { stack_pool().give(s); }
 // The first switch into a fiber "returns" into fiber_main with the stack aligned as after a call.
 void* initial_sp(unsigned char* stack) {
   auto top = reinterpret_cast<uintptr_t>(stack + kFiberStack) & ~uintptr_t{15};
@@ -360,32 +369,19 @@ std::string describe(const WaitWhat& w) {
   return buf;
 }
 
-// Shared-memory windows (kWindowBytes, 1024-aligned in a store 1024 bytes larger), reused across blocks: a
-// fresh one a block was an allocation of 257 KB, and with it an mmap, page faults and an munmap's TLB
-// shootdown; a grid of a thousand small blocks spent most of its time there. A window in the pool is all
-// 0xFF (uninitialised shared memory reads as bf16 NaN): a block that ends refills all of it, so a kernel's
-// stray store past its shared memory cannot reach a later block (a memset of a cached window is microseconds).
-// Never destroyed: a launch still running on the emulated device's thread at exit gives its windows back.
-struct WindowPool {
-  std::mutex mu;
-  std::vector<std::unique_ptr<unsigned char[]>> free;
-};
-WindowPool& window_pool() {
-  static WindowPool* pool = new WindowPool;
+// Shared-memory windows (kWindowBytes, 1024-aligned in a store 1024 bytes larger), pooled: a fresh one a block
+// (257 KB: an mmap, page faults, an munmap) was most of the time of a grid of a thousand small blocks. A
+// pooled window is all 0xFF (uninitialised shared memory reads as bf16 NaN): a block that ends refills all of
+// it, so a kernel's stray store past its shared memory cannot reach a later block (microseconds, cached).
+constexpr size_t kWindowStoreBytes = kWindowBytes + 1024;
+BufferPool& window_pool() {
+  static BufferPool* pool = new BufferPool;
   return *pool;
 }
-std::unique_ptr<unsigned char[]> take_window() {
-  WindowPool& pool = window_pool();
-  {
-    std::lock_guard<std::mutex> lk(pool.mu);
-    if (!pool.free.empty()) {
-      std::unique_ptr<unsigned char[]> w = std::move(pool.free.back());
-      pool.free.pop_back();
-      return w;
-    }
-  }
-  std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowBytes + 1024]);
-  std::memset(w.get(), 0xFF, kWindowBytes + 1024);
+unsigned char* take_window() {
+  if (unsigned char* w = window_pool().take()) return w;
+  unsigned char* w = new unsigned char[kWindowStoreBytes];
+  std::memset(w, 0xFF, kWindowStoreBytes);
   return w;
 }
 unsigned char* aligned_window(unsigned char* store) {
@@ -396,7 +392,7 @@ struct Block {
   std::atomic<long> first_atomic_seq{-1};  // EMU_START_LAST_FIRST's order (atomic_add)
   dim3 idx;
   int nthreads = 0;
-  std::unique_ptr<unsigned char[]> window_store;  // take_window's, given back refilled by the destructor
+  unsigned char* window_store = nullptr;  // take_window's, given back refilled by the destructor
   unsigned char* window = nullptr;
   uint32_t dyn_off = 0, dyn_bytes = 0;
   // Static __shared__ storage (EMU_STATIC_SHARED): placed from the top of the window down, one place per
@@ -443,10 +439,8 @@ struct Block {
   }
   ~Block() {  // gives the window back as the pool keeps them: all 0xFF
     if (!window_store) return;
-    std::memset(window_store.get(), 0xFF, kWindowBytes + 1024);
-    WindowPool& pool = window_pool();
-    std::lock_guard<std::mutex> lk(pool.mu);
-    pool.free.push_back(std::move(window_store));
+    std::memset(window_store, 0xFF, kWindowStoreBytes);
+    window_pool().give(window_store);
   }
 };
 
@@ -1916,7 +1910,7 @@ void run_grid(const void* func, dim3 grid, dim3 block, size_t smem, const std::f
       b.nthreads = static_cast<int>(nthreads);
       b.live = static_cast<int>(nthreads);
       b.window_store = take_window();  // all 0xFF: uninitialised smem reads as bf16 NaN
-      b.window = aligned_window(b.window_store.get());
+      b.window = aligned_window(b.window_store);
       b.dyn_off = cfg.smem_offset;
       b.dyn_bytes = static_cast<uint32_t>(smem);
       b.chunk_version.assign(kWindowBytes / kChunk, 0);
