@@ -52,7 +52,7 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
   return attention_smem;
 }
 
-// PTX wrappers (cp.async, ldmatrix, mma.sync) live in kernels/common/ptx.cuh.
+// PTX wrappers (cp.async, ldmatrix, mma.sync, ex2) live in kernels/common/ptx.cuh.
 using cuda::cp_async_16;
 using cuda::cp_async_4;
 using cuda::cp_async_commit;
@@ -60,6 +60,8 @@ using cuda::cp_async_wait;
 using cuda::ldmatrix_x4;
 using cuda::ldmatrix_x4_trans;
 using cuda::mma_bf16_16816;
+// softmax exponentials: one MUFU.EX2 each (ptx.cuh: exp2f adds a denormal fix-up to every one)
+using cuda::ex2_approx_ftz;
 
 using cuda::pack_bf16x2;
 
@@ -196,8 +198,8 @@ __global__ void __launch_bounds__(SimtTiles::kThreads)
       const float x = visible ? s[i] * scale_log2 : -INFINITY;
       // Key 0 is visible to every row in tile 0, so m is finite from the first tile on.
       const float m_new = fmaxf(m[i], cuda::warp_max(x));
-      const float alpha = exp2f(m[i] - m_new);
-      const float p = visible ? exp2f(x - m_new) : 0.0f;
+      const float alpha = ex2_approx_ftz(m[i] - m_new);
+      const float p = visible ? ex2_approx_ftz(x - m_new) : 0.0f;
       l[i] = l[i] * alpha + cuda::warp_sum(p);
       m[i] = m_new;
       sP[i * 32 + lane] = p;
@@ -299,7 +301,7 @@ __global__ void __launch_bounds__(SimtTiles::kThreads)
     for (int i = 0; i < kR; ++i) {
       const int key = k0 + wr0 + i;
       const bool visible = key <= q && q < T_;
-      const float p = visible ? exp2f(s[i] * scale_log2 - sLse[lane]) : 0.0f;
+      const float p = visible ? ex2_approx_ftz(s[i] * scale_log2 - sLse[lane]) : 0.0f;
       sP[i * 32 + lane] = p;
       sdS[i * 32 + lane] = p * (dp[i] - sD[lane]);
     }
@@ -395,7 +397,7 @@ __global__ void __launch_bounds__(SimtTiles::kThreads)
     for (int i = 0; i < kR; ++i) {
       const int q = q0 + wr0 + i;
       const bool visible = key <= q && q < T_;
-      const float p = visible ? exp2f(s[i] * scale_log2 - lse2[i]) : 0.0f;
+      const float p = visible ? ex2_approx_ftz(s[i] * scale_log2 - lse2[i]) : 0.0f;
       sdS[i * 32 + lane] = p * (dp[i] - Dr[i]);
     }
     __syncwarp();
@@ -738,14 +740,14 @@ __global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
           // A row that has seen no visible key yet keeps p = 0 instead of NaN (cannot happen for rows
           // < T_, which always see key 0 in the first tile; kept for robustness).
           const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-          const float alpha = exp2f(m[mt][r] - m_use);
+          const float alpha = ex2_approx_ftz(m[mt][r] - m_use);
           m[mt][r] = m_new;
           float sum = 0.0f;
 #pragma unroll
           for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll
             for (int e = 2 * r; e < 2 * r + 2; ++e) {
-              const float p = exp2f(fmaf(s[mt][nb][e], scale_log2, -m_use));
+              const float p = ex2_approx_ftz(fmaf(s[mt][nb][e], scale_log2, -m_use));
               s[mt][nb][e] = p;
               sum += p;
             }
@@ -995,7 +997,7 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
         for (int e = 0; e < 4; ++e) {
           const int key = wk0 + g + 8 * (e >> 1);
           const int q = qs0 + cl + (e & 1);
-          float p = exp2f(fmaf(st[nb][e], scale_log2, -((e & 1) ? lse1 : lse0)));
+          float p = ex2_approx_ftz(fmaf(st[nb][e], scale_log2, -((e & 1) ? lse1 : lse0)));
           if (need_mask && (q < key || q >= T_)) p = 0.0f;
           st[nb][e] = p;
           dpt[nb][e] = p * (dpt[nb][e] - ((e & 1) ? d1 : d0));
@@ -1163,7 +1165,7 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv
           const int r = e >> 1;
           const int row = wq0 + g + 8 * r;
           const int col = k0 + nb * 8 + 2 * tq + (e & 1);
-          float p = exp2f(fmaf(s[nb][e], scale_log2, -lse2[r]));
+          float p = ex2_approx_ftz(fmaf(s[nb][e], scale_log2, -lse2[r]));
           if (need_mask && (col > row || col >= T_)) p = 0.0f;
           s[nb][e] = p * (dp[nb][e] - Dr[r]);
         }

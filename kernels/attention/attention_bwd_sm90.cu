@@ -247,7 +247,7 @@ __device__ __forceinline__ void probabilities(float (&s)[32], const float* lse2,
   for (int i = 0; i < 32; ++i) {
     const int col = cuda::wgmma_acc_col(w.lane, i);
     const int key = w.key0 + 8 * ((i / 2) % 2);
-    const float p = exp2f(fmaf(s[i], scale_log2, -lse2[col]));
+    const float p = cuda::ex2_approx_ftz(fmaf(s[i], scale_log2, -lse2[col]));
     s[i] = (diagonal && q0 + col < key) ? 0.0f : p;
   }
 }

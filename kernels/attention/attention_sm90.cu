@@ -170,14 +170,14 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[64], float (&m_run)[2],
     const float m_new = fmaxf(m_run[r], mx * w.scale_log2);
     // Every row sees key 0 in the first tile, so m_new is finite; kept as the mma.sync kernel has it.
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[r] = exp2f(m_run[r] - m_use);
+    alpha[r] = cuda::ex2_approx_ftz(m_run[r] - m_use);
     m_run[r] = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int q = 0; q < 16; ++q) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float p = exp2f(fmaf(sc[4 * q + 2 * r + e], w.scale_log2, -m_use));
+        const float p = cuda::ex2_approx_ftz(fmaf(sc[4 * q + 2 * r + e], w.scale_log2, -m_use));
         sc[4 * q + 2 * r + e] = p;
         sum += p;
       }

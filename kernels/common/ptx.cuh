@@ -1,5 +1,6 @@
 // The one home of the project's inline PTX (STYLE.md: one home for each primitive). .cu files only.
 //
+//  * every architecture: 2^x and 1/x as single special-function instructions (.ftz).
 //  * sm_80+: cp.async (16 and 4 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 bf16; an acquire load
 //    and a release add on a global flag, for blocks that take turns.
 //  * sm_90 (plain): mbarrier with transaction counts, TMA (cp.async.bulk.tensor) into shared memory,
@@ -27,6 +28,28 @@ namespace gpt2::cuda {
 // Generic -> shared-window address, as the shared-memory PTX instructions take it.
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Every architecture: the special-function unit's 2^x and 1/x, each one MUFU instruction.
+//
+// With .ftz: exp2f, __expf and __fdividef compile to ex2.approx.f32 and div.approx.f32 without it (nvcc
+// 13.0, no --use_fast_math), and there the hardware's flush of subnormals is undone by extra
+// instructions around the MUFU, on the dependent chain (triton-lang/triton#3816: exp2 without .ftz is
+// MUFU.EX2 "and instructions to check and adjust for denorms"). A result below 2^-126 is 0 here instead:
+// nothing the softmax or the GELU computes can tell (a probability or a GELU of 1e-38 next to values of
+// order one). Both about 2 ulp (PTX ISA, ex2 and rcp); special values as exp2f and 1/x give them (2^-inf
+// = 0, 2^inf = inf, 1/inf = 0, NaN stays NaN).
+
+__device__ __forceinline__ float ex2_approx_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---------------------------------------------------------------------------------------------------

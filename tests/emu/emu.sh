@@ -122,7 +122,7 @@ build_gpu_tests() {
     shift 2
     objs+=("$obj")
     [[ -f $obj && $obj -nt $src && -z $(find "$here/include" "$repo/kernels" "$repo/src" "$repo/tests/gpu" "$repo/tools/bench/gpu" \
-           -name '*.h*' -newer "$obj" -print -quit) ]] && return 0
+           \( -name '*.h*' -o -name '*.cuh' \) -newer "$obj" -print -quit) ]] && return 0
     while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n; done
     "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "$@" -c "$src" -o "$obj" || { echo "emu: compiling $src failed" >&2; return 1; } &
     pids+=($!)

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 
 #include "emu/runtime.h"
@@ -13,6 +15,12 @@
 namespace gpt2::cuda {
 
 inline uint32_t smem_u32(const void* p) { return emu::smem_offset(p); }
+
+// ---- every architecture: MUFU.EX2 and MUFU.RCP with .ftz (PTX ISA: subnormal inputs and results are
+// sign-preserving zeros). The emulator computes them exactly rounded, then flushes.
+inline float flush_subnormal(float v) { return std::fabs(v) < FLT_MIN ? std::copysign(0.0f, v) : v; }
+inline float ex2_approx_ftz(float x) { return flush_subnormal(std::exp2(flush_subnormal(x))); }
+inline float rcp_approx_ftz(float x) { return flush_subnormal(1.0f / flush_subnormal(x)); }
 
 // ---- sm_80+ ----
 inline void cp_async_16(void* dst, const void* src, bool full) { emu::cp_async(dst, src, 16, full); }
