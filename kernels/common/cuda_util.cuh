@@ -164,8 +164,9 @@ __device__ __forceinline__ float gelu_grad_f32(float x) {
   using namespace gelu_detail;
   const float x2 = x * x;
   const float s = sigmoid_2u(x, x2);
-  // x^2 capped in the polynomial: beyond |x| = 100, s (1 - s) is exactly 0, and 0 times an infinite slope
-  // would be NaN (tanhf's form gave NaN there).
+  // x^2 capped in the polynomial, so that where it overflows (|x| > 1.8e19; s (1 - s) is exactly 0 from
+  // |x| = 11 on) the gradient is 1 or 0, not 0 times infinity (tanhf's form gave NaN there). The cap changes
+  // nothing else. gelu'(+inf) is still NaN: 0 times x.
   const float poly = (2.0f * kS) * __fmaf_rn(3.0f * kCubic, fminf(x2, 1e4f), 1.0f);
   return __fmaf_rn(s * (1.0f - s) * x, poly, s);
 }
