@@ -138,7 +138,7 @@ TYPED_TEST(ElementwiseTest, GeluBackwardMatchesCpuAndMayAliasDout) {
 // tests above, each within the bound its form allows (cuda_util.cuh's gelu_f32): a few fp32 ulps, plus what
 // 2^v makes of the rounding of v = -2 sqrt(2/pi) log2(e) (x + 0.044715 x^3), a relative error growing with
 // |v|. The bound leaves the hardware's 2-ulp ex2 and 1-ulp rcp a margin of about 2 (a float32 model with
-// such errors reached 0.50 of it); the emulator computes both more exactly. tanhf's 0.5 x (1 + tanh(u)),
+// such errors reached 0.50 of it; the emulator gives its ex2 and rcp errors of that size too). tanhf's 0.5 x (1 + tanh(u)),
 // the form before, misses it: 1 + tanh(u) cancels for negative x (on the emulator, with glibc's tanhf, 1813
 // of 6145 grid outputs and 1749 gradients fell outside, at x = -4 by about 100 times). Beyond |x| = 30 the
 // GELU is x or 0 and its gradient 1 or 0 (to the reciprocal's ulp), gelu(+inf) = +inf, NaN stays NaN.
