@@ -133,21 +133,20 @@ __device__ __forceinline__ void store128(T* p, const Packed128<T>& v) {
 //   v = -2 u log2(e).
 // Written as the sigmoid rather than with tanhf, for two reasons. It is shorter: nvcc 13.0 expands tanhf
 // into both of its branches (ex2, rcp and a 5-term polynomial: 24 arithmetic PTX instructions for the
-// GELU, 31 for its gradient); with one MUFU.EX2 and one MUFU.RCP (ptx.cuh) it is 8 and 14. The hand GEMM's bias + GELU and GELU
-// gradient epilogues run this for every output element while the tensor cores wait (mlp_up's forward
-// and mlp_down's input gradient ran at 60% of cuBLASLt on the H200 with tanhf, the other products at
-// 69-83%). And it is more accurate: 1 + tanh(u) cancels for negative x (x = -4: 1 + t is 3.5e-5, and
-// rounding t alone, to a multiple of 6e-8 near -1, can move it by 1e-3 of itself), 1 / (1 + 2^v) cancels
-// nowhere. The error is a few fp32
-// ulps plus 2^v's amplification of v's rounding (ElementwiseGeluFp32.AccurateOverTheWholeRange holds it
-// to its bound). Both MUFU results are within about 2 ulp, and flush below 2^-126, which gives the right
-// limit (x -> -inf: 2^v overflows, 1 / (1 + 2^v) -> 0 and x 0 -> -0; -inf itself gives NaN, as with tanhf).
-// Every operation is rounded where written (an explicit fma, __fmul_rn where a caller could fuse), so
-// every caller computes the same bits (the GELU kernel recomputing an epilogue's output under --recompute
-// selective depends on it).
+// GELU, 31 for its gradient); with one MUFU.EX2 and one MUFU.RCP (ptx.cuh) it is 8 and 14. The hand
+// GEMM's bias + GELU and GELU gradient epilogues run this for every output element while the tensor cores
+// wait (with tanhf, mlp_up's forward and mlp_down's input gradient ran at 40-63% of cuBLASLt on the H200,
+// the other products mostly at 69-83%). And it is more accurate: 1 + tanh(u) cancels for negative x
+// (x = -4: 1 + t is 3.5e-5, and rounding t alone, to a multiple of 6e-8 near -1, can move it by 1e-3 of
+// itself), 1 / (1 + 2^v) cancels nowhere. The error is a few fp32 ulps plus 2^v's amplification of v's
+// rounding (ElementwiseGeluFp32.AccurateOverTheWholeRange holds it to its bound). Both MUFU results are
+// within about 2 ulp, and flush below 2^-126, which gives the right limit (x -> -inf: 2^v overflows,
+// 1 / (1 + 2^v) -> 0 and x 0 -> -0; -inf itself gives NaN, as with tanhf). Every operation is rounded
+// where written (an explicit fma, __fmul_rn where a caller could fuse), so every caller computes the same
+// bits (the GELU kernel recomputing an epilogue's output under --recompute selective depends on it).
 namespace gelu_detail {
-constexpr float kS = 0.7978845608028654f;                          // sqrt(2/pi)
-constexpr float kV = -2.0f * 0.7978845608028654f * 1.4426950408889634f;  // -2 sqrt(2/pi) log2(e)
+constexpr float kS = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kV = -2.0f * kS * kLog2e;   // -2 sqrt(2/pi) log2(e)
 constexpr float kCubic = 0.044715f;
 // sigmoid(2u) = 0.5 (1 + tanh(u)), from x and x^2
 __device__ __forceinline__ float sigmoid_2u(float x, float x2) {
