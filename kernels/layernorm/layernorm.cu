@@ -43,25 +43,55 @@ struct RowLaunch {
   static constexpr int kThreads = kWarps * kWarpSize;
 };
 
+// Why the register-path kernels name the blocks an SM must hold (__launch_bounds__' second argument,
+// which caps ptxas at 65536 / (blocks * threads) registers): a warp has one row in flight at a time and
+// these kernels are memory-bound, so the bytes an SM keeps in flight, and the bandwidth with them, grow
+// with the warps it holds. Left to itself ptxas (nvcc 13.0, sm_90) gave the 124M forward (C = 768 bf16,
+// 3 packs a lane) 46 registers, 5 blocks of 8 warps an SM: 1.5 KB of loads a warp, 60 KB an SM at most,
+// and the H200 measured 72% of copy at 65536 rows, where the fused forward, with the same warps but
+// twice the bytes a row, reached 90%. At 8 blocks the warps are 64 (96 KB) and B*T = 8192 is one wave
+// (1024 blocks, 1056 places on 132 SMs) instead of 1.55. The counts are the most each kPacks takes
+// without spilling, or with a few bytes (k = 3: 16 bytes; the backward's k = 3, 4 and 7: 18-20 bytes
+// stored once a row, L1 hits), from ptxas -v at each count.
+template <int kPacks, bool kFused>
+constexpr int fwd_min_blocks() {
+  if constexpr (kFused) {
+    return kPacks <= 2 ? 6 : kPacks <= 3 ? 5 : kPacks <= 5 ? 4 : kPacks <= 7 ? 3 : kPacks <= 12 ? 2 : 1;
+  } else {
+    return kPacks <= 3 ? 8 : kPacks <= 4 ? 6 : kPacks <= 6 ? 5 : kPacks <= 8 ? 4 : kPacks <= 12 ? 3 : 2;
+  }
+}
+
 // Registers hold at most this many 16-byte packs per lane (a row of up to 512 packs: C <= 4096 bf16,
 // C <= 2048 fp32). Wider rows take the scalar fallback. The packs-per-lane count is a template
 // parameter so the row array stays in registers; these are the instantiated values.
 constexpr int kMaxPacksPerLane = 16;
 
 // Backward, fast path. Each warp owns 2C floats of shared memory (its dweight and dbias partials, C
-// rounded up to whole groups of 32 packs: bwd_smem_bytes), so a block needs kWarps * 8 * C bytes: 48 KiB
-// at C = 768 (4 blocks per H100 SM), 112 KiB at C = 1600, 128 KiB at C = 2048, the largest C taken on
-// this path (A100 allows 163 KiB).
+// rounded up to whole groups of 32 packs: bwd_smem_bytes), so a block needs kWarps * 8 * C bytes (fp32
+// sums): 96 KiB at C = 768 bf16 (16 warps), 112 KiB at C = 1600 and 128 KiB at C = 2048 (8 warps), the
+// largest C taken on this path (A100 allows 163 KiB a block, H100 227).
 struct BwdLaunch {
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kMaxC = 2048;
-  // A block handles a chunk of at least 32 rows (4 per warp) so that the partial it writes (2C
+  // A block handles a chunk of at least 32 rows (2 or 4 per warp) so that the partial it writes (2C
   // floats) and the second kernel's read of it stay a few percent of the row traffic, and at most
   // 512 blocks (partials <= 512 * 2C floats). Both are fixed numbers, not device properties: the
-  // partition, and so the summation order, depends on N only.
+  // partition, and so the summation order, depends on N only (and the warps of a block on C only).
   static constexpr int kMinRowsPerBlock = 32;
   static constexpr int kMaxBlocks = 512;
+};
+
+// Warps of a backward block, and the blocks an SM must hold (see fwd_min_blocks), by packs a lane. Up to
+// 3 packs (C <= 768 bf16) a block has 16 warps at 64 registers, 2 blocks an SM (96 KiB of sums each): 32
+// warps an SM. It had 8 warps at 80 registers, 3 blocks: 24 warps, and the 512 blocks of B*T = 65536 took
+// 1.3 waves of 396 places on 132 SMs (the H200 measured 61% of copy); now 512 blocks of 16 warps fill 2
+// waves of 264 to 97%, and B*T = 8192's 256 blocks one wave of 32 warps an SM (16 before). C = 1600 bf16
+// (7 packs) ran at 178 registers, one block of 8 warps an SM; now 128 registers, 2 blocks (112 KiB each).
+template <int kPacks>
+struct BwdShape {
+  static constexpr int kWarps = kPacks <= 3 ? 16 : 8;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kMinBlocks = kPacks <= 3 ? 2 : kPacks <= 4 ? 3 : kPacks <= 7 ? 2 : 1;
 };
 
 // Fallback dparams: one thread per channel walks the rows of one chunk.
@@ -103,7 +133,9 @@ void with_packs_per_lane(int packs_per_lane, F&& f) {
   if (packs_per_lane <= 2) return f(std::integral_constant<int, 2>{});
   if (packs_per_lane <= 3) return f(std::integral_constant<int, 3>{});
   if (packs_per_lane <= 4) return f(std::integral_constant<int, 4>{});
+  if (packs_per_lane <= 5) return f(std::integral_constant<int, 5>{});
   if (packs_per_lane <= 6) return f(std::integral_constant<int, 6>{});
+  if (packs_per_lane <= 7) return f(std::integral_constant<int, 7>{});
   if constexpr (kMax == 8) {
     return f(std::integral_constant<int, 8>{});
   } else {
@@ -111,6 +143,16 @@ void with_packs_per_lane(int packs_per_lane, F&& f) {
     if (packs_per_lane <= 12) return f(std::integral_constant<int, 12>{});
     return f(std::integral_constant<int, 16>{});
   }
+}
+
+// Hides a pack's value from the optimiser (an empty asm that "changes" its four words): what was derived
+// from it before must be derived again.
+template <class T>
+__device__ __forceinline__ void opaque(Packed128<T>& p) {
+  uint32_t w[4];
+  memcpy(w, &p, sizeof(w));
+  asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
+  memcpy(&p, w, sizeof(w));
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -126,7 +168,7 @@ __device__ __forceinline__ float normalize(float x, float m, float s, float w, f
 // kFused: x = round_T(a + b) is computed, stored to `residual`, and normalised from the rounded
 // value; otherwise x = inp (passed as `a`).
 template <class T, int kPacks, bool kFused>
-__global__ void __launch_bounds__(RowLaunch::kThreads)
+__global__ void __launch_bounds__(RowLaunch::kThreads, fwd_min_blocks<kPacks, kFused>())
     layernorm_fwd_warp_per_row_vec(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
                                    const T* weight, const T* bias, int N, int C) {
   constexpr int V = Packed128<T>::kSize;
@@ -156,6 +198,9 @@ __global__ void __launch_bounds__(RowLaunch::kThreads)
     }
   }
   const float m = warp_sum(sum) / C;
+  // Each pass converts the packs to fp32 again (see opaque): kept, the fp32 values took more registers.
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) opaque(x[k]);
 
   float var = 0.0f;
 #pragma unroll
@@ -169,6 +214,8 @@ __global__ void __launch_bounds__(RowLaunch::kThreads)
     }
   }
   const float s = 1.0f / sqrtf(warp_sum(var) / C + kLayerNormEps);
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) opaque(x[k]);
 
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
@@ -302,18 +349,8 @@ __device__ __forceinline__ int acc_slot(int k, int e, int lane) {
 __host__ __device__ constexpr int bwd_slice_floats(int P, int V) {
   return (P + kWarpSize - 1) / kWarpSize * kWarpSize * V;
 }
-inline size_t bwd_smem_bytes(int P, int V) {
-  return static_cast<size_t>(BwdLaunch::kWarps) * 2 * bwd_slice_floats(P, V) * sizeof(float);
-}
-
-// Hides a pack's value from the optimiser (an empty asm that "changes" its four words): what was derived
-// from it before must be derived again.
-template <class T>
-__device__ __forceinline__ void opaque(Packed128<T>& p) {
-  uint32_t w[4];
-  memcpy(w, &p, sizeof(w));
-  asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
-  memcpy(&p, w, sizeof(w));
+inline size_t bwd_smem_bytes(int warps, int P, int V) {
+  return static_cast<size_t>(warps) * 2 * bwd_slice_floats(P, V) * sizeof(float);
 }
 
 // One warp per row for dinp (row in registers); dweight/dbias accumulated per warp in shared
@@ -321,7 +358,7 @@ __device__ __forceinline__ void opaque(Packed128<T>& p) {
 // dweight partial, then dbias partial). Rows of block g: [g*R, min((g+1)*R, N)), warp w takes rows
 // g*R + w, g*R + w + kWarps, ...
 template <class T, int kPacks>
-__global__ void __launch_bounds__(BwdLaunch::kThreads)
+__global__ void __launch_bounds__(BwdShape<kPacks>::kThreads, BwdShape<kPacks>::kMinBlocks)
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                                    const float* mean, const float* rstd, int N, int C, int rows_per_block) {
   constexpr int V = Packed128<T>::kSize;
@@ -347,7 +384,7 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
 
   const int row_begin = blockIdx.x * rows_per_block;
   const int row_end = min(row_begin + rows_per_block, N);
-  for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
+  for (int row = row_begin + warp; row < row_end; row += BwdShape<kPacks>::kWarps) {
     const size_t off = static_cast<size_t>(row) * C;
     const float m = mean[row], s = rstd[row];
     // Every load of the row goes out at once: dout, inp and the residual gradient it adds into, so the
@@ -422,7 +459,7 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads)
     if (c >= C) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * slice + j];
+    for (int w = 0; w < BwdShape<kPacks>::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * slice + j];
     part[which * C + c] = sum;
   }
 }
@@ -570,10 +607,11 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
     // C <= kMaxC: at most kMaxC / (32 V) packs per lane (8 for bf16, 16 for fp32).
     constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
     with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
+      using Shape = BwdShape<decltype(packs)::value>;
       auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
-      const size_t smem = bwd_smem_bytes(C / V, V);
+      const size_t smem = bwd_smem_bytes(Shape::kWarps, C / V, V);
       cuda::allow_dynamic_smem(kernel, smem);
-      kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
+      kernel<<<part.blocks, Shape::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
                                                                  part.rows_per_block);
     });
     CUDA_CHECK_LAUNCH();

@@ -33,8 +33,10 @@ const Shape kShapes[] = {
     {111, 72},    // B=3, T=37; fewer packs than lanes
     {1, 768},     // GPT-2 124M, a single row
     {37, 768},    // fewer rows than one backward chunk
-    {2048, 768},  // 64 backward row chunks
-    {67, 1600},   // GPT-2 1.5B; backward shared memory above the 48 KiB default
+    {2048, 768},  // 64 backward row chunks of 16 warps, 2 rows each
+    {41, 1024},   // GPT-2 355M (bf16 4 packs a lane)
+    {19, 1280},   // GPT-2 774M (bf16 5 packs a lane)
+    {67, 1600},   // GPT-2 1.5B (bf16 7 packs); backward shared memory above the 48 KiB default
     {9, 2048},    // widest backward fast path
     {333, 8},     // one pack per row (bf16)
     {17, 3},      // scalar for both types
