@@ -68,31 +68,32 @@ constexpr int fwd_min_blocks() {
 constexpr int kMaxPacksPerLane = 16;
 
 // Backward, fast path. Each warp owns 2C floats of shared memory (its dweight and dbias partials, C
-// rounded up to whole groups of 32 packs: bwd_smem_bytes), so a block needs kWarps * 8 * C bytes (fp32
-// sums): 96 KiB at C = 768 bf16 (16 warps), 112 KiB at C = 1600 and 128 KiB at C = 2048 (8 warps), the
-// largest C taken on this path (A100 allows 163 KiB a block, H100 227).
+// rounded up to whole groups of 32 packs: bwd_smem_bytes), so a block needs kWarps * 8 * C bytes: 48 KiB
+// at C = 768, 112 KiB at C = 1600, 128 KiB at C = 2048, the largest C taken on this path (A100 allows
+// 163 KiB a block and 164 an SM, H100 227 and 228).
 struct BwdLaunch {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kMaxC = 2048;
-  // A block handles a chunk of at least 32 rows (2 or 4 per warp) so that the partial it writes (2C
-  // floats) and the second kernel's read of it stay a few percent of the row traffic, and at most
-  // 512 blocks (partials <= 512 * 2C floats). Both are fixed numbers, not device properties: the
-  // partition, and so the summation order, depends on N only (and the warps of a block on C only).
-  static constexpr int kMinRowsPerBlock = 32;
+  // A block handles a chunk of at least 16 rows (2 per warp) so that the partial it writes (2C floats)
+  // and the second kernel's read of it stay a few percent of the row traffic (at most 6% each way), and
+  // at most 512 blocks (partials <= 512 * 2C floats). Both are fixed numbers, not device properties: the
+  // partition, and so the summation order, depends on N only.
+  static constexpr int kMinRowsPerBlock = 16;
   static constexpr int kMaxBlocks = 512;
 };
 
-// Warps of a backward block, and the blocks an SM must hold (see fwd_min_blocks), by packs a lane. Up to
-// 3 packs (C <= 768 bf16) a block has 16 warps at 64 registers, 2 blocks an SM (96 KiB of sums each): 32
-// warps an SM. It had 8 warps at 80 registers, 3 blocks: 24 warps, and the 512 blocks of B*T = 65536 took
-// 1.3 waves of 396 places on 132 SMs (the H200 measured 61% of copy); now 512 blocks of 16 warps fill 2
-// waves of 264 to 97%, and B*T = 8192's 256 blocks one wave of 32 warps an SM (16 before). C = 1600 bf16
-// (7 packs) ran at 178 registers, one block of 8 warps an SM; now 128 registers, 2 blocks (112 KiB each).
+// The blocks an SM must hold (see fwd_min_blocks), by packs a lane. Up to 3 packs (C <= 768 bf16): 4 at
+// 64 registers (48 KiB of sums each; 3 on an A100), 32 warps an SM on an H100. It was 3 blocks at 80
+// registers, 396 places on 132 SMs, which the 512 blocks of B*T = 65536 took in 1.3 waves (the H200
+// measured 61% of copy); now they fit one wave of 528. At B*T = 8192 a chunk was 32 rows, so 256 blocks,
+// 2 an SM: 16 warps with 4 rows each one after another (40% of copy). Now 16 rows: 512 blocks, 32 warps an
+// SM with 2 rows each, for 3 MB more of partial sums written and read (50 MB of rows). C = 1600 bf16 (7
+// packs) ran at 178 registers, one block an SM; now 128 registers, 2 blocks (112 KiB of sums each).
 template <int kPacks>
-struct BwdShape {
-  static constexpr int kWarps = kPacks <= 3 ? 16 : 8;
-  static constexpr int kThreads = kWarps * kWarpSize;
-  static constexpr int kMinBlocks = kPacks <= 3 ? 2 : kPacks <= 4 ? 3 : kPacks <= 7 ? 2 : 1;
-};
+constexpr int bwd_min_blocks() {
+  return kPacks <= 3 ? 4 : kPacks <= 4 ? 3 : kPacks <= 7 ? 2 : 1;
+}
 
 // Fallback dparams: one thread per channel walks the rows of one chunk.
 constexpr int kColumnThreads = 256;
@@ -349,8 +350,8 @@ __device__ __forceinline__ int acc_slot(int k, int e, int lane) {
 __host__ __device__ constexpr int bwd_slice_floats(int P, int V) {
   return (P + kWarpSize - 1) / kWarpSize * kWarpSize * V;
 }
-inline size_t bwd_smem_bytes(int warps, int P, int V) {
-  return static_cast<size_t>(warps) * 2 * bwd_slice_floats(P, V) * sizeof(float);
+inline size_t bwd_smem_bytes(int P, int V) {
+  return static_cast<size_t>(BwdLaunch::kWarps) * 2 * bwd_slice_floats(P, V) * sizeof(float);
 }
 
 // One warp per row for dinp (row in registers); dweight/dbias accumulated per warp in shared
@@ -358,7 +359,7 @@ inline size_t bwd_smem_bytes(int warps, int P, int V) {
 // dweight partial, then dbias partial). Rows of block g: [g*R, min((g+1)*R, N)), warp w takes rows
 // g*R + w, g*R + w + kWarps, ...
 template <class T, int kPacks>
-__global__ void __launch_bounds__(BwdShape<kPacks>::kThreads, BwdShape<kPacks>::kMinBlocks)
+__global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks>())
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                                    const float* mean, const float* rstd, int N, int C, int rows_per_block) {
   constexpr int V = Packed128<T>::kSize;
@@ -384,7 +385,7 @@ __global__ void __launch_bounds__(BwdShape<kPacks>::kThreads, BwdShape<kPacks>::
 
   const int row_begin = blockIdx.x * rows_per_block;
   const int row_end = min(row_begin + rows_per_block, N);
-  for (int row = row_begin + warp; row < row_end; row += BwdShape<kPacks>::kWarps) {
+  for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
     const size_t off = static_cast<size_t>(row) * C;
     const float m = mean[row], s = rstd[row];
     // Every load of the row goes out at once: dout, inp and the residual gradient it adds into, so the
@@ -459,7 +460,7 @@ __global__ void __launch_bounds__(BwdShape<kPacks>::kThreads, BwdShape<kPacks>::
     if (c >= C) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < BwdShape<kPacks>::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * slice + j];
+    for (int w = 0; w < BwdLaunch::kWarps; ++w) sum += acc_shared[static_cast<size_t>(w) * 2 * slice + j];
     part[which * C + c] = sum;
   }
 }
@@ -607,11 +608,10 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
     // C <= kMaxC: at most kMaxC / (32 V) packs per lane (8 for bf16, 16 for fp32).
     constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
     with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
-      using Shape = BwdShape<decltype(packs)::value>;
       auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
-      const size_t smem = bwd_smem_bytes(Shape::kWarps, C / V, V);
+      const size_t smem = bwd_smem_bytes(C / V, V);
       cuda::allow_dynamic_smem(kernel, smem);
-      kernel<<<part.blocks, Shape::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
+      kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
                                                                  part.rows_per_block);
     });
     CUDA_CHECK_LAUNCH();

@@ -31,9 +31,9 @@ struct Shape {
 // V = 16 / sizeof(T) elements per pack: 4 (fp32), 8 (bf16). Packs per lane = ceil(C / V / 32).
 const Shape kShapes[] = {
     {111, 72},    // B=3, T=37; fewer packs than lanes
-    {1, 768},     // GPT-2 124M, a single row
-    {37, 768},    // fewer rows than one backward chunk
-    {2048, 768},  // 64 backward row chunks of 16 warps, 2 rows each
+    {1, 768},     // GPT-2 124M, a single row: fewer than one backward chunk
+    {37, 768},    // 3 backward chunks of 16 rows, the last of 5
+    {2048, 768},  // 128 backward row chunks, 2 rows a warp
     {41, 1024},   // GPT-2 355M (bf16 4 packs a lane)
     {19, 1280},   // GPT-2 774M (bf16 5 packs a lane)
     {67, 1600},   // GPT-2 1.5B (bf16 7 packs); backward shared memory above the 48 KiB default
