@@ -421,8 +421,8 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks>())
     const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
     // The row's fp32 values are converted again below rather than kept from the loop above: kept through
     // the reductions, they took ptxas (nvcc 13.0, sm_90) to 124 registers at C = 768 bf16, 2 blocks of 8
-    // warps an SM; converted again, 80 registers and 3 blocks. The empty asm makes the packs opaque, so
-    // the first conversions cannot be reused.
+    // warps an SM; converted again, 80 registers and 3 blocks (64 and 4 under bwd_min_blocks, with 18
+    // bytes spilled). The empty asm makes the packs opaque, so the first conversions cannot be reused.
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       opaque(d[k]);

@@ -32,7 +32,7 @@ struct Shape {
 const Shape kShapes[] = {
     {111, 72},    // B=3, T=37; fewer packs than lanes
     {1, 768},     // GPT-2 124M, a single row: fewer than one backward chunk
-    {37, 768},    // 3 backward chunks of 16 rows, the last of 5
+    {37, 768},    // 3 backward chunks: 13, 13 and 11 rows
     {2048, 768},  // 128 backward row chunks, 2 rows a warp
     {41, 1024},   // GPT-2 355M (bf16 4 packs a lane)
     {19, 1280},   // GPT-2 774M (bf16 5 packs a lane)
@@ -41,7 +41,7 @@ const Shape kShapes[] = {
     {333, 8},     // one pack per row (bf16)
     {17, 3},      // scalar for both types
     {5, 75},      // scalar for both types
-    {20001, 72},  // many backward chunks (the maximum 512 of them), the last one a single row
+    {20001, 72},  // many backward chunks (501 of 40 rows, set by the cap of 512), the last one a single row
     {3, 3072},    // bf16: forward register path, backward fallback; fp32: both fallback
     {7, 4104},    // rows too wide for registers: fallback for both types
 };
