@@ -397,7 +397,7 @@ ncu_attention() {
 }
 # ncu_layernorm: why layernorm misses 80% of copy (H200: the backward at 40% at 8192 rows, 61% at 65536; the
 # forward 46% and 72%): is the backward's row loop issue-bound (its shared-memory dweight/dbias sums) or
-# latency-bound (a warp's rows one after another; 2 blocks of 16 warps an SM since 2026-11-28, 3 of 8
+# latency-bound (a warp's rows one after another; 4 blocks of 8 warps an SM since 2026-11-28, 3
 # before)? And what its second kernel (the partial sums, 48 blocks) adds at 8192 rows. The 124M step's
 # 16384 rows sit between.
 ncu_layernorm() {

@@ -52,11 +52,12 @@ template <class T, int W>
 struct Chunk {
   static_assert(W == 1 || W == Packed128<T>::kSize, "W must be 1 or one 128-bit vector");
   std::conditional_t<W == 1, T, Packed128<T>> raw;
-  __device__ __forceinline__ float operator[](int k) const {
+  __device__ __forceinline__ void to_floats(float (&f)[W]) const {
     if constexpr (W == 1) {
-      return to_f32(raw);
+      f[0] = to_f32(raw);
     } else {
-      return to_f32(raw[k]);
+#pragma unroll
+      for (int k = 0; k < W; ++k) f[k] = to_f32(raw[k]);
     }
   }
 };
@@ -71,9 +72,7 @@ __device__ __forceinline__ Chunk<T, W> load_chunk(const T* p) {
 // W consecutive elements of T as floats.
 template <int W, bool kStreaming, class T>
 __device__ __forceinline__ void load_f32(const T* p, float (&f)[W]) {
-  const Chunk<T, W> x = load_chunk<W, kStreaming>(p);
-#pragma unroll
-  for (int k = 0; k < W; ++k) f[k] = x[k];
+  load_chunk<W, kStreaming>(p).to_floats(f);
 }
 template <int W, class T>
 __device__ __forceinline__ void store_f32(T* p, const float (&f)[W]) {
@@ -113,8 +112,7 @@ __device__ __forceinline__ void fold_chunks(const T* x, int c, int stride, float
 #pragma unroll
   for (int b = 0; b < kN; ++b) {
     float f[W];
-#pragma unroll
-    for (int k = 0; k < W; ++k) f[k] = chunk[b][k];
+    chunk[b].to_floats(f);
     online_add<W>(m, s, f);
   }
 }
