@@ -213,10 +213,11 @@ void check_backward(int N, int C, size_t offset) {
   OffsetBuffer<T> d_x(x, offset), d_w(w, offset), d_dout(dout, offset);
   OffsetBuffer<T> d_dinp(dinp0, offset), d_dw(dw0, offset), d_db(db0, offset);
   OffsetBuffer<float> d_mean(mean, 0), d_rstd(rstd, 0);
-  // Scratch starts as garbage (NaN): its contents on entry must not matter.
+  // Scratch starts as garbage (NaN): its contents on entry must not matter. At offset 1 it is 4-byte
+  // aligned only, which the partial sums' float4 loads must not take.
   const size_t scratch_bytes = kernels::layernorm_backward_scratch_bytes(N, C);
   ASSERT_GT(scratch_bytes, 0u);
-  OffsetBuffer<float> scratch(scratch_bytes / sizeof(float), 0);
+  OffsetBuffer<float> scratch(scratch_bytes / sizeof(float), offset);
   CudaStream stream;
   auto run = [&] {
     kernels::layernorm_backward_cuda<T>(d_dinp.get(), d_dw.get(), d_db.get(), scratch.get(), d_dout.get(), d_x.get(),
