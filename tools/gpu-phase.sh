@@ -398,8 +398,8 @@ ncu_attention() {
 # ncu_layernorm: why layernorm misses 80% of copy (H200: the backward at 40% at 8192 rows, 61% at 65536; the
 # forward 46% and 72%): is the backward's row loop issue-bound (its shared-memory dweight/dbias sums) or
 # latency-bound (a warp's rows one after another; 4 blocks of 8 warps an SM since 2026-11-28, 3
-# before)? And what its second kernel (the partial sums, 48 blocks) adds at 8192 rows. The 124M step's
-# 16384 rows sit between.
+# before)? And what its second kernel (the partial sums: 192 blocks at C = 768 since 2026-11-28, 48
+# before) adds at 8192 rows. The 124M step's 16384 rows sit between.
 ncu_layernorm() {
   ncu_launches ncu_layernorm 90 layernorm_fwd_warp_per_row_vec='^BM_layernorm_fwd_bf16/65536/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/8192/768/' \
