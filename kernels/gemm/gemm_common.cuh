@@ -102,12 +102,33 @@ __device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t
   return v;
 }
 
+// The biases of 4 columns, loaded by a caller that uses them for many rows (finish_staged_tile), or not
+// loaded (then apply_epilogue4 reads them). Passed by value, not by pointer: a pointer that may be null
+// put the 4 floats on the stack (ptxas: a 16-byte stack frame).
+struct Bias4 {
+  bool loaded = false;
+  float v[4] = {};
+};
+
+// The biases of columns col..col+3 (p.vec4).
+template <class T>
+__device__ __forceinline__ void load_bias4(const EpilogueParams<T>& p, int col, const Bias4& bias4, float x[4]) {
+  if (bias4.loaded) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = bias4.v[j];
+  } else {
+    load4(p.bias + col, x);
+  }
+}
+
 // Elements (row, col..col+3) of C; the caller guarantees row < M and col < N. kDGelu reads the 4
 // pre-activations from p.aux, or from `pre` where the kernel has already staged them (gemm_sm90.cu, which
 // stages them only for whole 4-vectors: the scalar path reads p.aux, the same values).
+// kBias and kBiasGelu read the 4 biases from p.bias, or take `bias4` where the caller has loaded them
+// already (finish_staged_tile: a thread's columns are the same in every row it finishes).
 template <class T, GemmEpilogue kEp>
 __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4],
-                                                const float* pre = nullptr) {
+                                                const float* pre = nullptr, Bias4 bias4 = Bias4{}) {
   const size_t idx = static_cast<size_t>(row) * p.N + col;
   if (p.vec4) {
     float x[4];
@@ -118,11 +139,11 @@ __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int 
         for (int j = 0; j < 4; ++j) v[j] += x[j];
       }
     } else if constexpr (kEp == GemmEpilogue::kBias) {
-      load4(p.bias + col, x);
+      load_bias4(p, col, bias4, x);
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] += x[j];
     } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
-      load4(p.bias + col, x);
+      load_bias4(p, col, bias4, x);
 #pragma unroll
       for (int j = 0; j < 4; ++j) x[j] = to_f32(from_f32<T>(v[j] + x[j]));  // the stored pre-activation
       store4(p.aux + idx, x);
@@ -193,6 +214,19 @@ template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, in
 __device__ __forceinline__ void finish_staged_tile(const float* stg, Staging layout, int row0, int col0, int M, int N,
                                                    float* part, const EpilogueParams<T>& ep, int tid,
                                                    AuxTile aux = AuxTile{}) {
+  // With kThreads a multiple of kVecPerRow a thread's 4 columns are the same in every row it takes, so
+  // their biases are loaded once a tile, not once a row (an 8-byte load, its address and 4 conversions
+  // for every 4 elements).
+  constexpr bool kHoistBias =
+      (kEp == GemmEpilogue::kBias || kEp == GemmEpilogue::kBiasGelu) && kThreads % kVecPerRow == 0;
+  Bias4 bias4;
+  if constexpr (kHoistBias) {
+    const int col = col0 + (tid % kVecPerRow) * 4;
+    if (part == nullptr && ep.vec4 && col < N) {
+      load4(ep.bias + col, bias4.v);
+      bias4.loaded = true;
+    }
+  }
 #pragma unroll(kUnroll)
   for (int e = tid; e < kRows * kVecPerRow; e += kThreads) {
     const int r = e / kVecPerRow, c4 = e % kVecPerRow;
@@ -207,7 +241,7 @@ __device__ __forceinline__ void finish_staged_tile(const float* stg, Staging lay
       aux.load4(r, c4 * 4, pre);
       apply_epilogue4<T, kEp>(ep, row, col, v, pre);
     } else {
-      apply_epilogue4<T, kEp>(ep, row, col, v);
+      apply_epilogue4<T, kEp>(ep, row, col, v, nullptr, bias4);
     }
   }
 }

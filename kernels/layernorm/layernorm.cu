@@ -8,7 +8,8 @@
 //             each lane owns fixed channels, so each warp accumulates its rows into its own slice
 //             of shared memory (no races, no atomics); a block adds its warps' slices in warp
 //             order into one fp32 partial per block (scratch), and a second kernel adds the
-//             partials in a fixed order. Row chunks per block depend on N only -> same bits always.
+//             partials in a fixed order. Row chunks per block depend on N only -> the same bits
+//             in every run (for a given path: the alignments pick it).
 //   fallback  any C, any alignment: scalar warp-per-row kernels that re-read the row from global
 //             memory (L1/L2) for each pass, and a channel-per-thread kernel for the partials.
 #include <algorithm>
@@ -98,7 +99,7 @@ constexpr int bwd_min_blocks() {
 // Fallback dparams: one thread per channel walks the rows of one chunk.
 constexpr int kColumnThreads = 256;
 
-// Sum of the partials: a block takes 8 columns (one 32-byte sector of every partial row), so 2C = 1536
+// Sum of the partials: a block takes 8 columns (32 bytes of every partial row), so 2C = 1536
 // columns (C = 768) make 192 blocks, over every SM. Its 256 threads split the partial rows (row slots):
 // with float4 loads, 2 lanes a row and 128 slots, so 512 partials are 4 loads a thread, all in flight at
 // once (16 KB a block, the whole 3 MB in one round of L2 latency). The first form (32 columns x 16

@@ -59,9 +59,11 @@ size_t layernorm_backward_scratch_bytes(int N, int C);
 //   [in]  dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
 //   [in,out] dinp (N,C), dweight (C), dbias (C)   (all accumulated with +=, like the CPU reference)
 //   scratch: at least layernorm_backward_scratch_bytes(N, C) bytes of device memory, 4-byte
-//   aligned; its contents on entry do not matter.
+//   aligned (16-byte aligned with C even lets the partial sums read float4s); its contents on entry
+//   do not matter.
 // dweight/dbias are summed in fp32 (per-block partials over fixed row chunks, then a second kernel
-// adds the partials in block order) and added to the stored T value once.
+// adds the partials in a fixed order) and added to the stored T value once. The order depends on N,
+// C and which path runs (the alignments below and scratch's), never on the device or the run.
 // N >= 0, C >= 1, any C: a warp per row with 128-bit loads and per-warp shared-memory dweight/dbias
 // sums when C % (16/sizeof(T)) == 0, C <= 2048 and the T pointers are 16-byte aligned; otherwise
 // scalar kernels (a warp per row for dinp, a thread per channel for the partials).
