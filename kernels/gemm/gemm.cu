@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
 
   // A warp finishes one 128-column row segment at a time: 32 lanes x 4 columns, coalesced.
   float* part = p.partial ? p.partial + static_cast<size_t>(blockIdx.y) * p.M * p.N : nullptr;
-  gemm_detail::finish_staged_tile<bf16, kEp, kBM, kBN / 4, Cfg::kThreads, 4>(
+  gemm_detail::finish_staged_tile<bf16, kEp, kBM, kBN / 4, Cfg::kThreads, 4, false>(
       sc, gemm_detail::PaddedStaging{Cfg::kCStride}, m0, n0, p.M, p.N, part, p.ep, tid);
   if (bias_grad) store_bias_grad(p, n0 + tid, bias_sum);
 }

@@ -102,64 +102,55 @@ __device__ __forceinline__ float epilogue_one(const EpilogueParams<T>& p, size_t
   return v;
 }
 
-// The biases of 4 columns, loaded by a caller that uses them for many rows (finish_staged_tile), or not
-// loaded (then apply_epilogue4 reads them). Passed by value, not by pointer: a pointer that may be null
-// put the 4 floats on the stack (ptxas: a 16-byte stack frame).
-struct Bias4 {
-  bool loaded = false;
-  float v[4] = {};
-};
-
-// The biases of columns col..col+3 (p.vec4).
-template <class T>
-__device__ __forceinline__ void load_bias4(const EpilogueParams<T>& p, int col, const Bias4& bias4, float x[4]) {
-  if (bias4.loaded) {
+// The arithmetic and stores of 4 whole elements of C from idx on (p.vec4), given x: C's old values (kNone
+// with kHasX: C +=), the biases of the 4 columns (kBias, kBiasGelu) or their pre-activations (kDGelu).
+template <class T, GemmEpilogue kEp, bool kHasX = true>
+__device__ __forceinline__ void finish4(const EpilogueParams<T>& p, size_t idx, float v[4], float x[4]) {
+  if constexpr (kEp == GemmEpilogue::kNone) {
+    if constexpr (kHasX) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = bias4.v[j];
+      for (int j = 0; j < 4; ++j) v[j] += x[j];
+    }
+  } else if constexpr (kEp == GemmEpilogue::kBias) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] += x[j];
+  } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = to_f32(from_f32<T>(v[j] + x[j]));  // the stored pre-activation
+    store4(p.aux + idx, x);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = cuda::gelu_f32(x[j]);
   } else {
-    load4(p.bias + col, x);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] *= cuda::gelu_grad_f32(x[j]);
   }
+  store4(p.c + idx, v);
 }
 
 // Elements (row, col..col+3) of C; the caller guarantees row < M and col < N. kDGelu reads the 4
 // pre-activations from p.aux, or from `pre` where the kernel has already staged them (gemm_sm90.cu, which
 // stages them only for whole 4-vectors: the scalar path reads p.aux, the same values).
-// kBias and kBiasGelu read the 4 biases from p.bias, or take `bias4` where the caller has loaded them
-// already (finish_staged_tile: a thread's columns are the same in every row it finishes).
 template <class T, GemmEpilogue kEp>
 __device__ __forceinline__ void apply_epilogue4(const EpilogueParams<T>& p, int row, int col, float v[4],
-                                                const float* pre = nullptr, Bias4 bias4 = Bias4{}) {
+                                                const float* pre = nullptr) {
   const size_t idx = static_cast<size_t>(row) * p.N + col;
   if (p.vec4) {
     float x[4];
     if constexpr (kEp == GemmEpilogue::kNone) {
-      if (p.accumulate) {
-        load4(p.c + idx, x);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] += x[j];
+      if (!p.accumulate) {
+        finish4<T, kEp, false>(p, idx, v, x);
+        return;
       }
-    } else if constexpr (kEp == GemmEpilogue::kBias) {
-      load_bias4(p, col, bias4, x);
+      load4(p.c + idx, x);
+    } else if constexpr (kEp == GemmEpilogue::kBias || kEp == GemmEpilogue::kBiasGelu) {
+      load4(p.bias + col, x);
+    } else if (pre != nullptr) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] += x[j];
-    } else if constexpr (kEp == GemmEpilogue::kBiasGelu) {
-      load_bias4(p, col, bias4, x);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) x[j] = to_f32(from_f32<T>(v[j] + x[j]));  // the stored pre-activation
-      store4(p.aux + idx, x);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = cuda::gelu_f32(x[j]);
+      for (int j = 0; j < 4; ++j) x[j] = pre[j];
     } else {
-      if (pre != nullptr) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) x[j] = pre[j];
-      } else {
-        load4(p.aux + idx, x);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] *= cuda::gelu_grad_f32(x[j]);
+      load4(p.aux + idx, x);
     }
-    store4(p.c + idx, v);
+    finish4<T, kEp>(p, idx, v, x);
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -203,29 +194,72 @@ struct AuxFromGlobal {
   __device__ __forceinline__ void load4(int, int, float*) const {}
 };
 
+// A whole tile (every element inside C, no split-K, vec4) finished without a branch in the loop: each
+// thread loads kUnroll vectors of the staged tile and their x (finish4) before it computes any, so their
+// latencies overlap. (The general loop below checks bounds and paths for every vector, and compiled to
+// one vector's chain after another: a shared load, then the GELU's dependent MUFU ops, then the stores.)
+// x_of(r, c, idx, x) fills the x of staged element (r, c), C's element idx.
+template <class T, GemmEpilogue kEp, bool kHasX, int kRows, int kVecPerRow, int kThreads, int kUnroll, class Staging,
+          class XOf>
+__device__ __forceinline__ void finish_whole_tile(const float* stg, Staging layout, int row0, int col0,
+                                                  const EpilogueParams<T>& ep, int tid, XOf x_of) {
+  static_assert(kRows * kVecPerRow % (kThreads * kUnroll) == 0, "whole batches of vectors");
+  const size_t base = static_cast<size_t>(row0) * ep.N + col0;
+#pragma unroll 1
+  for (int e0 = tid; e0 < kRows * kVecPerRow; e0 += kThreads * kUnroll) {
+    float v[kUnroll][4], x[kUnroll][4];
+    size_t idx[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = e0 + u * kThreads, r = e / kVecPerRow, c = e % kVecPerRow * 4;
+      idx[u] = base + static_cast<size_t>(r * ep.N + c);
+      load4(stg + layout.at(r, c), v[u]);
+      if constexpr (kHasX) x_of(r, c, idx[u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) finish4<T, kEp, kHasX>(ep, idx[u], v[u], x[u]);
+  }
+}
+
 // A tile of fp32 results staged in shared memory, finished 4 columns at a time: kRows rows of kVecPerRow
 // 4-column vectors, element (r, c) at stg[layout.at(r, c)] being C's (row0 + r, col0 + c), C being M x N.
-// Thread `tid` of kThreads takes every kThreads-th vector, so a warp's 32 lanes cover a 128-column row
-// segment (coalesced stores). Split-K partials go to `part`; otherwise the epilogue runs, with the
-// tile's pre-activations from `aux` where it has them staged (its (r, c) are the staging tile's).
-// kUnroll is the caller's to choose: what its registers allow.
-template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, int kUnroll, class Staging,
-          class AuxTile = AuxFromGlobal>
+// Thread `tid` (< kThreads) of kThreads takes every kThreads-th vector, so a warp's 32 lanes cover a
+// 128-column row segment (coalesced stores). Split-K partials go to `part`; otherwise the epilogue runs,
+// with the tile's pre-activations from `aux` where it has them staged (its (r, c) are the staging
+// tile's). kUnroll is the caller's to choose: what its registers allow. kWholeTiles: whole tiles take
+// finish_whole_tile (the mma.sync kernel, at 255 registers, spilled 8 bytes on sm_90 with it, so it
+// keeps the general loop alone).
+template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, int kUnroll, bool kWholeTiles,
+          class Staging, class AuxTile = AuxFromGlobal>
 __device__ __forceinline__ void finish_staged_tile(const float* stg, Staging layout, int row0, int col0, int M, int N,
                                                    float* part, const EpilogueParams<T>& ep, int tid,
                                                    AuxTile aux = AuxTile{}) {
-  // With kThreads a multiple of kVecPerRow a thread's 4 columns are the same in every row it takes, so
-  // their biases are loaded once a tile, not once a row (an 8-byte load, its address and 4 conversions
-  // for every 4 elements).
-  constexpr bool kHoistBias =
-      (kEp == GemmEpilogue::kBias || kEp == GemmEpilogue::kBiasGelu) && kThreads % kVecPerRow == 0;
-  Bias4 bias4;
-  if constexpr (kHoistBias) {
-    const int col = col0 + (tid % kVecPerRow) * 4;
-    if (part == nullptr && ep.vec4 && col < N) {
-      load4(ep.bias + col, bias4.v);
-      bias4.loaded = true;
+  if (kWholeTiles && part == nullptr && ep.vec4 && row0 + kRows <= M && col0 + 4 * kVecPerRow <= N) {
+    if constexpr (kEp == GemmEpilogue::kNone) {
+      if (ep.accumulate)
+        finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+            stg, layout, row0, col0, ep, tid, [&](int, int, size_t idx, float x[4]) { load4(ep.c + idx, x); });
+      else
+        finish_whole_tile<T, kEp, false, kRows, kVecPerRow, kThreads, kUnroll>(stg, layout, row0, col0, ep, tid,
+                                                                              [](int, int, size_t, float*) {});
+    } else if constexpr (kEp == GemmEpilogue::kBias || kEp == GemmEpilogue::kBiasGelu) {
+      // A thread's 4 columns are the same in every row it takes: their biases are loaded once.
+      static_assert(kThreads % kVecPerRow == 0, "a thread keeps its columns");
+      float bias[4];
+      load4(ep.bias + col0 + tid % kVecPerRow * 4, bias);
+      finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+          stg, layout, row0, col0, ep, tid, [&](int, int, size_t, float x[4]) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) x[j] = bias[j];
+          });
+    } else if (aux.staged()) {
+      finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+          stg, layout, row0, col0, ep, tid, [&](int r, int c, size_t, float x[4]) { aux.load4(r, c, x); });
+    } else {
+      finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+          stg, layout, row0, col0, ep, tid, [&](int, int, size_t idx, float x[4]) { load4(ep.aux + idx, x); });
     }
+    return;
   }
 #pragma unroll(kUnroll)
   for (int e = tid; e < kRows * kVecPerRow; e += kThreads) {
@@ -241,7 +275,7 @@ __device__ __forceinline__ void finish_staged_tile(const float* stg, Staging lay
       aux.load4(r, c4 * 4, pre);
       apply_epilogue4<T, kEp>(ep, row, col, v, pre);
     } else {
-      apply_epilogue4<T, kEp>(ep, row, col, v, nullptr, bias4);
+      apply_epilogue4<T, kEp>(ep, row, col, v);
     }
   }
 }

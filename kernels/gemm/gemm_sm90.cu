@@ -112,9 +112,10 @@ struct WgmmaTile {
   // unpadded and swizzled instead (gemm_common.cuh SwizzledStaging128; its XOR addressing costs the
   // 168-register kernels a spill, so only they use it).
   static constexpr int kStageCols = 128;
-  // The epilogue loop's unroll: ping-pong keeps the other row block's 64 accumulators live through it,
-  // and unrolled 4 times the bias+GELU epilogue spilled (ptxas, 168 registers).
-  static constexpr int kEpilogueUnroll = kPingPong ? 2 : 4;
+  // The epilogue's vectors in flight a thread (finish_staged_tile): ping-pong keeps the other row block's
+  // 64 accumulators live through it, and a 256-wide tile the second pass's 64; with 4 the bias+GELU
+  // epilogue (ping-pong) and the fused bias gradient's 256-wide kernel spilled (ptxas, 168 registers).
+  static constexpr int kEpilogueUnroll = kPingPong || kBN == 256 ? 2 : 4;
   static constexpr int kCStride = kStageCols + 8;
   static constexpr int kStagingBytesFor(bool aux) { return kWgRows * (aux ? kStageCols : kCStride) * 4; }
   // The GELU gradient's pre-activations (kDGelu), read by TMA while the products run: each consumer loads
@@ -497,7 +498,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
         // kAux: one pass (kBN 128), so the staging tile's (r, c) are those of the aux tile's row block rb.
-        finish_staged_tile<bf16, kEp, Cfg::kWgRows, kVecPerRow, Cfg::kWarpgroupThreads, kEpilogueUnroll>(
+        finish_staged_tile<bf16, kEp, Cfg::kWgRows, kVecPerRow, Cfg::kWarpgroupThreads, kEpilogueUnroll, true>(
             stg, layout, u.m0 + (rb0 + rb) * Cfg::kWgRows, u.n0 + pass * Cfg::kStageCols, p.M, p.N, part, p.ep, tid_wg,
             AuxTileSmem{aux_by_tma ? aux_tile_rows(rb) : nullptr});
       }
