@@ -212,7 +212,7 @@ __device__ __forceinline__ void finish_whole_tile(const float* stg, Staging layo
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int e = e0 + u * kThreads, r = e / kVecPerRow, c = e % kVecPerRow * 4;
-      idx[u] = base + static_cast<size_t>(r * ep.N + c);
+      idx[u] = base + static_cast<size_t>(r) * ep.N + c;
       load4(stg + layout.at(r, c), v[u]);
       if constexpr (kHasX) x_of(r, c, idx[u], x[u]);
     }
@@ -234,32 +234,34 @@ template <class T, GemmEpilogue kEp, int kRows, int kVecPerRow, int kThreads, in
 __device__ __forceinline__ void finish_staged_tile(const float* stg, Staging layout, int row0, int col0, int M, int N,
                                                    float* part, const EpilogueParams<T>& ep, int tid,
                                                    AuxTile aux = AuxTile{}) {
-  if (kWholeTiles && part == nullptr && ep.vec4 && row0 + kRows <= M && col0 + 4 * kVecPerRow <= N) {
-    if constexpr (kEp == GemmEpilogue::kNone) {
-      if (ep.accumulate)
-        finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
-            stg, layout, row0, col0, ep, tid, [&](int, int, size_t idx, float x[4]) { load4(ep.c + idx, x); });
-      else
-        finish_whole_tile<T, kEp, false, kRows, kVecPerRow, kThreads, kUnroll>(stg, layout, row0, col0, ep, tid,
-                                                                              [](int, int, size_t, float*) {});
-    } else if constexpr (kEp == GemmEpilogue::kBias || kEp == GemmEpilogue::kBiasGelu) {
-      // A thread's 4 columns are the same in every row it takes: their biases are loaded once.
-      static_assert(kThreads % kVecPerRow == 0, "a thread keeps its columns");
-      float bias[4];
-      load4(ep.bias + col0 + tid % kVecPerRow * 4, bias);
-      finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
-          stg, layout, row0, col0, ep, tid, [&](int, int, size_t, float x[4]) {
+  if constexpr (kWholeTiles) {
+    if (part == nullptr && ep.vec4 && row0 + kRows <= M && col0 + 4 * kVecPerRow <= N) {
+      if constexpr (kEp == GemmEpilogue::kNone) {
+        if (ep.accumulate)
+          finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+              stg, layout, row0, col0, ep, tid, [&](int, int, size_t idx, float x[4]) { load4(ep.c + idx, x); });
+        else
+          finish_whole_tile<T, kEp, false, kRows, kVecPerRow, kThreads, kUnroll>(stg, layout, row0, col0, ep, tid,
+                                                                                 [](int, int, size_t, float*) {});
+      } else if constexpr (kEp == GemmEpilogue::kBias || kEp == GemmEpilogue::kBiasGelu) {
+        // A thread's 4 columns are the same in every row it takes: their biases are loaded once.
+        static_assert(kThreads % kVecPerRow == 0, "a thread keeps its columns");
+        float bias[4];
+        load4(ep.bias + col0 + tid % kVecPerRow * 4, bias);
+        const auto biases = [&](int, int, size_t, float x[4]) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) x[j] = bias[j];
-          });
-    } else if (aux.staged()) {
-      finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
-          stg, layout, row0, col0, ep, tid, [&](int r, int c, size_t, float x[4]) { aux.load4(r, c, x); });
-    } else {
-      finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
-          stg, layout, row0, col0, ep, tid, [&](int, int, size_t idx, float x[4]) { load4(ep.aux + idx, x); });
+          for (int j = 0; j < 4; ++j) x[j] = bias[j];
+        };
+        finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(stg, layout, row0, col0, ep, tid, biases);
+      } else if (aux.staged()) {
+        finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+            stg, layout, row0, col0, ep, tid, [&](int r, int c, size_t, float x[4]) { aux.load4(r, c, x); });
+      } else {
+        finish_whole_tile<T, kEp, true, kRows, kVecPerRow, kThreads, kUnroll>(
+            stg, layout, row0, col0, ep, tid, [&](int, int, size_t idx, float x[4]) { load4(ep.aux + idx, x); });
+      }
+      return;
     }
-    return;
   }
 #pragma unroll(kUnroll)
   for (int e = tid; e < kRows * kVecPerRow; e += kThreads) {
