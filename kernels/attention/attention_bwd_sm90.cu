@@ -51,7 +51,9 @@
 //
 // Verified on the H200 (2026-11-27: its tests, synccheck and racecheck; 0.96x of the default end to end,
 // docs/performance.md) before the dQ writer and the overlapped products came in (the same day, checked on
-// the CPU emulator only so far). It runs only when asked for: GPT2_ATTENTION_BWD=wgmma or
+// the CPU emulator only so far; from the second of those changes until 2026-11-29 ptxas serialized every
+// wgmma of the kernel, C7520, which tools/ptxas_guard.sh now turns into a build error). It runs only when
+// asked for: GPT2_ATTENTION_BWD=wgmma or
 // attention_set_backward_path (attention_cuda.hpp). tests/emu runs its source on the CPU.
 //
 // Layout facts (attention_sm90.cu and kernels/gemm/gemm_sm90.cu have the sources):
@@ -512,44 +514,45 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       cuda::wgmma_commit_group();  // retired below, before the dQ share's products where this consumer makes it
     }
 
-    float dq[32];
-    uint32_t da[2][kNSteps / 2][4];  // dS as A fragments; half h: consumer h's keys (skipped while j < h)
-    const int halves = j > 0 ? 2 : 1;
-    if (dq_share) {
+    // One branch on dq_share from here to the end of the tile, each side with its own waits: ptxas follows
+    // the wgmma groups along straight paths only. Split over two branches on the same condition, it
+    // serialized every wgmma of the kernel (C7520: it cannot tell that both branches go the same way).
+    if (dq_share) {  // implies computes (j % 2 == c, so j >= c)
       // dQ[query tile qt] (+)= dS K over the block's keys, issued behind dV and dK: the wait for the other
       // consumer's half of dS^T and the dQ products overlap them.
+      float dq[32];
+      uint32_t da[2][kNSteps / 2][4];  // dS as A fragments; half h: consumer h's keys
       cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);  // both halves of dS^T are in
 #pragma unroll
       for (int i = 0; i < 32; ++i) dq[i] = 0.0f;
+      load_ds_a(da[0], sds, 0, warp, lane);
+      if (j > 0) {
+        load_ds_a(da[1], sds, 1, warp, lane);
+      } else {
+        // consumer 1 skipped tile 0 (its half of dS^T is zero and was not written): zero fragments, so
+        // the second half's products are issued on every tile and no wgmma sits in a branch of its own
+        // (ptxas injected a warpgroup.arrive there, C7519)
 #pragma unroll
-      for (int half = 0; half < 2; ++half)  // unrolled: da stays in registers
-        if (half < halves) load_ds_a(da[half], sds, half, warp, lane);
+        for (int kk = 0; kk < kNSteps / 2; ++kk) da[1][kk][0] = da[1][kk][1] = da[1][kk][2] = da[1][kk][3] = 0u;
+      }
       cuda::mbarrier_arrive(&ds_empty[j % 2]);  // this thread's dS^T loads are done: tile j + 2 may write
       cuda::wgmma_fence();
       fence_acc(dq);
       issue_tokens_dot<kNSteps / 2>(dq, da[0], k_base, false);
-      if (halves > 1)
-        issue_tokens_dot<kNSteps / 2>(dq, da[1], k_base + (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, true);
+      issue_tokens_dot<kNSteps / 2>(dq, da[1], k_base + (kNSteps / 2) * Bwd::kWgmmaK * Bwd::kRowBytes, true);
       cuda::wgmma_commit_group();
       cuda::wgmma_wait_group<1>();  // dV and dK (the older group); the dQ share may still run
-    } else {
-      cuda::wgmma_wait_group<0>();  // dV, dK
-    }
-    if (computes) {
       fence_acc(dv);
       fence_acc(dk);
       fence_frags(pa);
       fence_frags(dsa);
-    }
-    // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K and dS^T).
-    cuda::mbarrier_arrive(&empty[s]);
+      // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K, dS^T).
+      cuda::mbarrier_arrive(&empty[s]);
 
-    if (dq_share) {
       cuda::wgmma_wait_group<0>();  // the dQ share
       fence_acc(dq);
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        if (half < halves) fence_frags(da[half]);
+      fence_frags(da[0]);
+      fence_frags(da[1]);
 
       // Hand the share to the writer warp: into this consumer's buffer once the writer's copies have read
       // the last one (its use j / 2 - 1; a fresh barrier passes), then on to the next tile.
@@ -564,6 +567,15 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       }
       cuda::fence_proxy_async_shared();  // the writer's bulk reductions (async proxy) read these stores
       cuda::mbarrier_arrive(&dq_full[c]);
+    } else {
+      cuda::wgmma_wait_group<0>();  // dV, dK
+      if (computes) {
+        fence_acc(dv);
+        fence_acc(dk);
+        fence_frags(pa);
+        fence_frags(dsa);
+      }
+      cuda::mbarrier_arrive(&empty[s]);  // this thread has read Q, dO, lse and D of the stage for the last time
     }
   }
 

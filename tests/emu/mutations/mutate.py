@@ -163,8 +163,10 @@ GEMM = {
 
 
 # ---- attention_bwd_sm90.cu -----------------------------------------------------------------------
-BWD_ARRIVE = ("    // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K and dS^T).\n"
-              "    cuda::mbarrier_arrive(&empty[s]);\n")
+# the stage's release on each side of the dq_share branch: the dQ consumer's, and the other's
+BWD_ARRIVE_DQ = ("      // This thread has read Q, dO, lse and D of the stage for the last time (the dQ share reads K, dS^T).\n"
+                 "      cuda::mbarrier_arrive(&empty[s]);\n")
+BWD_ARRIVE_OTHER = "      cuda::mbarrier_arrive(&empty[s]);  // this thread has read Q, dO, lse and D of the stage for the last time\n"
 BWD_DVDK = ("      issue_tokens_dot<kQSteps>(dk, dsa, cuda::smem_u32(sQ(s)), true);\n"
             "      cuda::wgmma_commit_group();  // retired below, before the dQ share's products where this consumer makes it\n")
 
@@ -177,7 +179,8 @@ ATTENTION_BWD = {
                          "cuda::mbarrier_wait(&empty[s], (j / Cfg::kStages) & 1);")],
     # the stage is released before dV += P^T dO and dK += dS^T Q retired (they read its dO and Q)
     # (the consumer that skips the tile still arrives where it did)
-    "early_stage_release": [(BWD_ARRIVE, "    if (j < c) cuda::mbarrier_arrive(&empty[s]);\n"),
+    "early_stage_release": [(BWD_ARRIVE_DQ, ""),
+                            (BWD_ARRIVE_OTHER, "      if (!computes) cuda::mbarrier_arrive(&empty[s]);\n"),
                             (BWD_DVDK, BWD_DVDK + "      cuda::mbarrier_arrive(&empty[s]);\n")],
     # the dQ share reads dS^T without waiting for both consumers' halves
     "ds_read_before_full": [("      cuda::mbarrier_wait_untimed(&ds_full[j % 2], ds_phase);", "")],
@@ -228,7 +231,7 @@ ATTENTION_BWD = {
     # consumer 0 skips its diagonal tile too: wrong dK/dV, and tile 0's dQ share read from an unwritten half
     "masked_skip_off_by_one": [("const bool computes = j >= c;", "const bool computes = j > c;")],
     # the dQ share reads consumer 1's half of dS^T on the tile where consumer 1 skipped (never written)
-    "dq_reads_skipped_half": [("const int halves = j > 0 ? 2 : 1;", "const int halves = 2;")],
+    "dq_reads_skipped_half": [("      if (j > 0) {\n        load_ds_a(da[1]", "      if (j >= 0) {\n        load_ds_a(da[1]")],
     # the consumer without the dQ share releases the stage and P^T, dS^T before dV and dK retired
     "dvdk_wait_missing": [("      cuda::wgmma_wait_group<0>();  // dV, dK\n", "")],
     # the dQ consumer's wait retires neither group: the stage is released while dV and dK still read it
