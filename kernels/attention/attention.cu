@@ -552,22 +552,33 @@ struct TcDqConfig {
 // Rows [row0, row0 + kRows) of a bf16 matrix with leading dimension ld (src already points at the head's
 // first column) into a padded smem tile, 16 bytes per cp.async; rows >= T_ are zero-filled, so masked
 // products read zeros, never stale data or NaN.
+// The trip count is a constant (chunk i = threadIdx.x + k kThreads, unsigned): the loop unrolls into
+// straight-line copies. Counted from threadIdx.x, as it was until 2026-11-29, ptxas could not unroll it
+// and each copy came with its own trip test, signed division and branches: some 570 SASS instructions
+// to issue the 8 copies of the backward's next Q and dO tiles, as many as the tile's 128 HMMA and their
+// softmax (tools/sass.py).
 template <int HS, int kRows, int kThreads>
 __device__ __forceinline__ void tc_load_tile(bf16* dst, const bf16* src, size_t ld, int row0, int T_) {
   constexpr int kChunks = TcTile<HS>::kChunks;
+  constexpr int kTotal = kRows * kChunks;
 #pragma unroll
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
+  for (int k = 0; k < (kTotal + kThreads - 1) / kThreads; ++k) {
+    const unsigned i = threadIdx.x + static_cast<unsigned>(k * kThreads);
+    if (kTotal % kThreads != 0 && i >= static_cast<unsigned>(kTotal)) break;
+    const int r = static_cast<int>(i / kChunks), c = static_cast<int>(i % kChunks);
     const int t = row0 + r;
     const bool inside = t < T_;
     cp_async_16(dst + r * TcTile<HS>::kPitch + c * 8, src + static_cast<size_t>(inside ? t : 0) * ld + c * 8, inside);
   }
 }
 
-// kRows fp32 values src[row0 ..] into dst, zero past T_.
+// kRows fp32 values src[row0 ..] into dst, zero past T_ (a constant trip count, as tc_load_tile).
 template <int kRows, int kThreads>
 __device__ __forceinline__ void tc_load_vec(float* dst, const float* src, int row0, int T_) {
-  for (int i = threadIdx.x; i < kRows; i += kThreads) {
+#pragma unroll
+  for (int k = 0; k < (kRows + kThreads - 1) / kThreads; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    if (kRows % kThreads != 0 && i >= kRows) break;
     const int t = row0 + i;
     const bool inside = t < T_;
     cp_async_4(dst + i, src + (inside ? t : 0), inside);
@@ -987,22 +998,31 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
 
       // P^T = exp(s - lse), dS^T = P^T (dP^T - D); the mask is applied by selection, so exp overflow
       // on masked entries never reaches the products.
-      const bool need_mask = qs0 < wk0 + 15 || qs0 + kBM > T_;
+      // Two copies, masked and not (kMasked): most tiles need no mask, and the per-element tests of the
+      // masked copy (two compares and a select each, their predicates moved through registers) were
+      // about a third of the loop's instructions (tools/sass.py).
+      auto probabilities_and_grads = [&](auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int nb = 0; nb < kMB; ++nb) {
-        const int cl = nb * 8 + 2 * tq;  // local query column of elements 0 and 2
-        const float lse0 = lds_f32(cLse + cl) * kLog2e, lse1 = lds_f32(cLse + cl + 1) * kLog2e;
-        const float d0 = lds_f32(cD + cl), d1 = lds_f32(cD + cl + 1);
+        for (int nb = 0; nb < kMB; ++nb) {
+          const int cl = nb * 8 + 2 * tq;  // local query column of elements 0 and 2
+          const float lse0 = lds_f32(cLse + cl) * kLog2e, lse1 = lds_f32(cLse + cl + 1) * kLog2e;
+          const float d0 = lds_f32(cD + cl), d1 = lds_f32(cD + cl + 1);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = wk0 + g + 8 * (e >> 1);
-          const int q = qs0 + cl + (e & 1);
-          float p = ex2_approx_ftz(fmaf(st[nb][e], scale_log2, -((e & 1) ? lse1 : lse0)));
-          if (need_mask && (q < key || q >= T_)) p = 0.0f;
-          st[nb][e] = p;
-          dpt[nb][e] = p * (dpt[nb][e] - ((e & 1) ? d1 : d0));
+          for (int e = 0; e < 4; ++e) {
+            const int key = wk0 + g + 8 * (e >> 1);
+            const int q = qs0 + cl + (e & 1);
+            float p = ex2_approx_ftz(fmaf(st[nb][e], scale_log2, -((e & 1) ? lse1 : lse0)));
+            if (kMasked && (q < key || q >= T_)) p = 0.0f;
+            st[nb][e] = p;
+            dpt[nb][e] = p * (dpt[nb][e] - ((e & 1) ? d1 : d0));
+          }
         }
-      }
+      };
+      if (qs0 < wk0 + 15 || qs0 + kBM > T_)
+        probabilities_and_grads(std::true_type{});
+      else
+        probabilities_and_grads(std::false_type{});
 
       // dV += P^T dO, dK += dS^T Q (queries are the reduction dimension)
 #pragma unroll
@@ -1157,19 +1177,26 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv
       }
 
       // dS = P (dP - D); masked by selection (rows >= T_ only feed dQ rows that are never stored).
-      const bool need_mask = k0 + kBN - 1 > wq0 || k0 + kBN > T_;
+      // Masked and unmasked copies, as in bwd_dkdv_tc_block.
+      auto score_grads = [&](auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) {
+        for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const int row = wq0 + g + 8 * r;
-          const int col = k0 + nb * 8 + 2 * tq + (e & 1);
-          float p = ex2_approx_ftz(fmaf(s[nb][e], scale_log2, -lse2[r]));
-          if (need_mask && (col > row || col >= T_)) p = 0.0f;
-          s[nb][e] = p * (dp[nb][e] - Dr[r]);
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            const int row = wq0 + g + 8 * r;
+            const int col = k0 + nb * 8 + 2 * tq + (e & 1);
+            float p = ex2_approx_ftz(fmaf(s[nb][e], scale_log2, -lse2[r]));
+            if (kMasked && (col > row || col >= T_)) p = 0.0f;
+            s[nb][e] = p * (dp[nb][e] - Dr[r]);
+          }
         }
-      }
+      };
+      if (k0 + kBN - 1 > wq0 || k0 + kBN > T_)
+        score_grads(std::true_type{});
+      else
+        score_grads(std::false_type{});
 
       // dQ += dS K
 #pragma unroll

@@ -21,7 +21,7 @@
 #                                         NCCL emulated over MPI (train_emu.py: against the CPU backend, 1 and 2
 #                                         ranks, resume, ZeRO-1, the wgmma kernels; ~4 min); --train-build builds
 #                                         them only, in BUILD_DIR/train
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 25 + 24 + 9 + 9 + 6) and of the
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 26 + 24 + 9 + 11 + 6) and of the
 #                                         training code's stream ordering (2 + 2 + 4; KERNELS: a quoted subset of
 #                                         "attention attention_bwd gemm gemm_mma attention_mma attention_decode
 #                                         nccl_comm device_reducer model_cuda"), each must be caught, not hang
@@ -394,8 +394,9 @@ deadlock_report() {  # deadlock_report LOG VAR=VALUE...: passes when the run fai
 }
 for v in EMU_FIBERS=1 EMU_FIBERS=0; do check "deadlock_report $v" deadlock_report "$out/deadlock_report_${v#*=}.txt" $v; done
 # Every GPU thread a fiber (README, Fibers): the checks take a fifth of the time they take with an OS thread
-# per GPU thread, and the 61 mutants are caught either way. A few checks below keep OS threads
-# (EMU_FIBERS=0), whose real concurrency interleaves threads anywhere, not only where the emulator switches.
+# per GPU thread, and the sm_90a kernels' mutants (71 since 2026-11-29) are caught either way. A few checks
+# below keep OS threads (EMU_FIBERS=0), whose real concurrency interleaves threads anywhere, not only where
+# the emulator switches.
 export EMU_FIBERS=${EMU_FIBERS:-1}
 check attention_quick "$out/emu_attention" --quick
 check attention_test_shapes "$out/emu_attention" --test-shapes

@@ -188,7 +188,9 @@ ATTENTION_BWD = {
     "transpose_immediate_0": [("cuda::wgmma_m64n64k16_bf16_rs<1>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);",
                                "cuda::wgmma_m64n64k16_bf16_rs<0>(d, a[kk], db, (accumulate || kk > 0) ? 1 : 0);")],
     # no causal mask: keys after the query get probability
-    "causal_mask_off": [("s[i] = (diagonal && q0 + col < key) ? 0.0f : p;", "s[i] = p;")],
+    "causal_mask_off": [("s[i] = (kMasked && q0 + col < key) ? 0.0f : p;", "s[i] = p;")],
+    # the query tiles that start inside the key tile take the unmasked copy of the exponentials
+    "diagonal_unmasked": [("const bool diagonal = q0 < k0 + Cfg::kBlockN;", "const bool diagonal = q0 < k0;")],
     # dQ turns broken: the writer adds without waiting for the key tiles above it
     "turn_order_broken": [("if (lane == 0) cuda::wait_flag_at_least(turn, my_turn);",
                            "if (lane == 0) cuda::wait_flag_at_least(turn, 0);")],
@@ -293,8 +295,14 @@ ATTENTION_MMA = {
     "b_kn_not_transposed": [("ldmatrix_x4_trans(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);",
                              "ldmatrix_x4(r, tile + (lane & 15) * kPitch + (lane >> 4) * 8);")],
     # backward: the causal mask lets one future key in
-    "bwd_mask_off_by_one": [("if (need_mask && (col > row || col >= T_)) p = 0.0f;",
-                             "if (need_mask && (col > row + 1 || col >= T_)) p = 0.0f;")],
+    "bwd_mask_off_by_one": [("if (kMasked && (col > row || col >= T_)) p = 0.0f;",
+                             "if (kMasked && (col > row + 1 || col >= T_)) p = 0.0f;")],
+    # backward (dQ): a warp of a query tile (the last one at hs <= 96) takes the unmasked copy on its diagonal key tile
+    "bwd_dq_diagonal_unmasked": [("if (k0 + kBN - 1 > wq0 || k0 + kBN > T_)\n        score_grads(std::true_type{});",
+                                  "if (k0 + kBN - 1 > wq0 + 15 || k0 + kBN > T_)\n        score_grads(std::true_type{});")],
+    # backward (dK, dV): the first warp of a key tile takes the unmasked copy on its diagonal query tile
+    "bwd_dkdv_diagonal_unmasked": [("if (qs0 < wk0 + 15 || qs0 + kBM > T_)\n        probabilities_and_grads",
+                                    "if (qs0 < wk0 || qs0 + kBM > T_)\n        probabilities_and_grads")],
     # backward (dK, dV): the current Q, dO stage read before its cp.async group landed
     "bwd_wait_short": [("      cp_async_commit();\n      cp_async_wait<1>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cQ",
                         "      cp_async_commit();\n      cp_async_wait<2>();\n    } else {\n      cp_async_wait<0>();\n    }\n    __syncthreads();\n    const bf16* cQ")],
