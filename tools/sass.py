@@ -116,12 +116,19 @@ def main():
     ap.add_argument("--check", action="store_true", help="exit 1 if a wgmma kernel looks serialized or uses local memory")
     args = ap.parse_args()
 
+    if not os.path.isfile(args.input):
+        sys.exit(f"sass.py: {args.input}: no such file")
+    if not args.input.endswith((".cu", ".cubin")):
+        sys.exit(f"sass.py: {args.input}: give a .cu source or a .cubin")
     nvdisasm = find_nvdisasm()
     with tempfile.TemporaryDirectory() as tmp:
         cubin = args.input
-        if not cubin.endswith(".cubin"):
+        if args.input.endswith(".cu"):
             cubin = os.path.join(tmp, "k.cubin")
-            compile_cubin(args.input, args.arch, cubin, args.defines)
+            try:
+                compile_cubin(args.input, args.arch, cubin, args.defines)
+            except subprocess.CalledProcessError:
+                sys.exit(f"sass.py: nvcc could not compile {args.input} for {args.arch} (its errors are above)")
         old = os.path.join(tmp, "old.cubin")
         old_header_copy(cubin, old)
         text = subprocess.run([nvdisasm, "-c", old], capture_output=True, text=True, check=True).stdout
