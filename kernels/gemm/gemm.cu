@@ -13,7 +13,8 @@
 //  * Split-K for small output grids with a long K (the weight gradients), the factor from a cost model
 //    (wave quantization against the partials' HBM traffic): each split writes fp32 partials to the
 //    context's workspace; a second kernel adds them in split order and applies the epilogue.
-//    Deterministic: the split factor depends on the shape only.
+//    Deterministic: the split factor depends on the shape only. The wgmma kernel may split only its tail
+//    (GemmSplitPlan): the tiles of the whole waves of SMs unsplit, the rest split, and only theirs reduced.
 //  * The bias gradient of a linear layer can ride along its weight gradient (weight_bias_grad_cuda):
 //    the blocks of the first output row tile sum the columns of the dout tiles already in shared memory
 //    (every kernel but mma.sync's register-staged variant, which is at the 255-register limit).
@@ -115,6 +116,10 @@ constexpr int kSplitModelSms = 132;
 constexpr double kSplitModelHbmBytesPerNs = 3000.0;
 constexpr int kSplitMinK = 1024;  // every split keeps >= 1024 of K (prologue/epilogue stay small)
 constexpr int kMaxSplits = 16;
+// A split tail (choose_split_plan) launches the GEMM twice: its second launch's start (the launch, the
+// barriers, the first stages' copies), and the margin by which the plan must beat the best plain split.
+constexpr double kTailLaunchNs = 3000.0;
+constexpr double kTailMargin = 0.95;
 // 64 MiB: room for the best splits of GPT-2's weight gradients (768 x 3072 x 7 splits = 63 MiB).
 constexpr size_t kSplitKWorkspaceBytes = 64ull << 20;
 
@@ -472,13 +477,10 @@ __global__ void __launch_bounds__(SimtTile::kThreads) gemm_f32_simt_8x8(const Ge
 // ---------------------------------------------------------------------------------------------------
 // Split-K: C = epilogue(sum over splits s = 0, 1, ... of partial[s]), always in that order.
 
+// Outputs (row, col .. col + 3): the splits' partials summed in split order, then the epilogue.
 template <class T, GemmEpilogue kEp>
-__global__ void __launch_bounds__(kElementwiseThreads)
-    gemm_splitk_reduce_epilogue(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep) {
-  const int n4 = static_cast<int>(ceil_div(ep.N, 4));
-  const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long>(ep.M) * n4) return;
-  const int row = static_cast<int>(i / n4), col = static_cast<int>(i % n4) * 4;
+__device__ __forceinline__ void reduce_splits4(const float* __restrict__ partial, int splits, const EpilogueParams<T>& ep,
+                                               int row, int col) {
   const size_t slice = static_cast<size_t>(ep.M) * ep.N, idx = static_cast<size_t>(row) * ep.N + col;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int s = 0; s < splits; ++s) {
@@ -495,6 +497,30 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     }
   }
   apply_epilogue4<T, kEp>(ep, row, col, v);
+}
+
+template <class T, GemmEpilogue kEp>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    gemm_splitk_reduce_epilogue(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep) {
+  const int n4 = static_cast<int>(ceil_div(ep.N, 4));
+  const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<long>(ep.M) * n4) return;
+  reduce_splits4<T, kEp>(partial, splits, ep, static_cast<int>(i / n4), static_cast<int>(i % n4) * 4);
+}
+
+// The same for a wgmma split tail alone (gemm_hand): block b takes output tile tile0 + b of the tile order
+// (bm x bn tiles, tiles_m x tiles_n of them); the other tiles were finished by the GEMM itself.
+template <class T, GemmEpilogue kEp>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    gemm_splitk_reduce_tiles(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep, int tile0,
+                             int tiles_m, int tiles_n, int bm, int bn) {
+  int tile_m, tile_n;
+  gemm_detail::tile_coords(tile0 + static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
+  const int bn4 = bn / 4;
+  for (int i = threadIdx.x; i < bm * bn4; i += blockDim.x) {
+    const int row = tile_m * bm + i / bn4, col = tile_n * bn + (i % bn4) * 4;
+    if (row < ep.M && col < ep.N) reduce_splits4<T, kEp>(partial, splits, ep, row, col);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -542,14 +568,15 @@ __global__ void __launch_bounds__(kBiasThreadsX* kBiasThreadsY)
   }
 }
 
-// dbias[col] += sum over chunks c = 0, 1, ... of scratch[c][col].
+// dbias[col] += sum over chunks c = 0, 1, ... of scratch[c * ld + col], for col < OC (ld >= OC: the
+// chunks' row length, when dbias and scratch point into the last columns of wider ones).
 template <class T>
 __global__ void __launch_bounds__(kElementwiseThreads)
-    bias_backward_add_chunks(T* __restrict__ dbias, const float* __restrict__ scratch, int chunks, int OC) {
+    bias_backward_add_chunks(T* __restrict__ dbias, const float* __restrict__ scratch, int chunks, int OC, int ld) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= OC) return;
   float s = 0.0f;
-  for (int c = 0; c < chunks; ++c) s += scratch[static_cast<size_t>(c) * OC + col];
+  for (int c = 0; c < chunks; ++c) s += scratch[static_cast<size_t>(c) * ld + col];
   dbias[col] = from_f32<T>(to_f32(dbias[col]) + s);
 }
 
@@ -598,26 +625,46 @@ SplitModel wgmma_split_model(GemmWgmmaKernel k) {
 static_assert(gemm_detail::kWgmmaBK == 64, "wgmma_split_model's K step");
 #endif
 
-// The split factor with the least modelled time; ties keep the smaller split.
-int choose_splits(const SplitModel& m, int M, int N, int K, size_t ws_bytes) {
-  const double tiles = static_cast<double>(ceil_div(M, m.bm) * ceil_div(N, m.bn));
-  const double slots = static_cast<double>(kSplitModelSms) * m.blocks_per_sm;
+// The split of K with the least modelled time; ties keep the smaller split. With tail_split (the wgmma
+// kernel) it may also take the tiles of the whole waves of slots unsplit and split only the rest, the tail
+// (GemmSplitPlan): a weight gradient of 144 tiles on 132 slots otherwise runs a second wave of K for 12 tiles
+// (split 1) or writes and reads every tile's partials s times over (split s); split, only the tail's.
+GemmSplitPlan choose_split_plan(const SplitModel& m, int M, int N, int K, size_t ws_bytes, bool tail_split) {
+  const long tiles = ceil_div(M, m.bm) * ceil_div(N, m.bn);
+  const long slots = static_cast<long>(kSplitModelSms) * m.blocks_per_sm;
   // ns for one block to advance one unit of K when every slot is busy.
-  const double block_k_ns = 2.0 * m.bm * m.bn / (m.sustained_tflops * 1e3 / slots);
+  const double block_k_ns = 2.0 * m.bm * m.bn / (m.sustained_tflops * 1e3 / static_cast<double>(slots));
   const double mn_bytes = static_cast<double>(M) * N * sizeof(float);
-  int best_s = 1;
-  double best = 0;
-  for (int s = 1; s <= kMaxSplits; ++s) {
-    if (s > 1 && (K / s < kSplitMinK || s * mn_bytes > static_cast<double>(ws_bytes))) break;
-    const double waves = std::ceil(tiles * s / slots);
-    const double k_per_split = static_cast<double>(ceil_div(ceil_div(K, s), m.bk) * m.bk);
-    const double t = waves * k_per_split * block_k_ns + (s > 1 ? 2.0 * s * mn_bytes / kSplitModelHbmBytesPerNs : 0.0);
-    if (s == 1 || t < best * (1.0 - 1e-9)) {
-      best = t;
-      best_s = s;
+  const auto fits = [&](int s) {
+    return s == 1 || (K / s >= kSplitMinK && s * mn_bytes <= static_cast<double>(ws_bytes));
+  };
+  const auto k_range = [&](int s) { return static_cast<double>(ceil_div(ceil_div(K, s), m.bk) * m.bk); };
+  const auto waves = [&](long units) { return static_cast<double>(ceil_div(units, slots)); };
+  GemmSplitPlan best;
+  double best_t = 0;
+  for (int s = 1; s <= kMaxSplits && fits(s); ++s) {
+    const double t = waves(tiles * s) * k_range(s) * block_k_ns + (s > 1 ? 2.0 * s * mn_bytes / kSplitModelHbmBytesPerNs : 0.0);
+    if (s == 1 || t < best_t * (1.0 - 1e-9)) {
+      best_t = t;
+      best = {s, 0};
     }
   }
-  return best_s;
+  const long full = tiles / slots * slots;  // the tiles of whole waves
+  if (!tail_split || full == 0 || full == tiles) return best;
+  // The tail's partials: its tiles' alone (the workspace still holds whole planes: fits() as above). The
+  // second launch of the GEMM costs kTailLaunchNs more, and the plan must win by kTailMargin.
+  const double tile_bytes = static_cast<double>(m.bm) * m.bn * sizeof(float);
+  GemmSplitPlan tail{1, 0};
+  double tail_t = 0;
+  for (int s = 2; s <= kMaxSplits && fits(s); ++s) {
+    const double t = waves(full) * k_range(1) * block_k_ns + waves((tiles - full) * s) * k_range(s) * block_k_ns +
+                     2.0 * s * (tiles - full) * tile_bytes / kSplitModelHbmBytesPerNs + kTailLaunchNs;
+    if (tail.splits == 1 || t < tail_t * (1.0 - 1e-9)) {
+      tail_t = t;
+      tail = {s, static_cast<int>(full)};
+    }
+  }
+  return tail.splits > 1 && tail_t < best_t * kTailMargin ? tail : best;
 }
 
 // K per split (a multiple of the K step) and the number of non-empty splits it gives.
@@ -699,9 +746,13 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   record_kernel_path("gemm", wgmma                            ? hand_wgmma_path_name(wgmma_kernel)
                              : std::is_same_v<T, bf16> ? "hand mma.sync"
                                                        : "hand simt");
-  const int splits =
-      gemm_hand_splits<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync, trans_a, ep);
+  const GemmSplitPlan plan =
+      gemm_hand_split_plan<T>(ctx, M, N, K, wgmma ? GemmHandPath::kWgmma : GemmHandPath::kMmaSync, trans_a, ep);
+  const int splits = plan.splits;
   int k_per_split = 0, used = 1;
+  // A split tail (wgmma): tiles [0, tail_from) whole in a first launch; the others, split, in a second.
+  int tail_from = 0;
+  int tiles_m = 0, tiles_n = 0, tile_n = 0;
   // With split-K the main kernel only writes partials; the reduction applies the epilogue.
   GPT2_CHECK(dbias == nullptr || (!trans_b && ep == GemmEpilogue::kNone),
              "fused bias gradient: B not transposed, no epilogue");
@@ -711,14 +762,26 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   if (wgmma) {
 #if defined(GPT2_HAVE_SM90A)
     if constexpr (std::is_same_v<T, bf16>) {
-      // The split factor of the wgmma model (gemm_hand_splits), with ranges in the wgmma kernel's K step.
+      // The split factor of the wgmma model (gemm_hand_split_plan), with ranges in the wgmma kernel's K step.
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
-      const bool aux_by_tma = gemm_detail::gemm_bf16_wgmma(
-          wgmma_kernel, ctx.test_hooks().wgmma_max_blocks, !ctx.test_hooks().wgmma_aux_from_global, a, b,
-          M, N, K, trans_a, trans_b, k_per_split, used, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
-          used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
-          used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
+      const int tiles = gemm_detail::wgmma_tiles(wgmma_kernel, M, N);
+      tile_n = wgmma_kernel == GemmWgmmaKernel::k128x256 ? 256 : 128;
+      tiles_m = static_cast<int>(ceil_div(M, 128)), tiles_n = static_cast<int>(ceil_div(N, tile_n));
+      if (used > 1 && plan.tail_from > 0 && plan.tail_from < tiles) tail_from = plan.tail_from;
+      const int max_blocks = ctx.test_hooks().wgmma_max_blocks;
+      const bool tma_aux = !ctx.test_hooks().wgmma_aux_from_global;
+      bool aux_by_tma = false;
+      if (tail_from > 0) {  // the whole tiles, finished here (their bias-gradient columns into dbias)
+        const int k_whole = static_cast<int>(ceil_div(K, gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
+        aux_by_tma = gemm_detail::gemm_bf16_wgmma(wgmma_kernel, max_blocks, tma_aux, a, b, M, N, K, trans_a, trans_b,
+                                                  k_whole, 1, 0, tail_from, nullptr, epp, ep, dbias, nullptr, stream);
+      }
+      // Every tile, or the tail: partials into the workspace when split, the epilogue applied after.
+      aux_by_tma |= gemm_detail::gemm_bf16_wgmma(
+          wgmma_kernel, max_blocks, tma_aux, a, b, M, N, K, trans_a, trans_b, k_per_split, used, tail_from,
+          tiles - tail_from, used > 1 ? ctx.splitk_workspace() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : ep,
+          used > 1 ? nullptr : dbias, used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
       if (aux_by_tma) ++ctx.test_hooks().wgmma_aux_tma_launches;
     }
 #endif
@@ -752,18 +815,36 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
   }
 
   if (used > 1) {
-    const long n = static_cast<long>(M) * ceil_div(N, 4);
     dispatch_epilogue(ep, [&](auto e) {
-      gemm_splitk_reduce_epilogue<T, decltype(e)::value>
-          <<<static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
-              ctx.splitk_workspace(), used, epp);
+      if (tail_from > 0) {  // the tail's tiles alone
+        const int tail = tiles_m * tiles_n - tail_from;
+        gemm_splitk_reduce_tiles<T, decltype(e)::value><<<static_cast<unsigned>(tail), kElementwiseThreads, 0, stream>>>(
+            ctx.splitk_workspace(), used, epp, tail_from, tiles_m, tiles_n, 128, tile_n);
+      } else {
+        const long n = static_cast<long>(M) * ceil_div(N, 4);
+        gemm_splitk_reduce_epilogue<T, decltype(e)::value>
+            <<<static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
+                ctx.splitk_workspace(), used, epp);
+      }
       CUDA_CHECK_LAUNCH();
     });
     if (dbias != nullptr) {  // the splits' column sums, in split order
       GPT2_CHECK(used <= kMaxSplits, "fused bias gradient: " << used << " splits, scratch for " << kMaxSplits);
-      bias_backward_add_chunks<T><<<static_cast<unsigned>(ceil_div(N, kElementwiseThreads)), kElementwiseThreads, 0,
-                                    stream>>>(dbias, bias_scratch, used, N);
-      CUDA_CHECK_LAUNCH();
+      // With a split tail, only the columns whose row-0 tile is in the tail have partial sums: the last
+      // ones (gemm_common.cuh, row0_tile_index); the first launch added the others into dbias itself.
+      int col0 = 0;
+      if (tail_from > 0) {
+        int first = tiles_n;
+        for (int tn = 0; tn < tiles_n; ++tn)
+          if (gemm_detail::row0_tile_index(tn, tiles_m) >= tail_from) first = std::min(first, tn);
+        col0 = std::min(N, first * tile_n);
+      }
+      if (col0 < N) {
+        bias_backward_add_chunks<T><<<static_cast<unsigned>(ceil_div(N - col0, kElementwiseThreads)),
+                                      kElementwiseThreads, 0, stream>>>(dbias + col0, bias_scratch + col0, used,
+                                                                        N - col0, N);
+        CUDA_CHECK_LAUNCH();
+      }
     }
   }
 }
@@ -828,19 +909,26 @@ GemmContext::~GemmContext() {
 }
 
 template <class T>
-int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path, bool trans_a, GemmEpilogue ep) {
-  if (ctx.backend() != GemmBackend::kHand || M <= 0 || N <= 0 || K <= 0) return 1;
-  const int forced = ctx.test_hooks().hand_force_splits;
-  if (forced > 0) {
-    GPT2_CHECK(static_cast<size_t>(forced) * M * N * sizeof(float) <= ctx.splitk_workspace_bytes(),
-               "forced split-K factor " << forced << " needs more than the workspace for M=" << M << " N=" << N);
-    return forced;
+GemmSplitPlan gemm_hand_split_plan(const GemmContext& ctx, int M, int N, int K, GemmHandPath path, bool trans_a,
+                                   GemmEpilogue ep) {
+  if (ctx.backend() != GemmBackend::kHand || M <= 0 || N <= 0 || K <= 0) return {};
+  const GemmTestHooks& hooks = ctx.test_hooks();
+  if (hooks.hand_force_splits > 0) {
+    GPT2_CHECK(static_cast<size_t>(hooks.hand_force_splits) * M * N * sizeof(float) <= ctx.splitk_workspace_bytes(),
+               "forced split-K factor " << hooks.hand_force_splits << " needs more than the workspace for M=" << M
+                                        << " N=" << N);
+    return {hooks.hand_force_splits, path == GemmHandPath::kWgmma ? hooks.hand_force_tail_from : 0};
   }
   GPT2_CHECK(path != GemmHandPath::kWgmma || (std::is_same_v<T, bf16>), "the wgmma GEMM is bf16 only");
-  const SplitModel model = path == GemmHandPath::kWgmma
-                               ? wgmma_split_model(gemm_wgmma_kernel_for(ctx.hand_wgmma_kernel(), trans_a, ep))
-                               : hand_split_model<T>();
-  return choose_splits(model, M, N, K, ctx.splitk_workspace_bytes());
+  const bool wgmma = path == GemmHandPath::kWgmma;
+  const SplitModel model = wgmma ? wgmma_split_model(gemm_wgmma_kernel_for(ctx.hand_wgmma_kernel(), trans_a, ep))
+                                 : hand_split_model<T>();
+  return choose_split_plan(model, M, N, K, ctx.splitk_workspace_bytes(), wgmma);
+}
+
+template <class T>
+int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path, bool trans_a, GemmEpilogue ep) {
+  return gemm_hand_split_plan<T>(ctx, M, N, K, path, trans_a, ep).splits;
 }
 
 template <class T>
@@ -891,7 +979,7 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
   CUDA_CHECK_LAUNCH();
   bias_backward_add_chunks<T>
       <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, part,
-                                                                                                     chunks, OC);
+                                                                                                     chunks, OC, OC);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -914,7 +1002,7 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
     if (detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream)) {
       bias_backward_add_chunks<T>
           <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged,
-                                                                                                       1, OC);
+                                                                                                       1, OC, OC);
       CUDA_CHECK_LAUNCH();
       return true;
     }
@@ -938,6 +1026,8 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   template void gemm_cuda<T>(GemmContext&, T*, const T*, const T*, const T*, T*, int, int, int, bool, bool, bool, \
                              GemmEpilogue, cudaStream_t);                                                         \
   template int gemm_hand_splits<T>(const GemmContext&, int, int, int, GemmHandPath, bool, GemmEpilogue);          \
+  template GemmSplitPlan gemm_hand_split_plan<T>(const GemmContext&, int, int, int, GemmHandPath, bool,            \
+                                                 GemmEpilogue);                                                   \
   template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);                               \
   template bool weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
 GPT2_GEMM_INSTANTIATE(float)

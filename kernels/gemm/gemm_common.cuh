@@ -20,12 +20,19 @@ using cuda::to_f32;
 constexpr int kGroupM = 8;
 
 // Linear tile index -> (tile_m, tile_n) in that order.
-__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+__host__ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
   const int in_group = kGroupM * tiles_n;
   const int first_m = (pid / in_group) * kGroupM;
-  const int rows = min(tiles_m - first_m, kGroupM);
+  const int rows = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
   tile_m = first_m + (pid % in_group) % rows;
   tile_n = (pid % in_group) / rows;
+}
+
+// The linear index of tile (0, tile_n): row tile 0 is in the first group, whose tiles run down each column
+// first. So the row-0 tiles at or after any index are those of the last columns: a wgmma split tail's
+// bias-gradient columns are a suffix (gemm.cu, gemm_hand).
+__host__ __device__ __forceinline__ int row0_tile_index(int tile_n, int tiles_m) {
+  return tile_n * (tiles_m < kGroupM ? tiles_m : kGroupM);
 }
 
 // Runtime flags -> template parameters, in one place (the host sides of gemm.cu and gemm_sm90.cu):

@@ -76,6 +76,10 @@ inline GemmWgmmaKernel gemm_wgmma_kernel_for(GemmWgmmaKernel k, bool trans_a, Ge
 struct GemmTestHooks {
   bool hand_force_scalar_loads = false;          // hand bf16: the unaligned (no cp.async) tile loader
   int hand_force_splits = 0;                     // hand: this split-K factor (> 0) instead of the shape rule
+  // hand wgmma, with hand_force_splits > 1: tiles [0, this) whole and only the rest split (a split tail:
+  // GemmSplitPlan), so small test shapes take the path that the model gives only to over 132 tiles; the
+  // other paths, and a value past the last tile, ignore it
+  int hand_force_tail_from = 0;
   bool lt_force_unfused_epilogue = false;        // cuBLASLt: plain matmul + our elementwise epilogue
   GemmHandPath hand_path = GemmHandPath::kAuto;  // hand bf16: which kernel (see GemmHandPath)
   GemmWgmmaKernel wgmma_kernel = GemmWgmmaKernel::kDefault;  // the wgmma kernel's tiles and schedule
@@ -154,10 +158,23 @@ template <class T>
 void gemm_cuda(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool trans_a,
                bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
 
-// The split-K factor the hand backend uses for this shape and storage type (1 = no split) on the mma.sync
-// (or SIMT) kernel, or on the context's wgmma kernel (path kWgmma, bf16 only; by-shape: the one trans_a
-// and ep choose). For tests and benchmarks: it depends on (M, N, K, T, path, wgmma kernel) and the fixed
-// workspace size only.
+// How the hand backend splits a product's K: `splits` ranges (1 = no split) over every output tile, or,
+// where tail_from > 0 (the wgmma kernel only), tiles [0, tail_from) of the tile order whole, finished by
+// the GEMM, and the rest (the tail: what is left after the whole waves of SMs) in `splits` ranges, whose
+// partials a second kernel adds up and finishes.
+struct GemmSplitPlan {
+  int splits = 1;
+  int tail_from = 0;
+};
+
+// The plan the hand backend uses for this shape and storage type on the mma.sync (or SIMT) kernel, or on
+// the context's wgmma kernel (path kWgmma, bf16 only; by-shape: the one trans_a and ep choose). For tests
+// and benchmarks: it depends on (M, N, K, T, path, wgmma kernel) and the fixed workspace size only, not on
+// the device (the model's SM count is fixed), so the bits do not either. gemm_hand_splits: its splits.
+template <class T>
+GemmSplitPlan gemm_hand_split_plan(const GemmContext& ctx, int M, int N, int K,
+                                   GemmHandPath path = GemmHandPath::kMmaSync, bool trans_a = false,
+                                   GemmEpilogue ep = GemmEpilogue::kNone);
 template <class T>
 int gemm_hand_splits(const GemmContext& ctx, int M, int N, int K, GemmHandPath path = GemmHandPath::kMmaSync,
                      bool trans_a = false, GemmEpilogue ep = GemmEpilogue::kNone);

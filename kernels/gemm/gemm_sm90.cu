@@ -5,7 +5,9 @@
 //        +--------------------------- empty[s] ---------------------+
 //
 //  * One block per SM (persistent): work units are (split, output tile) pairs, taken in the tile order of
-//    the mma.sync kernel (gemm_common.cuh), blockIdx.x, blockIdx.x + gridDim.x, ...
+//    the mma.sync kernel (gemm_common.cuh), blockIdx.x, blockIdx.x + gridDim.x, ... A launch takes every
+//    tile or a range of them: a split tail (gemm.cu gemm_hand) runs the whole waves' tiles unsplit in one
+//    launch and splits only the rest in a second.
 //  * Three configurations (WgmmaTile, gemm_cuda.hpp GemmWgmmaKernel): 128x128 tiles (4 stages), 128x256
 //    (3 stages; CUTLASS's fastest Hopper bf16 shape: wgmma m64n256 reads fewer shared-memory bytes per
 //    flop than m64n128), and 128x128 on a ping-pong schedule. The context picks one (GPT2_GEMM_SM90);
@@ -174,7 +176,10 @@ struct WgmmaParams {
   int M, N, K;
   int k_per_split;  // a multiple of kBK
   int splits;
-  float* partial;  // [splits][M][N] fp32 when splitting; nullptr otherwise
+  // The output tiles of this launch: tile0 .. tile0 + tiles - 1 in tile_coords order (gemm_common.cuh).
+  // All of them, or one part of a split tail (gemm_sm90.cuh, WgmmaTailSplit).
+  int tile0, tiles;
+  float* partial;  // [splits][M][N] fp32 when splitting (only this launch's tiles written); nullptr otherwise
   EpilogueParams<bf16> ep;
   // The fused bias gradient (kernels with A transposed, B not and no epilogue; both nullptr otherwise):
   // dbias += column sums of B without split-K, dbias_partial [splits][N] with it (gemm_common.cuh
@@ -204,11 +209,10 @@ struct Unit {
 };
 template <class Cfg>
 __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int unit, int tiles_m, int tiles_n) {
-  const int tiles = tiles_m * tiles_n;
   Unit u;
-  u.split = unit / tiles;
+  u.split = unit / p.tiles;
   int tile_m, tile_n;
-  tile_coords(unit % tiles, tiles_m, tiles_n, tile_m, tile_n);
+  tile_coords(p.tile0 + unit % p.tiles, tiles_m, tiles_n, tile_m, tile_n);
   u.m0 = tile_m * Cfg::kBM;
   u.n0 = tile_n * Cfg::kBN;
   u.k_begin = u.split * p.k_per_split;
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int tiles_m = static_cast<int>(ceil_div(p.M, Cfg::kBM));
   const int tiles_n = static_cast<int>(ceil_div(p.N, Cfg::kBN));
-  const int units = tiles_m * tiles_n * p.splits;
+  const int units = p.tiles * p.splits;
 
   if (wg == 0) {
     // ---- producer: one thread issues every copy ----
@@ -532,7 +536,7 @@ void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMa
   cuda::allow_dynamic_smem(kernel, smem);
   constexpr bool kRoom = kStagesAux<Cfg, kEp>;
   GPT2_CHECK(!p.aux_by_tma || kRoom, "gemm_bf16_wgmma: pre-activations by TMA in a kernel without the room");
-  const long units = ceil_div(p.M, Cfg::kBM) * ceil_div(p.N, Cfg::kBN) * p.splits;
+  const long units = static_cast<long>(p.tiles) * p.splits;
   const long blocks = max_blocks > 0 ? std::min(max_blocks, sm_count()) : sm_count();
   const unsigned grid = static_cast<unsigned>(units < blocks ? units : blocks);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(ta, tb, taux, p);
@@ -553,15 +557,17 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
 }
 
 bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
-                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
-                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
-                     cudaStream_t stream) {
+                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, int tile0,
+                     int tile_count, float* partial, const EpilogueParams<bf16>& ep, GemmEpilogue epilogue,
+                     bf16* dbias, float* dbias_partial, cudaStream_t stream) {
   GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault && kernel != GemmWgmmaKernel::kByShape,
              "gemm_bf16_wgmma needs a resolved kernel (gemm_wgmma_kernel_for)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
   // Every split has K to do: a unit without k-steps would release a stage it never waited for.
   GPT2_CHECK(K >= 1 && static_cast<long>(splits - 1) * k_per_split < K,
              "wgmma split-K: " << splits << " splits of " << k_per_split << " leave one empty for K=" << K);
+  GPT2_CHECK(tile0 >= 0 && tile_count >= 1 && tile0 + tile_count <= wgmma_tiles(kernel, M, N),
+             "wgmma tiles " << tile0 << " + " << tile_count << " of " << wgmma_tiles(kernel, M, N));
   const bool bias_grad = dbias != nullptr || dbias_partial != nullptr;
   GPT2_CHECK(!bias_grad || (trans_a && !trans_b && epilogue == GemmEpilogue::kNone),
              "wgmma fused bias gradient: A transposed, B not, no epilogue");
@@ -574,6 +580,7 @@ bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
   const CUtensorMap tb = trans_b ? make_tensor_map(b, K, N, ldb) : make_tensor_map(b, N, K, ldb);
   WgmmaParams p;
   p.M = M, p.N = N, p.K = K, p.k_per_split = k_per_split, p.splits = splits, p.partial = partial, p.ep = ep;
+  p.tile0 = tile0, p.tiles = tile_count;
   p.dbias = dbias, p.dbias_partial = dbias_partial;
   // The GELU gradient's pre-activations by TMA: in the kernels that have the room (kAuxFits, the 128x128
   // ones), without split-K (which defers the epilogue), and when a tensor map can describe them (a

@@ -23,9 +23,17 @@ bool wgmma_device_ready();
 // of 8 elements: tensor-map strides are multiples of 16 bytes). Otherwise the caller uses mma.sync.
 bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
 
-// C tile work for one launch: [splits][tiles] units (tiles of `kernel`'s shape, not kDefault) over a
-// persistent grid of one block per SM, or of max_blocks (> 0) if fewer. With partial != nullptr each split
-// writes its fp32 partials (partial + split*M*N) and `ep` is not applied; otherwise C = ep(acc).
+// The output tiles of an M x N product on `kernel` (128 x 128 or 128 x 256; not kDefault or kByShape).
+inline int wgmma_tiles(GemmWgmmaKernel kernel, int M, int N) {
+  const int bn = kernel == GemmWgmmaKernel::k128x256 ? 256 : 128;
+  return static_cast<int>(cuda::ceil_div(M, 128) * cuda::ceil_div(N, bn));
+}
+
+// C tile work for one launch: [splits][tile_count] units, the tiles tile0 .. tile0 + tile_count - 1 of
+// `kernel`'s shape (not kDefault) in gemm_common.cuh's tile order (all wgmma_tiles(kernel, M, N) of them,
+// or one part of a split tail: gemm.cu, gemm_hand), over a persistent grid of one block per SM, or of
+// max_blocks (> 0) if fewer. With partial != nullptr each split writes its fp32 partials of those tiles
+// (partial + split*M*N, at the tiles' places) and `ep` is not applied; otherwise C = ep(acc).
 // k_per_split: a multiple of kWgmmaBK. lda = trans_a ? M : K, ldb = trans_b ? K : N.
 // The bias gradient fused into a weight gradient (A transposed, B not, epilogue kNone; otherwise both
 // nullptr): dbias += B's column sums with splits == 1, or with split-K each split's sums into
@@ -33,7 +41,8 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
 // aux_by_tma: kDGelu's pre-activations may be loaded by TMA during the products (where the kernel has the
 // room and TMA can describe ep.aux); false: read in the epilogue. Returns whether they were.
 bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
-                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, float* partial,
+                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, int tile0,
+                     int tile_count, float* partial,
                      const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
                      cudaStream_t stream);
 

@@ -945,6 +945,53 @@ TEST_F(GemmWgmma, ForcedSplitK) {
   }
 }
 
+// A split tail (GemmSplitPlan; gemm.cu gemm_hand): tiles [0, tail_from) whole in one launch, the rest split
+// 3 ways in a second, and only the tail's partials reduced. 296 x 264 has 9 tiles of 128x128 (6 of 128x256):
+// tail_from 5 leaves 4 (1) in the tail, with tails of rows and columns; every transpose and epilogue, C +=,
+// and the same bits twice. The model gives a tail only to over 132 tiles, hence the hooks.
+TEST_F(GemmWgmma, SplitTail) {
+  std::vector<Variant> v = wgmma_tile_variants(3);
+  for (Variant& x : v) x.hooks.hand_force_tail_from = 5;
+  uint32_t seed = 1450;
+  for (int t = 0; t < 4; ++t) {
+    for (GemmEpilogue ep : kEpilogues)
+      check_case<bf16>({296, 264, 392, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, v);
+    check_case<bf16>({296, 264, 392, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, v);
+  }
+  GemmContext ctx(GemmBackend::kHand);
+  const auto a = rnd_t<bf16>(296 * 392, 1470), b = rnd_t<bf16>(392 * 264, 1471), c0 = rnd_t<bf16>(296 * 264, 1472);
+  for (const Variant& x : v) {
+    ctx.test_hooks() = x.hooks;
+    const auto r0 = gpu_gemm<bf16>(ctx, c0, a, b, nullptr, nullptr, 296, 264, 392, true, false, true, GemmEpilogue::kNone);
+    const auto r1 = gpu_gemm<bf16>(ctx, c0, a, b, nullptr, nullptr, 296, 264, 392, true, false, true, GemmEpilogue::kNone);
+    EXPECT_EQ(bit_mismatches(r0, r1), 0) << x.tag << "two runs differ";
+  }
+}
+
+// The model's split tail: a weight gradient of GPT-2's MLP at 16384 rows has 144 tiles of 128x128 (132 in
+// the whole wave, 12 in the tail) and takes it, split; on 128x256 tiles (72) and for qkv's (108 tiles) there
+// is no tail to split. It depends on the shape and kernel alone (the bits do not depend on the device).
+TEST_F(GemmWgmma, SplitTailPlan) {
+  GemmContext ctx(GemmBackend::kHand);
+  const auto plan = [&](GemmWgmmaKernel k, int M, int N, int K) {
+    ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma, 0, k);
+    const kernels::GemmSplitPlan p =
+        kernels::gemm_hand_split_plan<bf16>(ctx, M, N, K, kernels::GemmHandPath::kWgmma, true, GemmEpilogue::kNone);
+    ctx.test_hooks() = GemmTestHooks{};
+    return p;
+  };
+  for (int K : {8192, 16384, 65536}) {
+    SCOPED_TRACE("K=" + std::to_string(K));
+    for (auto [M, N] : {std::pair{4 * kC, kC}, std::pair{kC, 4 * kC}}) {
+      const kernels::GemmSplitPlan p = plan(GemmWgmmaKernel::k128x128, M, N, K);
+      EXPECT_EQ(p.tail_from, 132);
+      EXPECT_GT(p.splits, 1);
+      EXPECT_EQ(plan(GemmWgmmaKernel::k128x256, M, N, K).tail_from, 0);
+    }
+    EXPECT_EQ(plan(GemmWgmmaKernel::k128x128, 3 * kC, kC, K).tail_from, 0);
+  }
+}
+
 // GPT-2 124M's linear layers forward and backward (dinp, dinp*gelu', dw += with split-K at 4096 rows)
 // against the CPU reference, and more tiles than SMs (persistent blocks loop over tiles).
 TEST_F(GemmWgmma, Gpt2LinearLayersAndPersistentTiles) {
@@ -1121,6 +1168,20 @@ TEST_F(GemmWgmma, WeightBiasGradMatchesGemmAndCpu) {
       check_weight_bias_grad<bf16>(GemmBackend::kHand, v, s.rows, s.IC, s.OC, 0, seed, true);
       seed += 4;
     }
+  // A split tail (GemmWgmma.SplitTail): dW is 2 x 19 tiles of 128x128 (2 x 10 of 128x256); from tile 7 on
+  // split, so row tile 0's column tiles 4 and up are summed in the tail's
+  // splits and the others in the first launch.
+  static const std::vector<std::string> tail_tags = [&] {
+    std::vector<std::string> t;
+    for (const Variant& v : split) t.push_back(std::string(v.tag) + "[split 3, tail from 7] ");
+    return t;
+  }();
+  for (size_t i = 0; i < split.size(); ++i) {
+    Variant tail{tail_tags[i].c_str(), split[i].hooks};
+    tail.hooks.hand_force_tail_from = 7;
+    check_weight_bias_grad<bf16>(GemmBackend::kHand, tail, 520, 200, 3 * kC + 8, 0, seed, true);
+    seed += 4;
+  }
 }
 
 }  // namespace

@@ -159,6 +159,14 @@ GEMM = {
     # fused bias gradient with split-K: every split's sums written to split 0's row of the partials
     "bias_split_index_0": [("p.N, u.split, u.n0 + 2 * bias_pair, total.x);", "p.N, 0, u.n0 + 2 * bias_pair, total.x);"),
                            ("p.N, u.split, u.n0 + 2 * bias_pair + 1, total.y);", "p.N, 0, u.n0 + 2 * bias_pair + 1, total.y);")],
+    # a split tail's launches both start at tile 0: the tail's launch redoes the whole tiles' first ones and
+    # never computes its own
+    "tail_offset_ignored": [("tile_coords(p.tile0 + unit % p.tiles, tiles_m, tiles_n, tile_m, tile_n);",
+                             "tile_coords(unit % p.tiles, tiles_m, tiles_n, tile_m, tile_n);")],
+    # units counted over every tile of the product, as before the split tail: the whole tiles' launch
+    # runs the tail's tiles too (their partials not applied: C written twice, the bias sums added twice)
+    "tail_units_all_tiles": [("  const int units = p.tiles * p.splits;\n",
+                              "  const int units = tiles_m * tiles_n * p.splits;\n")],
 }
 
 

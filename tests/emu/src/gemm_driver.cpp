@@ -73,19 +73,27 @@ struct Case {
   int splits = 1;    // forced split-K factor (GemmTestHooks::hand_force_splits)
   gpt2::kernels::GemmWgmmaKernel kernel = gpt2::kernels::GemmWgmmaKernel::k128x128;  // tiles and schedule
   bool bias_grad = false;  // the fused bias gradient (ta, !tb, kNone only)
+  int tail_from = 0;       // > 0 with splits > 1: a split tail (GemmTestHooks::hand_force_tail_from)
   int tile_n() const { return kernel == gpt2::kernels::GemmWgmmaKernel::k128x256 ? 256 : 128; }
   std::string str() const {
     char b[192];
-    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d%s", gpt2::kernels::gemm_wgmma_kernel_name(kernel), M,
-             N, K, ta ? " A^T" : "", tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits,
-             bias_grad ? " +dbias" : "");
+    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d%s%s", gpt2::kernels::gemm_wgmma_kernel_name(kernel),
+             M, N, K, ta ? " A^T" : "", tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits,
+             tail_from > 0 ? (" tail from " + std::to_string(tail_from)).c_str() : "", bias_grad ? " +dbias" : "");
     return b;
   }
 };
 // A weight gradient with its bias gradient fused: dW (M x N) += inp^T (M x K rows) dout (K rows x N).
-Case bias_grad_case(int M, int N, int K, int splits) {
+Case bias_grad_case(int M, int N, int K, int splits, int tail_from = 0) {
   Case c{M, N, K, true, false, GemmEpilogue::kNone, true, splits};
   c.bias_grad = true;
+  c.tail_from = tail_from;
+  return c;
+}
+// A split tail: tiles [0, tail_from) whole, the rest split `splits` ways.
+Case tail_case(int M, int N, int K, bool ta, bool tb, GemmEpilogue ep, bool acc, int splits, int tail_from) {
+  Case c{M, N, K, ta, tb, ep, acc, splits};
+  c.tail_from = tail_from;
   return c;
 }
 
@@ -209,13 +217,22 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// gemm.cu gemm_splitk_reduce_epilogue (tail_from 0), or gemm_splitk_reduce_tiles over the tiles from
+// tail_from on (a split tail), one "thread" per 4 columns, on the host.
 template <GemmEpilogue kEp>
-void reduce_splits(const float* partial, int splits, const gd::EpilogueParams<bf16>& ep) {
-  // gemm.cu gemm_splitk_reduce_epilogue, one "thread" per 4 columns, on the host.
+void reduce_splits(const float* partial, int splits, const gd::EpilogueParams<bf16>& ep, int tail_from, int tile_n) {
   const int n4 = static_cast<int>((ep.N + 3) / 4);
   const size_t slice = static_cast<size_t>(ep.M) * ep.N;
+  const int tiles_m = (ep.M + 127) / 128, tiles_n = (ep.N + tile_n - 1) / tile_n;
+  std::vector<char> in_tail(static_cast<size_t>(tiles_m) * tiles_n, tail_from == 0);
+  for (int t = tail_from; tail_from > 0 && t < tiles_m * tiles_n; ++t) {
+    int tm, tn;
+    gd::tile_coords(t, tiles_m, tiles_n, tm, tn);
+    in_tail[static_cast<size_t>(tm) * tiles_n + tn] = 1;
+  }
   for (long i = 0; i < static_cast<long>(ep.M) * n4; ++i) {
     const int row = static_cast<int>(i / n4), col = static_cast<int>(i % n4) * 4;
+    if (!in_tail[static_cast<size_t>(row / 128) * tiles_n + col / tile_n]) continue;
     const size_t idx = static_cast<size_t>(row) * ep.N + col;
     float v[4] = {0, 0, 0, 0};
     for (int s = 0; s < splits; ++s) {
@@ -267,30 +284,49 @@ Result run_case(const Case& g, uint32_t seed) {
   const int splits = g.splits;
   const int k_per_split = static_cast<int>(gpt2::cuda::ceil_div(gpt2::cuda::ceil_div(g.K, splits), gd::kWgmmaBK) * gd::kWgmmaBK);
   const int used = static_cast<int>(gpt2::cuda::ceil_div(g.K, k_per_split));
+  const int tiles = gd::wgmma_tiles(g.kernel, g.M, g.N);
+  const int tail_from = used > 1 && g.tail_from > 0 && g.tail_from < tiles ? g.tail_from : 0;
   Dev<float> ws(std::vector<float>(used > 1 ? static_cast<size_t>(used) * mn : 0, kNaN), kNaN);
   // gemm.cu gemm_hand with a dbias: the kernel adds into it, or with split-K writes each split's column
   // sums into the bias scratch, which bias_backward_add_chunks adds into it in split order.
   Dev<bf16> dbias(in.dbias0);
   Dev<float> dbias_ws(std::vector<float>(g.bias_grad && used > 1 ? static_cast<size_t>(used) * g.N : 0, kNaN), kNaN);
-  gd::gemm_bf16_wgmma(g.kernel, 0, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
-                      used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
+  if (tail_from > 0) {  // gemm.cu gemm_hand's split tail: the whole tiles first, finished by the kernel
+    const int k_whole = static_cast<int>(gpt2::cuda::ceil_div(g.K, gd::kWgmmaBK) * gd::kWgmmaBK);
+    gd::gemm_bf16_wgmma(g.kernel, 0, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_whole, 1, 0, tail_from,
+                        nullptr, epp, g.ep, g.bias_grad ? dbias.data() : nullptr, nullptr, nullptr);
+  }
+  gd::gemm_bf16_wgmma(g.kernel, 0, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used, tail_from,
+                      tiles - tail_from, used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
                       g.bias_grad && used == 1 ? dbias.data() : nullptr,
                       g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);
   long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
                (used > 1 ? ws.guard_writes(kNaN) : 0) + (g.bias_grad ? dbias.guard_writes() : 0) +
                (g.bias_grad && used > 1 ? dbias_ws.guard_writes(kNaN) : 0);
-  if (g.bias_grad && used > 1)
-    for (int j = 0; j < g.N; ++j) {
+  if (g.bias_grad && used > 1) {
+    // A split tail's partial column sums are those of the columns whose row-0 tile is in the tail.
+    int col0 = 0;
+    if (tail_from > 0) {
+      const int tiles_m = (g.M + 127) / 128, tiles_n = (g.N + g.tile_n() - 1) / g.tile_n();
+      int first = tiles_n;
+      for (int tn = 0; tn < tiles_n; ++tn)
+        if (gd::row0_tile_index(tn, tiles_m) >= tail_from) first = std::min(first, tn);
+      col0 = std::min(g.N, first * g.tile_n());
+    }
+    for (int j = col0; j < g.N; ++j) {
       float sum = 0.0f;
       for (int sp = 0; sp < used; ++sp) sum += dbias_ws.data()[static_cast<size_t>(sp) * g.N + j];
       dbias.data()[j] = __float2bfloat16(__bfloat162float(dbias.data()[j]) + sum);
     }
+  }
   if (used > 1) {
     switch (g.ep) {
-      case GemmEpilogue::kNone: reduce_splits<GemmEpilogue::kNone>(ws.data(), used, epp); break;
-      case GemmEpilogue::kBias: reduce_splits<GemmEpilogue::kBias>(ws.data(), used, epp); break;
-      case GemmEpilogue::kBiasGelu: reduce_splits<GemmEpilogue::kBiasGelu>(ws.data(), used, epp); break;
-      case GemmEpilogue::kDGelu: reduce_splits<GemmEpilogue::kDGelu>(ws.data(), used, epp); break;
+      case GemmEpilogue::kNone: reduce_splits<GemmEpilogue::kNone>(ws.data(), used, epp, tail_from, g.tile_n()); break;
+      case GemmEpilogue::kBias: reduce_splits<GemmEpilogue::kBias>(ws.data(), used, epp, tail_from, g.tile_n()); break;
+      case GemmEpilogue::kBiasGelu:
+        reduce_splits<GemmEpilogue::kBiasGelu>(ws.data(), used, epp, tail_from, g.tile_n());
+        break;
+      case GemmEpilogue::kDGelu: reduce_splits<GemmEpilogue::kDGelu>(ws.data(), used, epp, tail_from, g.tile_n()); break;
     }
   }
   Result r{};
@@ -389,6 +425,11 @@ int main(int argc, char** argv) {
     // the fused bias gradient: 3 column tiles of 128 (2 of 256, the last 8 wide), 2 row tiles; split-K
     cases.push_back(bias_grad_case(200, 264, 392, 1));
     cases.push_back(bias_grad_case(200, 264, 392, 3));
+    // a split tail (gemm.cu gemm_hand): the whole tiles in one launch, the others split 3 ways in a second,
+    // and the tail's tiles alone reduced; with the fused bias gradient, its columns in both launches
+    cases.push_back(tail_case(296, 264, 392, false, false, GemmEpilogue::kBiasGelu, false, 3, 5));
+    cases.push_back(tail_case(200, 136, 392, true, true, GemmEpilogue::kNone, true, 3, 1));
+    cases.push_back(bias_grad_case(200, 520, 392, 3, 2));
   } else {
     for (int t = 0; t < 4; ++t) all_eps(136, 72, 72, t, 1);      // kTmaShapes[0]: one 128x128 tile + tails
     for (int t = 0; t < 4; ++t) all_eps(200, 136, 104, t, 1);    // kTmaShapes[2]: 4 tiles on 3 blocks
@@ -415,6 +456,14 @@ int main(int argc, char** argv) {
       cases.push_back(bias_grad_case(40, 72, 1032, splits));
     }
     cases.push_back(bias_grad_case(8, 8, 8, 1));
+    // split tails: every transpose and epilogue; ragged tiles in the tail; the bias gradient's columns split
+    // between the two launches (row tile 0 of 2 or 3: columns from the first in the tail on)
+    for (int t = 0; t < 4; ++t)
+      for (GemmEpilogue ep : eps)
+        cases.push_back(tail_case(296, 264, 392, (t & 1) != 0, (t & 2) != 0, ep, false, 3, 5));
+    cases.push_back(tail_case(296, 264, 392, true, false, GemmEpilogue::kNone, true, 4, 8));
+    cases.push_back(bias_grad_case(200, 520, 392, 3, 2));
+    cases.push_back(bias_grad_case(296, 264, 1032, 4, 4));
   }
   std::vector<Case> runs;
   for (GemmWgmmaKernel k : kernels)

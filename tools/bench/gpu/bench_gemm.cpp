@@ -153,9 +153,13 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
       return;
     }
   }
-  if (be == k::GemmBackend::kHand)
-    state.counters["splits"] = k::gemm_hand_splits<bf16>(
+  if (be == k::GemmBackend::kHand) {
+    // the split of K, and where a wgmma product's split tail starts (0: none; gemm_cuda.hpp GemmSplitPlan)
+    const k::GemmSplitPlan plan = k::gemm_hand_split_plan<bf16>(
         ctx, p.M, p.N, p.K, wgmma ? k::GemmHandPath::kWgmma : k::GemmHandPath::kMmaSync, p.trans_a, p.ep);
+    state.counters["splits"] = plan.splits;
+    state.counters["tail_from"] = plan.tail_from;
+  }
   gpt2::bench::time_launches(
       state,
       [&](cudaStream_t s) {
