@@ -783,6 +783,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
           tiles - tail_from, used > 1 ? ctx.splitk_workspace() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : ep,
           used > 1 ? nullptr : dbias, used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
       if (aux_by_tma) ++ctx.test_hooks().wgmma_aux_tma_launches;
+      if (tail_from > 0) ++ctx.test_hooks().wgmma_split_tails;
     }
 #endif
   } else {

@@ -89,6 +89,7 @@ struct GemmTestHooks {
   // kernels do, instead of TMA loading them while the products run (the benchmarks' A/B of that tile)
   bool wgmma_aux_from_global = false;
   int wgmma_aux_tma_launches = 0;  // out: wgmma launches that loaded the pre-activations by TMA (tests count them)
+  int wgmma_split_tails = 0;       // out: products run as a split tail (GemmSplitPlan; tests count them)
 };
 
 // The hand backend's wgmma kernel can run here: the binary holds its sm_90a code (CUDA architectures

@@ -965,6 +965,7 @@ TEST_F(GemmWgmma, SplitTail) {
     const auto r0 = gpu_gemm<bf16>(ctx, c0, a, b, nullptr, nullptr, 296, 264, 392, true, false, true, GemmEpilogue::kNone);
     const auto r1 = gpu_gemm<bf16>(ctx, c0, a, b, nullptr, nullptr, 296, 264, 392, true, false, true, GemmEpilogue::kNone);
     EXPECT_EQ(bit_mismatches(r0, r1), 0) << x.tag << "two runs differ";
+    EXPECT_EQ(ctx.test_hooks().wgmma_split_tails, 2) << x.tag << "the products did not run as a split tail";
   }
 }
 
