@@ -508,19 +508,21 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   reduce_splits4<T, kEp>(partial, splits, ep, static_cast<int>(i / n4), static_cast<int>(i % n4) * 4);
 }
 
-// The same for a wgmma split tail alone (gemm_hand): block b takes output tile tile0 + b of the tile order
-// (bm x bn tiles, tiles_m x tiles_n of them); the other tiles were finished by the GEMM itself.
+// The same for a wgmma split tail alone (gemm_hand): blocks (b, y) take output tile tile0 + b of the tile
+// order (bm x bn tiles, tiles_m x tiles_n of them), rows_per_block = blockDim.x / (bn / 4) of its rows from
+// y * rows_per_block on, a vector of 4 each thread; the other tiles were finished by the GEMM itself. A
+// tail has few tiles (12 for the MLP's weight gradients): a block per tile would read the partials on 12
+// SMs, so each tile is spread over bm / rows_per_block blocks.
 template <class T, GemmEpilogue kEp>
 __global__ void __launch_bounds__(kElementwiseThreads)
     gemm_splitk_reduce_tiles(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep, int tile0,
                              int tiles_m, int tiles_n, int bm, int bn) {
   int tile_m, tile_n;
   gemm_detail::tile_coords(tile0 + static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
-  const int bn4 = bn / 4;
-  for (int i = threadIdx.x; i < bm * bn4; i += blockDim.x) {
-    const int row = tile_m * bm + i / bn4, col = tile_n * bn + (i % bn4) * 4;
-    if (row < ep.M && col < ep.N) reduce_splits4<T, kEp>(partial, splits, ep, row, col);
-  }
+  const int bn4 = bn / 4, rows_per_block = static_cast<int>(blockDim.x) / bn4;
+  const int r = static_cast<int>(blockIdx.y) * rows_per_block + static_cast<int>(threadIdx.x) / bn4;
+  const int row = tile_m * bm + r, col = tile_n * bn + (static_cast<int>(threadIdx.x) % bn4) * 4;
+  if (r < bm && row < ep.M && col < ep.N) reduce_splits4<T, kEp>(partial, splits, ep, row, col);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -819,7 +821,9 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
     dispatch_epilogue(ep, [&](auto e) {
       if (tail_from > 0) {  // the tail's tiles alone
         const int tail = tiles_m * tiles_n - tail_from;
-        gemm_splitk_reduce_tiles<T, decltype(e)::value><<<static_cast<unsigned>(tail), kElementwiseThreads, 0, stream>>>(
+        const int rows_per_block = kElementwiseThreads / (tile_n / 4);  // 8 (128 wide) or 4 (256 wide)
+        const dim3 grid(static_cast<unsigned>(tail), static_cast<unsigned>(ceil_div(128, rows_per_block)));
+        gemm_splitk_reduce_tiles<T, decltype(e)::value><<<grid, kElementwiseThreads, 0, stream>>>(
             ctx.splitk_workspace(), used, epp, tail_from, tiles_m, tiles_n, 128, tile_n);
       } else {
         const long n = static_cast<long>(M) * ceil_div(N, 4);

@@ -177,7 +177,7 @@ struct WgmmaParams {
   int k_per_split;  // a multiple of kBK
   int splits;
   // The output tiles of this launch: tile0 .. tile0 + tiles - 1 in tile_coords order (gemm_common.cuh).
-  // All of them, or one part of a split tail (gemm_sm90.cuh, WgmmaTailSplit).
+  // All of them, or one part of a split tail (gemm_cuda.hpp GemmSplitPlan; gemm.cu gemm_hand).
   int tile0, tiles;
   float* partial;  // [splits][M][N] fp32 when splitting (only this launch's tiles written); nullptr otherwise
   EpilogueParams<bf16> ep;
