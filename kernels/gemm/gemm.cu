@@ -768,7 +768,7 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       k_per_split = static_cast<int>(ceil_div(ceil_div(K, splits), gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
       used = static_cast<int>(ceil_div(K, k_per_split));
       const int tiles = gemm_detail::wgmma_tiles(wgmma_kernel, M, N);
-      tile_n = wgmma_kernel == GemmWgmmaKernel::k128x256 ? 256 : 128;
+      tile_n = gemm_detail::wgmma_tile_n(wgmma_kernel);
       tiles_m = static_cast<int>(ceil_div(M, 128)), tiles_n = static_cast<int>(ceil_div(N, tile_n));
       if (used > 1 && plan.tail_from > 0 && plan.tail_from < tiles) tail_from = plan.tail_from;
       const int max_blocks = ctx.test_hooks().wgmma_max_blocks;
@@ -836,14 +836,9 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
     if (dbias != nullptr) {  // the splits' column sums, in split order
       GPT2_CHECK(used <= kMaxSplits, "fused bias gradient: " << used << " splits, scratch for " << kMaxSplits);
       // With a split tail, only the columns whose row-0 tile is in the tail have partial sums: the last
-      // ones (gemm_common.cuh, row0_tile_index); the first launch added the others into dbias itself.
-      int col0 = 0;
-      if (tail_from > 0) {
-        int first = tiles_n;
-        for (int tn = 0; tn < tiles_n; ++tn)
-          if (gemm_detail::row0_tile_index(tn, tiles_m) >= tail_from) first = std::min(first, tn);
-        col0 = std::min(N, first * tile_n);
-      }
+      // ones (gemm_common.cuh, first_row0_tile_from); the first launch added the others into dbias itself.
+      const int col0 =
+          tail_from > 0 ? std::min(N, gemm_detail::first_row0_tile_from(tail_from, tiles_m, tiles_n) * tile_n) : 0;
       if (col0 < N) {
         bias_backward_add_chunks<T><<<static_cast<unsigned>(ceil_div(N - col0, kElementwiseThreads)),
                                       kElementwiseThreads, 0, stream>>>(dbias + col0, bias_scratch + col0, used,

@@ -28,11 +28,14 @@ __host__ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int t
   tile_n = (pid % in_group) / rows;
 }
 
-// The linear index of tile (0, tile_n): row tile 0 is in the first group, whose tiles run down each column
-// first. So the row-0 tiles at or after any index are those of the last columns: a wgmma split tail's
-// bias-gradient columns are a suffix (gemm.cu, gemm_hand).
-__host__ __device__ __forceinline__ int row0_tile_index(int tile_n, int tiles_m) {
-  return tile_n * (tiles_m < kGroupM ? tiles_m : kGroupM);
+// The first column tile whose row-0 tile lies at or after linear index `from` (tiles_n if none). Row tile 0
+// is in the first group, whose tiles run down each column first: (0, tn) is tile tn * min(tiles_m, kGroupM).
+// So the row-0 tiles from any index on are those of the last columns: a wgmma split tail's bias-gradient
+// columns are a suffix (gemm.cu, gemm_hand).
+__host__ __device__ __forceinline__ int first_row0_tile_from(int from, int tiles_m, int tiles_n) {
+  const int rows = tiles_m < kGroupM ? tiles_m : kGroupM;
+  const int tn = (from + rows - 1) / rows;
+  return tn < tiles_n ? tn : tiles_n;
 }
 
 // Runtime flags -> template parameters, in one place (the host sides of gemm.cu and gemm_sm90.cu):

@@ -23,10 +23,11 @@ bool wgmma_device_ready();
 // of 8 elements: tensor-map strides are multiples of 16 bytes). Otherwise the caller uses mma.sync.
 bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb);
 
-// The output tiles of an M x N product on `kernel` (128 x 128 or 128 x 256; not kDefault or kByShape).
+// The output tile of `kernel` is 128 x wgmma_tile_n (not kDefault or kByShape); wgmma_tiles of them cover an
+// M x N product.
+inline int wgmma_tile_n(GemmWgmmaKernel kernel) { return kernel == GemmWgmmaKernel::k128x256 ? 256 : 128; }
 inline int wgmma_tiles(GemmWgmmaKernel kernel, int M, int N) {
-  const int bn = kernel == GemmWgmmaKernel::k128x256 ? 256 : 128;
-  return static_cast<int>(cuda::ceil_div(M, 128) * cuda::ceil_div(N, bn));
+  return static_cast<int>(cuda::ceil_div(M, 128) * cuda::ceil_div(N, wgmma_tile_n(kernel)));
 }
 
 // C tile work for one launch: [splits][tile_count] units, the tiles tile0 .. tile0 + tile_count - 1 of

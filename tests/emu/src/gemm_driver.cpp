@@ -74,7 +74,7 @@ struct Case {
   gpt2::kernels::GemmWgmmaKernel kernel = gpt2::kernels::GemmWgmmaKernel::k128x128;  // tiles and schedule
   bool bias_grad = false;  // the fused bias gradient (ta, !tb, kNone only)
   int tail_from = 0;       // > 0 with splits > 1: a split tail (GemmTestHooks::hand_force_tail_from)
-  int tile_n() const { return kernel == gpt2::kernels::GemmWgmmaKernel::k128x256 ? 256 : 128; }
+  int tile_n() const { return gd::wgmma_tile_n(kernel); }
   std::string str() const {
     char b[192];
     snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d%s%s", gpt2::kernels::gemm_wgmma_kernel_name(kernel),
@@ -308,10 +308,7 @@ Result run_case(const Case& g, uint32_t seed) {
     int col0 = 0;
     if (tail_from > 0) {
       const int tiles_m = (g.M + 127) / 128, tiles_n = (g.N + g.tile_n() - 1) / g.tile_n();
-      int first = tiles_n;
-      for (int tn = 0; tn < tiles_n; ++tn)
-        if (gd::row0_tile_index(tn, tiles_m) >= tail_from) first = std::min(first, tn);
-      col0 = std::min(g.N, first * g.tile_n());
+      col0 = std::min(g.N, gd::first_row0_tile_from(tail_from, tiles_m, tiles_n) * g.tile_n());
     }
     for (int j = col0; j < g.N; ++j) {
       float sum = 0.0f;
