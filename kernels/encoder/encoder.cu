@@ -8,10 +8,7 @@
 //             warps split the token's positions round-robin, each summing in registers, and the
 //             warp sums are added in warp order: no atomics, the same bits on every run. The
 //             split lets frequent tokens (hundreds of positions) use 8 warps of memory parallelism.
-#include <algorithm>
 #include <cstdint>
-#include <numeric>
-#include <vector>
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
@@ -209,32 +206,6 @@ void encoder_forward_cuda(T* out, const int32_t* inp, const T* wte, const T* wpe
       },
       out, wte, wpe);
   CUDA_CHECK_LAUNCH();
-}
-
-int encoder_backward_plan(const int32_t* inp_host, int N, std::vector<int32_t>* plan) {
-  GPT2_CHECK(N >= 0, "N = " << N);
-  GPT2_CHECK(plan != nullptr);
-  GPT2_CHECK(N == 0 || inp_host != nullptr, "inp_host = null, N = " << N);
-  for (int i = 0; i < N; ++i) GPT2_CHECK(inp_host[i] >= 0, "token id " << inp_host[i] << " at position " << i);
-  // Stable sort of the positions by token id: within a token, positions stay ascending.
-  std::vector<int32_t> order(static_cast<size_t>(N));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return inp_host[x] < inp_host[y]; });
-  std::vector<int32_t> starts, tokens;
-  for (int j = 0; j < N; ++j) {
-    if (j == 0 || inp_host[order[j]] != inp_host[order[j - 1]]) {
-      starts.push_back(j);
-      tokens.push_back(inp_host[order[j]]);
-    }
-  }
-  const int U = static_cast<int>(tokens.size());
-  starts.push_back(N);
-  plan->clear();
-  plan->reserve(static_cast<size_t>(2 * U + 1 + N));
-  plan->insert(plan->end(), starts.begin(), starts.end());
-  plan->insert(plan->end(), tokens.begin(), tokens.end());
-  plan->insert(plan->end(), order.begin(), order.end());
-  return U;
 }
 
 template <class T>

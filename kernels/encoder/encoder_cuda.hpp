@@ -9,9 +9,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "kernels/common/cuda_dtype.hpp"
+#include "kernels/encoder/encoder.hpp"  // encoder_backward_plan, the host side of encoder_backward_cuda
 
 namespace gpt2::kernels {
 
@@ -22,14 +22,6 @@ namespace gpt2::kernels {
 template <class T>
 void encoder_forward_cuda(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C,
                           cudaStream_t stream);
-
-// Host side: packs the plan of the deterministic wte backward into `plan` (resized) as
-//   [row_start (U+1) | row_token (U) | positions (N)]
-// where positions are the flat indices b*T+t grouped by token id (ascending) and, within a token, in
-// ascending position order; token u = row_token[u] owns positions[row_start[u] .. row_start[u+1]).
-//   [in] inp_host (N) token ids (>= 0), N = B*T;  returns U, the number of distinct tokens.
-// The model uploads `plan` to the device and passes it to encoder_backward_cuda.
-int encoder_backward_plan(const int32_t* inp_host, int N, std::vector<int32_t>* plan);
 
 // dwte[tok,:] += sum over tok's positions i of dout[i,:];  dwpe[t,:] += sum_b dout[b,t,:], in b order.
 // The dwte sum has a fixed order given by the plan: 8 partial sums, partial w taking the token's

@@ -157,18 +157,5 @@ TYPED_TEST(EncoderCuda, BackwardMatchesCpuAndIsDeterministic) {
   check_backward<TypeParam>(kShapes[1], 1);
 }
 
-TEST(EncoderPlan, GroupsPositionsByTokenInOrder) {
-  const std::vector<int32_t> tokens = {5, 2, 5, 0, 2, 5, 9};
-  std::vector<int32_t> plan = {42};  // stale contents are replaced
-  const int U = kernels::encoder_backward_plan(tokens.data(), static_cast<int>(tokens.size()), &plan);
-  EXPECT_EQ(U, 4);
-  const std::vector<int32_t> expected = {0, 1, 3, 6, 7,         // row_start (U+1)
-                                         0, 2, 5, 9,            // row_token (U), ascending
-                                         3, 1, 4, 0, 2, 5, 6};  // positions, ascending per token
-  EXPECT_EQ(plan, expected);
-  EXPECT_EQ(kernels::encoder_backward_plan(tokens.data(), 0, &plan), 0);
-  EXPECT_EQ(plan, std::vector<int32_t>({0}));
-}
-
 }  // namespace
 }  // namespace gpt2

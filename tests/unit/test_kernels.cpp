@@ -624,6 +624,60 @@ TEST_P(Encoder, BackwardIsDeterministicAcrossRunsAndThreadCounts) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Encoder, ::testing::ValuesIn(kAttnShapes), name_of);
 
+// The CUDA backward's plan (encoder_backward_plan, host code): positions grouped by token id, ascending
+// within each token.
+TEST(EncoderPlan, GroupsPositionsByTokenInOrder) {
+  const std::vector<int32_t> tokens = {5, 2, 5, 0, 2, 5, 9};
+  std::vector<int32_t> plan = {42};  // stale contents are replaced
+  const int U = encoder_backward_plan(tokens.data(), static_cast<int>(tokens.size()), &plan);
+  EXPECT_EQ(U, 4);
+  const std::vector<int32_t> expected = {0, 1, 3, 6, 7,         // row_start (U+1)
+                                         0, 2, 5, 9,            // row_token (U), ascending
+                                         3, 1, 4, 0, 2, 5, 6};  // positions, ascending per token
+  EXPECT_EQ(plan, expected);
+  EXPECT_EQ(encoder_backward_plan(tokens.data(), 0, &plan), 0);
+  EXPECT_EQ(plan, std::vector<int32_t>({0}));
+}
+
+// Against the plan built with std::stable_sort (how it was built until 2026-12-02): GPT-2's vocabulary at a
+// 124M micro-batch, ids that need the radix sort's second pass (>= 65536, up to INT32_MAX), one token
+// repeated everywhere, and sizes around the digit count.
+TEST(EncoderPlan, EqualsAStableComparisonSort) {
+  auto reference = [](const std::vector<int32_t>& t) {
+    std::vector<int32_t> order(t.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return t[x] < t[y]; });
+    std::vector<int32_t> starts, tokens;
+    for (size_t j = 0; j < order.size(); ++j)
+      if (j == 0 || t[order[j]] != t[order[j - 1]]) {
+        starts.push_back(static_cast<int32_t>(j));
+        tokens.push_back(t[order[j]]);
+      }
+    starts.push_back(static_cast<int32_t>(t.size()));
+    std::vector<int32_t> plan = starts;
+    plan.insert(plan.end(), tokens.begin(), tokens.end());
+    plan.insert(plan.end(), order.begin(), order.end());
+    return plan;
+  };
+  std::mt19937 rng(7);
+  struct Case {
+    int n;
+    int64_t max_id;  // ids uniform in [0, max_id]
+  };
+  for (const Case c : {Case{16384, 50256}, Case{1000, 65535}, Case{1000, 65536}, Case{5000, 200000},
+                       Case{3000, std::numeric_limits<int32_t>::max()}, Case{777, 0}, Case{65537, 40}}) {
+    std::uniform_int_distribution<int64_t> id(0, c.max_id);
+    std::vector<int32_t> t(static_cast<size_t>(c.n));
+    for (int32_t& x : t) x = static_cast<int32_t>(id(rng));
+    if (c.n > 2) t[1] = static_cast<int32_t>(c.max_id);  // the largest id present
+    std::vector<int32_t> plan;
+    const int U = encoder_backward_plan(t.data(), c.n, &plan);
+    const std::vector<int32_t> want = reference(t);
+    EXPECT_EQ(plan, want) << "n " << c.n << ", ids up to " << c.max_id;
+    EXPECT_EQ(static_cast<size_t>(2 * U + 1 + c.n), want.size());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // layernorm
 

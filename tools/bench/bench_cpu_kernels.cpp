@@ -9,6 +9,7 @@
 #include "core/rng.hpp"
 #include "kernels/adamw/adamw.hpp"
 #include "kernels/attention/attention.hpp"
+#include "kernels/encoder/encoder.hpp"
 #include "kernels/gelu/gelu.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/layernorm/layernorm.hpp"
@@ -125,6 +126,19 @@ void BM_AdamW(benchmark::State& s) {
   bytes(s, 7.0 * 4.0 * n);  // read p, g, m, v; write p, m, v
 }
 
+// The host side of the GPU step's encoder backward (encoder_backward_plan: the positions grouped by token), for
+// a GPU micro-batch of B*T tokens (arg: 8192, 16384 = 124M at micro-batch 16, 65536), GPT-2 ids uniform over
+// the vocabulary. The device waits for it at the start of every step, so its time is the step's.
+void BM_encoder_backward_plan(benchmark::State& s) {
+  const int n = static_cast<int>(s.range(0));
+  gpt2::Rng rng(5);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % kV);
+  std::vector<int32_t> plan;
+  for (auto _ : s) benchmark::DoNotOptimize(gpt2::kernels::encoder_backward_plan(tokens.data(), n, &plan));
+  s.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(n) * s.iterations(), benchmark::Counter::kIsRate);
+}
+
 BENCHMARK(BM_LmHeadForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LmHeadBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SoftmaxXent)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -134,6 +148,7 @@ BENCHMARK(BM_LayernormBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_encoder_backward_plan)->Arg(8192)->Arg(16384)->Arg(65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 
