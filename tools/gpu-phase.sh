@@ -68,8 +68,8 @@ running=""  # the step under way, in the summary: a call cut short names the ste
 # ---- the table and the logs in $OUT after every step, and the 8-file limit, whatever happens ------
 write_summary() {
   {
-    printf '\n%-30s | %-6s | %4s | %-44s | %s\n' step result s figure target
-    printf '%s\n' "-------------------------------+--------+------+----------------------------------------------+--------------------"
+    printf '\n%-30s | %-6s | %4s | %-52s | %s\n' step result s figure target
+    printf '%s\n' "-------------------------------+--------+------+------------------------------------------------------+--------------------"
     printf '%s\n' "${rows[@]}"
     local again=("${rerun[@]}")
     if [[ -n $running ]]; then
@@ -114,7 +114,7 @@ selected() { [[ -z $only_steps || $1 == unpack ]] || [[ $1 =~ ^($only_steps)$ ]]
 row() {
   selected "$1" || return 0
   local line
-  line=$(printf '%-30s | %-6s | %4s | %-44s | %s' "$1" "$2" "${5:-}" "${3:0:44}" "$4")
+  line=$(printf '%-30s | %-6s | %4s | %-52s | %s' "$1" "$2" "${5:-}" "${3:0:52}" "$4")
   rows+=("$line")
   printf '[%4d s] %s\n' $((SECONDS - t_start)) "$line"
   [[ $2 == FAIL ]] && failures=$((failures + 1))
@@ -159,7 +159,7 @@ step() {
   declare -F "figure_$name" >/dev/null && fig=$("figure_$name" "$logs/$name.log" 2>/dev/null | head -1)
   case $rc in
     0) row "$name" PASS "${fig:-ok}" "$target" "$took" ;;
-    77) row "$name" SKIP "$(grep -m1 -o 'skipped.*' "$logs/$name.log" | cut -c1-44)" "$target" "$took" ;;
+    77) row "$name" SKIP "$(grep -m1 -o 'skipped.*' "$logs/$name.log" | cut -c1-52)" "$target" "$took" ;;
     124 | 137)
       if ((cut)); then row "$name" SKIP "cut by the phase deadline after ${limit} s" "$target" "$took"
       else row "$name" FAIL "timed out after ${limit} s" "$target" "$took"; fi ;;
@@ -314,7 +314,9 @@ gtest() {
 
 # ---- the steps, one function each where a phase runs them ------------------------------------------
 # train_124m NAME TARGET MICRO_BATCH GEMM [VAR=VALUE ...] [-- MORE_ARGS]: 12 steps of the 124M model on
-# synthetic tokens (--benchmark); the figure is the last step's tokens/s and MFU. The run's "kernels:"
+# synthetic tokens (--benchmark); the figure is the last step's tokens/s and MFU, and the two kinds of op
+# that took most of step 11's device time (--profile-step 11: its table, every op's ms, share and rate, is
+# in the step's log and metrics.jsonl; step 12, the figure's, is not profiled). The run's "kernels:"
 # line must show the GEMM backend asked for and, for each GPT2_ATTENTION_*/GPT2_GEMM_SM90 opt-in, that
 # the opt-in ran: one that does not apply falls back without an error, and the step would have measured
 # the default under the opt-in's name.
@@ -338,7 +340,7 @@ train_124m() {
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
   gpu_step "$name" 150 "$target" ran_kernels "$(printf '%s\n' "${expect[@]}")" env "${vars[@]}" "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark \
     --gemm "$gemm" --max-steps 12 --log-every 1 --micro-batch "$mb" --seq-len 1024 \
-    --global-batch-tokens $((mb * 1024)) --out "$work/$name" "${more[@]}"
+    --global-batch-tokens $((mb * 1024)) --profile-step 11 --out "$work/$name" "${more[@]}"
 }
 # sanitize NAME TOOL TARGET BINARY FILTER: compute-sanitizer on a small gtest filter
 sanitize() {
@@ -634,8 +636,16 @@ PY
 # "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
 figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
 figure_ncu_layernorm() { grep -E '^layernorm_' "$1" | sed -E 's/^layernorm_([a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/; s/_warp_per_row_vec//; s/_partials//' | paste -sd, -; }
-# "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": tok/s and MFU
-train_figure() { grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7); print $6 ", " $7}'; }
+# "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": the last step line's
+# tok/s and MFU, then (a --profile-step run) the two kinds of op that took most of the profiled step's device
+# time: "476.5K tok/s, mfu 38.7% | gemm 55% attention 28%"
+train_figure() {
+  local kinds
+  kinds=$(grep -m1 '^  by kind: ' "$1" | sed 's/^  by kind: //' | awk -F' [|] ' '{for (i = 1; i <= 2 && i <= NF; i++) {
+    split($i, f, " "); printf "%s%s %.0f%%", (i > 1 ? " " : ""), f[1], f[4]}}')
+  grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' -v k="$kinds" '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7);
+    print $6 ", " $7 (k != "" ? " | " k : "")}'
+}
 # first and last loss of a run's step lines
 loss_figure() { grep -E '^step +[0-9]+/' "$1" | awk -F'|' '{split($2, a, " "); if (!f) f = a[2]; l = a[2]} END {print "loss " f " -> " l}'; }
 # "[  PASSED  ] 12 tests." / "[  SKIPPED ] 2 tests, listed below:" / "[  FAILED  ] 1 test, ...": the

@@ -168,6 +168,10 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   logging.add_options()
       ("log-every", po::value<int>(&c.log_every)->default_value(1), "steps between progress lines")
       ("benchmark", po::bool_switch(&c.benchmark), "synthetic tokens, no files: measure tokens/s and ms/step")
+      ("profile-step", po::value<int64_t>(&c.profile_step)->default_value(0),
+       "GPU: time every op of step N on the device (CUDA events) and print where the step's time went: ms, share, "
+       "TFLOP/s or GB/s per op, summed over the layers (also a line in metrics.jsonl); 0: off. The step runs eagerly "
+       "under --cuda-graph and is left out of --benchmark's mean")
       ("peak-tflops", po::value<double>(&c.peak_tflops)->default_value(0.0),
        "per-rank peak for MFU (0: estimate, 0.096 per CPU thread)")
       ("sample-tokens", po::value<int>(&c.sample.max_new_tokens)->default_value(0),
@@ -322,6 +326,9 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     if (value < 0) return error("--" + std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
   if (!(c.bucket_mb > 0 && c.bucket_mb <= 65536)) return error("--bucket-mb must be in (0, 65536]");
   if (c.log_every <= 0) return error("--log-every must be positive");
+  if (c.profile_step < 0 || c.profile_step > c.max_steps)
+    return error("--profile-step must be a step of the run, 1 to --max-steps (" + std::to_string(c.max_steps) +
+                 "), or 0 for none (got " + std::to_string(c.profile_step) + ")");
   if (c.val_batches <= 0) return error("--val-batches must be positive");
   c.schedule.max_steps = c.max_steps;
   return out;

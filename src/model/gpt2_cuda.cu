@@ -14,6 +14,7 @@
 #include "kernels/layernorm/layernorm_cuda.hpp"
 #include "kernels/reduce/reduce_cuda.hpp"
 #include "kernels/softmax_xent/softmax_xent_cuda.hpp"
+#include "model/step_profile.hpp"
 
 namespace gpt2 {
 
@@ -96,6 +97,10 @@ class GPT2Cuda::Impl {
   virtual const float* decode_step(int32_t token) = 0;
   virtual void reset_cache() = 0;
   virtual int cache_len() const = 0;
+  virtual void begin_profile() = 0;
+  virtual StepProfile end_profile() = 0;
+  virtual void profile_mark(const char* name, const char* kind) = 0;
+  virtual void profile_pause() = 0;
 
   Impl(const GPT2Config& cfg, const CudaModelOptions& opt, cudaStream_t s)
       : cfg_(cfg), table_(cfg), opt_(opt), stream_(s), gemm_(opt.gemm) {}
@@ -107,6 +112,66 @@ class GPT2Cuda::Impl {
 };
 
 namespace {
+
+// --profile-step: where a step's device time goes. A timing event is recorded on the stream where each op's
+// launches begin (mark), and where the host stops feeding the device (pause: the model is about to wait
+// for the stream, or returns to its caller); the time from a mark to the next event is the op's, from a
+// pause to the next mark the device's idle time. An op is what one call site launches (a GEMM with its
+// epilogue, one kernel, a memset), named for the step's profile and summed there over the layers. Off,
+// which it is but for the one step profiled, every call returns at once.
+class OpClock {
+ public:
+  bool on() const { return on_; }
+  void begin(cudaStream_t s) {
+    on_ = true;
+    stream_ = s;
+    marks_.clear();
+    recomputing_ = false;
+  }
+  // The launches that follow, until the next mark or pause, are op `name` (kind: the report's group);
+  // flops and bytes are its work, 0 where not counted.
+  void mark(const char* name, const char* kind, double flops = 0, double bytes = 0) {
+    if (on_) record(name, kind, flops, bytes);
+  }
+  void pause() {
+    if (on_ && !(marks_.empty() || marks_.back().name == nullptr)) record(nullptr, nullptr, 0, 0);
+  }
+  // Marks made while backward refills an activation (--recompute) are reported as "recompute: <op>".
+  void set_recomputing(bool r) { recomputing_ = r; }
+  // Synchronises the stream.
+  StepProfile end() {
+    pause();
+    on_ = false;
+    StepProfile p;
+    if (marks_.empty()) return p;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i]->get(), events_[i + 1]->get()));
+      const Mark& m = marks_[i];
+      if (m.name == nullptr) p.add_idle(ms);
+      else p.add(m.recompute ? std::string("recompute: ") + m.name : std::string(m.name), m.kind, ms, m.flops, m.bytes);
+    }
+    return p;
+  }
+
+ private:
+  struct Mark {
+    const char* name;  // nullptr: a pause
+    const char* kind;
+    double flops, bytes;
+    bool recompute;
+  };
+  void record(const char* name, const char* kind, double flops, double bytes) {
+    if (events_.size() == marks_.size()) events_.push_back(std::make_unique<CudaEvent>(/*timing=*/true));
+    events_[marks_.size()]->record(stream_);
+    marks_.push_back({name, kind, flops, bytes, recomputing_});
+  }
+  bool on_ = false, recomputing_ = false;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Mark> marks_;
+  std::vector<std::unique_ptr<CudaEvent>> events_;  // marks_[i] recorded events_[i]; kept for the next profile
+};
 
 template <class T>
 class ModelImpl final : public GPT2Cuda::Impl {
@@ -153,8 +218,12 @@ class ModelImpl final : public GPT2Cuda::Impl {
   void wait_params(size_t begin, size_t end) {
     size_t kept = 0;
     for (const GPT2Cuda::ParamArrival& a : arrivals_) {
-      if (a.range.begin < end && begin < a.range.end) CUDA_CHECK(cudaStreamWaitEvent(stream_, a.ready, 0));
-      else arrivals_[kept++] = a;
+      if (a.range.begin < end && begin < a.range.end) {
+        clock_.mark("waiting for the parameters' all-gather (ZeRO-1)", "communication");
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, a.ready, 0));
+      } else {
+        arrivals_[kept++] = a;
+      }
     }
     arrivals_.resize(kept);
   }
@@ -192,7 +261,11 @@ class ModelImpl final : public GPT2Cuda::Impl {
     return grads_.download();
   }
   void* grads_device() override { return grads_.data(); }
-  void zero_grad() override { grads_.zero(stream_); }
+  void zero_grad() override {
+    clock_.mark("zero the gradients", "memset", 0, static_cast<double>(grads_.bytes()));
+    grads_.zero(stream_);
+    clock_.pause();
+  }
 
   // ---- forward ---------------------------------------------------------------------------------
   void set_recompute(Recompute r) override {
@@ -250,9 +323,11 @@ class ModelImpl final : public GPT2Cuda::Impl {
   }
 
   // out (M,N) = a @ b (+ bias, epilogue): the one place GEMMs are issued, but for the weight gradients
-  // (weight_bias_grad in backward_blocks, which fuses the bias gradient into them).
-  void matmul(T* out, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool ta, bool tb,
-              bool accumulate, GemmEpilogue ep) {
+  // (weight_bias_grad in backward_blocks, which fuses the bias gradient into them). `op` names it in a
+  // --profile-step report.
+  void matmul(const char* op, T* out, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K, bool ta,
+              bool tb, bool accumulate, GemmEpilogue ep) {
+    clock_.mark(op, "gemm", 2.0 * M * N * K);
     kernels::gemm_cuda<T>(gemm_, out, a, b, bias, aux, M, N, K, ta, tb, accumulate, ep, stream_);
   }
 
@@ -267,24 +342,39 @@ class ModelImpl final : public GPT2Cuda::Impl {
                    "target token id " << targets[i] << " out of range [0, " << V << ")");
     }
     ensure_activations(B, T_);
+    // The encoder backward's plan is host work: done before the copies are enqueued, not between them.
+    if (with_plan) num_unique_ = kernels::encoder_backward_plan(inputs, N, &plan_host_);
     // The staging buffers are reused: wait until the previous micro-step's copies have left them.
     CUDA_CHECK(cudaEventSynchronize(staging_free_->get()));
     std::memcpy(staging_.data(), inputs, N * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(acts_.inputs.data(), staging_.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream_));
-    if (targets) {
-      std::memcpy(staging_.data() + N, targets, N * sizeof(int32_t));
-      CUDA_CHECK(cudaMemcpyAsync(acts_.targets.data(), staging_.data() + N, N * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream_));
-    }
+    if (targets) std::memcpy(staging_.data() + N, targets, N * sizeof(int32_t));
     if (with_plan) {
-      num_unique_ = kernels::encoder_backward_plan(inputs, N, &plan_host_);
       GPT2_CHECK(plan_host_.size() <= plan_staging_.size(), "encoder plan of " << plan_host_.size() << " ints");
       std::memcpy(plan_staging_.data(), plan_host_.data(), plan_host_.size() * sizeof(int32_t));
+    }
+    // (after the host's copies into the staging buffers: the op is the device's copies alone)
+    clock_.mark("inputs to the device", "copy", 0,
+                sizeof(int32_t) * (static_cast<double>(N) * (targets ? 2 : 1) + (with_plan ? plan_host_.size() : 0)));
+    CUDA_CHECK(cudaMemcpyAsync(acts_.inputs.data(), staging_.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream_));
+    if (targets)
+      CUDA_CHECK(cudaMemcpyAsync(acts_.targets.data(), staging_.data() + N, N * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+    if (with_plan)
       CUDA_CHECK(cudaMemcpyAsync(acts_.plan.data(), plan_staging_.data(), plan_host_.size() * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_));
-    }
     staging_free_->record(stream_);
+    clock_.pause();
+  }
+
+  // The work of an op for a --profile-step report. Bytes count each tensor read or written once (what
+  // the op must move at least, so GB/s compares with the copy bandwidth); attention's flops are counted
+  // as FlashAttention reports them (the causal half of the 2 products, the backward 2.5x that; the
+  // kernel benchmark's convention).
+  static double bytes_of(double elements) { return elements * sizeof(T); }
+  double attention_flops(bool backward) const {
+    const double f = 2.0 * acts_.B * static_cast<double>(acts_.T_) * acts_.T_ * cfg_.n_embd;
+    return backward ? 2.5 * f : f;
   }
 
   // Layer l's slice of an activation holding `per` elements per layer, or the one-layer slot
@@ -301,7 +391,9 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const size_t NC = static_cast<size_t>(N) * C;
     const ModelTensorsT p = tensors(params());
     wait_params(0, table_.block_begin(1));  // wte, wpe (the LM head's too) and block 0's ln_1 below
+    clock_.mark("encoder forward", "encoder", 0, bytes_of(2.0 * NC + static_cast<double>(T_) * C) + 4.0 * N);
     kernels::encoder_forward_cuda<T>(a.encoded.data(), a.inputs.data(), p.wte, p.wpe, B, T_, C, stream_);
+    clock_.mark("layernorm forward", "layernorm", 0, bytes_of(2.0 * NC) + 8.0 * N);
     kernels::layernorm_forward_cuda<T>(slot(a.ln1, 0, NC), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(),
                                        p.blocks[0].ln1w, p.blocks[0].ln1b, N, C, stream_);
     for (int l = 0; l < L; ++l) {
@@ -312,7 +404,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
     }
     wait_all_params();  // nothing else should be left; whatever is, is waited for before the head
     // Tied LM head: logits (N,Vp) = lnf (N,C) @ wte^T, wte stored (Vp,C).
-    matmul(a.logits.data(), a.lnf.data(), p.wte, nullptr, nullptr, N, Vp, C, false, true, false, GemmEpilogue::kNone);
+    matmul("gemm lm_head forward", a.logits.data(), a.lnf.data(), p.wte, nullptr, nullptr, N, Vp, C, false, true,
+           false, GemmEpilogue::kNone);
   }
 
   // Block l's forward from its input (GPT2::forward_block). rerun: backward is recomputing it (full
@@ -336,23 +429,32 @@ class ModelImpl final : public GPT2Cuda::Impl {
     T* fch_gelu = slot(a.fch_gelu, l, 4 * NC);
     T* residual3 = a.residual3.data() + l * NC;
 
+    clock_.set_recomputing(rerun);
     // ln_1 of block l was written by the previous block's fused residual add (or by forward()).
-    if (rerun)
+    if (rerun) {
+      clock_.mark("layernorm apply", "layernorm", 0, bytes_of(2.0 * NC));
       kernels::layernorm_apply_cuda<T>(ln1, residual, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, w.ln1w,
                                        w.ln1b, N, C, stream_);
-    matmul(qkv, ln1, w.qkvw, w.qkvb, nullptr, N, 3 * C, C, false, false, false, GemmEpilogue::kBias);  // -> (B,T,3C)
-    kernels::attention_forward_cuda<T>(atty, lse, qkv, B, T_, C, NH, stream_);                        // -> (B,T,C)
-    matmul(a.btc.data(), atty, w.attprojw, w.attprojb, nullptr, N, C, C, false, false, false,
-           GemmEpilogue::kBias);                                                                      // -> (B,T,C)
+    }
+    matmul("gemm qkv forward (+bias)", qkv, ln1, w.qkvw, w.qkvb, nullptr, N, 3 * C, C, false, false, false,
+           GemmEpilogue::kBias);  // -> (B,T,3C)
+    clock_.mark("attention forward", "attention", attention_flops(false), bytes_of(4.0 * NC) + 4.0 * N * NH);
+    kernels::attention_forward_cuda<T>(atty, lse, qkv, B, T_, C, NH, stream_);  // -> (B,T,C)
+    matmul("gemm attn_proj forward (+bias)", a.btc.data(), atty, w.attprojw, w.attprojb, nullptr, N, C, C, false,
+           false, false, GemmEpilogue::kBias);  // -> (B,T,C)
+    clock_.mark("residual + layernorm forward", "layernorm", 0, bytes_of(4.0 * NC) + 8.0 * N);
     kernels::residual_layernorm_forward_cuda<T>(residual2, ln2, slot(a.ln2_mean, l, N), slot(a.ln2_rstd, l, N),
                                                 residual, a.btc.data(), w.ln2w, w.ln2b, N, C, stream_);
     // MLP up-projection with GELU fused into the epilogue: fch keeps the pre-activation for backward.
-    matmul(fch_gelu, ln2, w.fcw, w.fcb, fch, N, 4 * C, C, false, false, false, GemmEpilogue::kBiasGelu);
+    matmul("gemm mlp_up forward (+bias, GELU)", fch_gelu, ln2, w.fcw, w.fcb, fch, N, 4 * C, C, false, false, false,
+           GemmEpilogue::kBiasGelu);
+    clock_.set_recomputing(false);
     if (rerun) return;  // residual3 (block l's output) and what follows from it are kept
-    matmul(a.btc.data(), fch_gelu, w.fcprojw, w.fcprojb, nullptr, N, C, 4 * C, false, false, false,
-           GemmEpilogue::kBias);                                                                      // -> (B,T,C)
+    matmul("gemm mlp_down forward (+bias)", a.btc.data(), fch_gelu, w.fcprojw, w.fcprojb, nullptr, N, C, 4 * C, false,
+           false, false, GemmEpilogue::kBias);  // -> (B,T,C)
     // residual3 = residual2 + fcproj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
     const bool last = l + 1 == L;
+    clock_.mark("residual + layernorm forward", "layernorm", 0, bytes_of(4.0 * NC) + 8.0 * N);
     kernels::residual_layernorm_forward_cuda<T>(
         residual3, last ? a.lnf.data() : slot(a.ln1, l + 1, NC),
         last ? a.lnf_mean.data() : a.ln1_mean.data() + (l + 1) * N,
@@ -371,11 +473,15 @@ class ModelImpl final : public GPT2Cuda::Impl {
     }
     forward_with_loss(B, T_, dloss);
     queue_losses(B * T_);
+    clock_.pause();
   }
 
   // The forward and the loss (with dlogits) of the uploaded batch.
   void forward_with_loss(int B, int T_, float dloss) {
     forward(B, T_);
+    const double N = static_cast<double>(B) * T_;
+    clock_.mark("softmax + cross-entropy (+dlogits)", "softmax-xent", 0,
+                bytes_of(2.0 * N * cfg_.padded_vocab_size()) + 8.0 * N);
     kernels::softmax_xent_cuda<T>(acts_.losses.data(), acts_.logits.data(), acts_.targets.data(), B * T_,
                                   cfg_.vocab_size, cfg_.padded_vocab_size(), dloss, /*write_grad=*/true, stream_);
   }
@@ -459,12 +565,14 @@ class ModelImpl final : public GPT2Cuda::Impl {
   // one synchronisation per step instead of one per micro-step.
   void queue_losses(int N) {
     if (pending_ > 0 && (pending_ == loss_slots_ || N != pending_n_)) {  // full, or another shape: fold in
+      clock_.pause();
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       loss_carry_ += sum_pending(pending_n_);
       pending_ = 0;
       if (N == pending_n_) loss_slots_ *= 2;  // grows to the number of micro-steps per step
     }
     loss_host_.resize(static_cast<size_t>(loss_slots_) * N);  // only ever when nothing is pending
+    clock_.mark("losses to the host", "copy", 0, 4.0 * N);
     CUDA_CHECK(cudaMemcpyAsync(loss_host_.data() + static_cast<size_t>(pending_) * N, acts_.losses.data(),
                                N * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     ++pending_;
@@ -487,10 +595,12 @@ class ModelImpl final : public GPT2Cuda::Impl {
     have_deferred_ = false;
     forward_with_loss(deferred_.B, deferred_.T_, deferred_.dloss);
     queue_losses(deferred_.B * deferred_.T_);
+    clock_.pause();
   }
 
   double take_loss_sum() override {
     flush_deferred();
+    clock_.pause();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const double s = loss_carry_ + (pending_ ? sum_pending(pending_n_) : 0.0);
     loss_carry_ = 0;
@@ -508,6 +618,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
                                   cfg_.padded_vocab_size(), 0.0f, /*write_grad=*/false, stream_);
     std::vector<float> losses(N);
     CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_.losses.data(), N * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    clock_.pause();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     double s = 0;
     for (float x : losses) s += x;
@@ -522,7 +633,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
     if (have_deferred_) {
       have_deferred_ = false;
       const Deferred d = deferred_;
-      if (on_ready) {  // gradients communicated as they are ready: host callbacks, so eager
+      if (on_ready || clock_.on()) {  // gradients communicated as they are ready (host callbacks), or each op
+                                      // timed (--profile-step): eager
         forward_with_loss(d.B, d.T_, d.dloss);
         backward_blocks(on_ready);
       } else {
@@ -530,10 +642,12 @@ class ModelImpl final : public GPT2Cuda::Impl {
       }
       backward_encoder(on_ready);
       queue_losses(d.B * d.T_);
+      clock_.pause();
       return;
     }
     backward_blocks(on_ready);
     backward_encoder(on_ready);
+    clock_.pause();
   }
 
   // Backward from dlogits through every block: the LM head, ln_f, blocks L-1 .. 0, calling on_ready
@@ -547,23 +661,32 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const ModelTensorsT g = tensors(grads_.data());
     void* ws = a.workspace.data();
     auto ready = [&](size_t from) {
-      if (on_ready) on_ready(from);
+      if (!on_ready) return;
+      clock_.mark("gradient buckets handed to the reducer", "communication");
+      on_ready(from);
     };
     // dw (IC,OC) += inp^T @ dout and dbias (OC) += column sums of dout, in one pass where the GEMM can
     // (weight_bias_grad_cuda)
-    auto weight_bias_grad = [&](T* dw, T* dbias, const T* inp, const T* dout, int IC, int OC) {
+    auto weight_bias_grad = [&](const char* op, T* dw, T* dbias, const T* inp, const T* dout, int IC, int OC) {
+      clock_.mark(op, "gemm", 2.0 * N * IC * OC);
       kernels::weight_bias_grad_cuda<T>(gemm_, dw, dbias, ws, inp, dout, N, IC, OC, stream_);
+    };
+    // dinp (N,C) += layernorm backward; dweight, dbias (C) +=
+    auto layernorm_backward = [&](T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                                  const float* mean, const float* rstd) {
+      clock_.mark("layernorm backward", "layernorm", 0, bytes_of(4.0 * NC) + 8.0 * N);
+      kernels::layernorm_backward_cuda<T>(dinp, dweight, dbias, ws, dout, inp, weight, mean, rstd, N, C, stream_);
     };
 
     // LM head (tied): dwte gets its first contribution here; its last comes from the encoder below.
-    matmul(a.btc.data(), a.logits.data(), p.wte, nullptr, nullptr, N, C, Vp, false, false, false,
+    matmul("gemm lm_head dinp", a.btc.data(), a.logits.data(), p.wte, nullptr, nullptr, N, C, Vp, false, false, false,
            GemmEpilogue::kNone);  // dlnf (N,C) = dlogits (N,Vp) @ wte (Vp,C)
-    matmul(g.wte, a.logits.data(), a.lnf.data(), nullptr, nullptr, Vp, C, N, true, false, true,
+    matmul("gemm lm_head dw", g.wte, a.logits.data(), a.lnf.data(), nullptr, nullptr, Vp, C, N, true, false, true,
            GemmEpilogue::kNone);  // dwte (Vp,C) += dlogits^T @ lnf
+    clock_.mark("zero dresidual", "memset", 0, bytes_of(static_cast<double>(NC)));
     a.dresidual.zero(stream_);
-    kernels::layernorm_backward_cuda<T>(a.dresidual.data(), g.lnfw, g.lnfb, ws, a.btc.data(),
-                                        a.residual3.data() + (L - 1) * NC, p.lnfw, a.lnf_mean.data(),
-                                        a.lnf_rstd.data(), N, C, stream_);
+    layernorm_backward(a.dresidual.data(), g.lnfw, g.lnfb, a.btc.data(), a.residual3.data() + (L - 1) * NC, p.lnfw,
+                       a.lnf_mean.data(), a.lnf_rstd.data());
     ready(table_.block_begin(L));
 
     for (int l = L - 1; l >= 0; --l) {
@@ -586,32 +709,40 @@ class ModelImpl final : public GPT2Cuda::Impl {
       if (a.recompute == Recompute::kFull) {
         forward_block(p, l, /*rerun=*/true);  // ln1 .. fch_gelu of block l from its input
       } else if (a.recompute == Recompute::kSelective) {
+        clock_.set_recomputing(true);
+        clock_.mark("layernorm apply", "layernorm", 0, bytes_of(2.0 * NC));
         kernels::layernorm_apply_cuda<T>(ln2, residual2, ln2_mean, ln2_rstd, w.ln2w, w.ln2b, N, C, stream_);
+        clock_.mark("layernorm apply", "layernorm", 0, bytes_of(2.0 * NC));
         kernels::layernorm_apply_cuda<T>(ln1, residual, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, w.ln1w,
                                          w.ln1b, N, C, stream_);
+        clock_.mark("gelu forward", "gelu", 0, bytes_of(8.0 * NC));
         kernels::gelu_forward_cuda<T>(fch_gelu, fch, 4 * static_cast<long>(NC), stream_);
+        clock_.set_recomputing(false);
       }
       T* dres = a.dresidual.data();
       // dresidual holds d(residual3[l]); the identity paths add into it via layernorm_backward's +=.
       // MLP down-projection: d(fch) = (dresidual @ fcprojw^T) * gelu'(fch), GELU backward fused.
-      matmul(a.dbt4c.data(), dres, w.fcprojw, nullptr, fch, N, 4 * C, C, false, true, false, GemmEpilogue::kDGelu);
-      weight_bias_grad(dw.fcprojw, dw.fcprojb, fch_gelu, dres, 4 * C, C);
+      matmul("gemm mlp_down dinp (+GELU backward)", a.dbt4c.data(), dres, w.fcprojw, nullptr, fch, N, 4 * C, C, false,
+             true, false, GemmEpilogue::kDGelu);
+      weight_bias_grad("gemm mlp_down dw (+dbias)", dw.fcprojw, dw.fcprojb, fch_gelu, dres, 4 * C, C);
       // MLP up-projection
-      matmul(a.btc.data(), a.dbt4c.data(), w.fcw, nullptr, nullptr, N, C, 4 * C, false, true, false,
-             GemmEpilogue::kNone);
-      weight_bias_grad(dw.fcw, dw.fcb, ln2, a.dbt4c.data(), C, 4 * C);
-      kernels::layernorm_backward_cuda<T>(dres, dw.ln2w, dw.ln2b, ws, a.btc.data(), residual2, w.ln2w, ln2_mean,
-                                          ln2_rstd, N, C, stream_);
+      matmul("gemm mlp_up dinp", a.btc.data(), a.dbt4c.data(), w.fcw, nullptr, nullptr, N, C, 4 * C, false, true,
+             false, GemmEpilogue::kNone);
+      weight_bias_grad("gemm mlp_up dw (+dbias)", dw.fcw, dw.fcb, ln2, a.dbt4c.data(), C, 4 * C);
+      layernorm_backward(dres, dw.ln2w, dw.ln2b, a.btc.data(), residual2, w.ln2w, ln2_mean, ln2_rstd);
       // dresidual now holds d(residual2[l]). Attention projection:
-      matmul(a.btc.data(), dres, w.attprojw, nullptr, nullptr, N, C, C, false, true, false, GemmEpilogue::kNone);
-      weight_bias_grad(dw.attprojw, dw.attprojb, atty, dres, C, C);
+      matmul("gemm attn_proj dinp", a.btc.data(), dres, w.attprojw, nullptr, nullptr, N, C, C, false, true, false,
+             GemmEpilogue::kNone);
+      weight_bias_grad("gemm attn_proj dw (+dbias)", dw.attprojw, dw.attprojb, atty, dres, C, C);
+      clock_.mark("attention backward", "attention", attention_flops(true),
+                  bytes_of(8.0 * NC) + 4.0 * N * NH);
       kernels::attention_backward_cuda<T>(a.dqkv.data(), ws, a.btc.data(), qkv, atty, lse, B, T_, C, NH, stream_);
       // QKV projection
-      matmul(a.btc.data(), a.dqkv.data(), w.qkvw, nullptr, nullptr, N, C, 3 * C, false, true, false,
+      matmul("gemm qkv dinp", a.btc.data(), a.dqkv.data(), w.qkvw, nullptr, nullptr, N, C, 3 * C, false, true, false,
              GemmEpilogue::kNone);
-      weight_bias_grad(dw.qkvw, dw.qkvb, ln1, a.dqkv.data(), C, 3 * C);
-      kernels::layernorm_backward_cuda<T>(dres, dw.ln1w, dw.ln1b, ws, a.btc.data(), residual, w.ln1w,
-                                          a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, N, C, stream_);
+      weight_bias_grad("gemm qkv dw (+dbias)", dw.qkvw, dw.qkvb, ln1, a.dqkv.data(), C, 3 * C);
+      layernorm_backward(dres, dw.ln1w, dw.ln1b, a.btc.data(), residual, w.ln1w, a.ln1_mean.data() + l * N,
+                         a.ln1_rstd.data() + l * N);
       // dresidual now holds d(residual entering block l)
       ready(table_.block_begin(l));
     }
@@ -619,9 +750,15 @@ class ModelImpl final : public GPT2Cuda::Impl {
 
   void backward_encoder(const GradReadyFn& on_ready) {
     const ModelTensorsT g = tensors(grads_.data());
+    const double NC = static_cast<double>(acts_.B) * acts_.T_ * cfg_.n_embd;
+    // dresidual read once; the rows of dwte it touches and dwpe's first T rows read and written
+    clock_.mark("encoder backward", "encoder", 0,
+                bytes_of(NC + 2.0 * (num_unique_ + static_cast<double>(acts_.T_)) * cfg_.n_embd));
     kernels::encoder_backward_cuda<T>(g.wte, g.wpe, acts_.dresidual.data(), acts_.plan.data(), num_unique_, acts_.B,
                                       acts_.T_, cfg_.n_embd, stream_);
-    if (on_ready) on_ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
+    if (!on_ready) return;
+    clock_.mark("gradient buckets handed to the reducer", "communication");
+    on_ready(0);  // wte (tied) is final only now, so the bucket holding it is always the last one
   }
 
   // ---- generation --------------------------------------------------------------------------------
@@ -670,7 +807,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
       const BlockT& w = p.blocks[l];
       T* kc = d.k.data() + l * per_layer;
       T* vc = d.v.data() + l * per_layer;
-      matmul(d.qkv.data(), d.ln.data(), w.qkvw, w.qkvb, nullptr, 1, 3 * C, C, false, false, false,
+      matmul("decode gemm qkv", d.qkv.data(), d.ln.data(), w.qkvw, w.qkvb, nullptr, 1, 3 * C, C, false, false, false,
              GemmEpilogue::kBias);  // (C) -> (3C) = [q | k | v]
       // This token's k and v into row pos of every head: NH rows of hs elements, (NH,hs) -> (NH,maxT,hs).
       const size_t row = static_cast<size_t>(hs) * sizeof(T), head_pitch = static_cast<size_t>(maxT) * row;
@@ -679,13 +816,13 @@ class ModelImpl final : public GPT2Cuda::Impl {
       CUDA_CHECK(cudaMemcpy2DAsync(vc + static_cast<size_t>(pos) * hs, head_pitch, d.qkv.data() + 2 * C, row, row, NH,
                                    cudaMemcpyDeviceToDevice, stream_));
       kernels::attention_decode_cuda<T>(d.atty.data(), d.qkv.data(), kc, vc, pos + 1, maxT, C, NH, stream_);  // -> (C)
-      matmul(d.proj.data(), d.atty.data(), w.attprojw, w.attprojb, nullptr, 1, C, C, false, false, false,
+      matmul("decode gemm attn_proj", d.proj.data(), d.atty.data(), w.attprojw, w.attprojb, nullptr, 1, C, C, false, false, false,
              GemmEpilogue::kBias);  // (C) -> (C)
       kernels::residual_layernorm_forward_cuda<T>(d.res.data(), d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(),
                                                   d.proj.data(), w.ln2w, w.ln2b, 1, C, stream_);
-      matmul(d.fch_gelu.data(), d.ln.data(), w.fcw, w.fcb, d.fch.data(), 1, 4 * C, C, false, false, false,
+      matmul("decode gemm mlp_up", d.fch_gelu.data(), d.ln.data(), w.fcw, w.fcb, d.fch.data(), 1, 4 * C, C, false, false, false,
              GemmEpilogue::kBiasGelu);  // (C) -> (4C)
-      matmul(d.proj.data(), d.fch_gelu.data(), w.fcprojw, w.fcprojb, nullptr, 1, C, 4 * C, false, false, false,
+      matmul("decode gemm mlp_down", d.proj.data(), d.fch_gelu.data(), w.fcprojw, w.fcprojb, nullptr, 1, C, 4 * C, false, false, false,
              GemmEpilogue::kBias);  // (4C) -> (C)
       // x = res + proj, fused with the next layernorm: ln_1 of block l+1, or ln_f.
       const bool last = l + 1 == L;
@@ -694,7 +831,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
                                                   last ? p.lnfb : p.blocks[l + 1].ln1b, 1, C, stream_);
     }
     // Tied LM head: logits (Vp) = lnf (C) @ wte^T.
-    matmul(d.logits.data(), d.ln.data(), p.wte, nullptr, nullptr, 1, Vp, C, false, true, false, GemmEpilogue::kNone);
+    matmul("decode gemm lm_head", d.logits.data(), d.ln.data(), p.wte, nullptr, nullptr, 1, Vp, C, false, true, false, GemmEpilogue::kNone);
     CUDA_CHECK(cudaMemcpyAsync(d.logits_host.data(), d.logits.data(), static_cast<size_t>(Vp) * sizeof(T),
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -710,9 +847,11 @@ class ModelImpl final : public GPT2Cuda::Impl {
   int cache_len() const override { return dec_.len; }
 
   // ---- optimizer and norms ---------------------------------------------------------------------
-  double grad_sum_squares(size_t begin, size_t end) override { return sum_squares(grads_.data() + begin, end - begin); }
+  double grad_sum_squares(size_t begin, size_t end) override {
+    return sum_squares("gradient norm", grads_.data() + begin, end - begin);
+  }
   double param_sum_squares(size_t begin, size_t end) override {
-    return sum_squares(master_.data() + begin, end - begin);
+    return sum_squares("parameter norm (the update's check)", master_.data() + begin, end - begin);
   }
   void set_optimizer_shard(const std::vector<FlatRange>& owned) override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -725,11 +864,13 @@ class ModelImpl final : public GPT2Cuda::Impl {
   float* master_device() override { return master_.data(); }
   void* params_device() override { return params(); }
   template <class E>
-  double sum_squares(const E* x, size_t n) {
+  double sum_squares(const char* op, const E* x, size_t n) {
     scratch_.resize(std::max(scratch_.size(), kernels::sum_squares_scratch_bytes(static_cast<long>(n))));
+    clock_.mark(op, "norm", 0, static_cast<double>(n) * sizeof(E));
     kernels::sum_squares_cuda<E>(result_.data(), scratch_.data(), x, static_cast<long>(n), stream_);
     double r = 0;
     CUDA_CHECK(cudaMemcpyAsync(&r, result_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    clock_.pause();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return r;
   }
@@ -749,9 +890,22 @@ class ModelImpl final : public GPT2Cuda::Impl {
   void adamw_step(const kernels::AdamWStep& step) override {
     flush_deferred();   // as in set_params
     wait_all_params();  // the update must not race the gather still writing the parameters
+    // per updated parameter: the master weight, m and v read and written (fp32), the gradient read (T), and
+    // in bf16 the stored parameter written (in fp32 it is the master weight)
+    const double per_param = 24.0 + sizeof(T) + (std::is_same_v<T, float> ? 0.0 : sizeof(T));
+    clock_.mark("adamw", "adamw", 0, static_cast<double>(m_.size()) * per_param);
     kernels::adamw_update_multi_cuda<T>(master_.data(), params(), grads_.data(), m_.data(), v_.data(), chunks_.data(),
                                         static_cast<int>(chunks_.size()), step, stream_);
+    clock_.pause();
   }
+
+  void begin_profile() override {
+    flush_deferred();  // deferred work (CUDA Graph mode) belongs to the step before
+    clock_.begin(stream_);
+  }
+  StepProfile end_profile() override { return clock_.end(); }
+  void profile_mark(const char* name, const char* kind) override { clock_.mark(name, kind); }
+  void profile_pause() override { clock_.pause(); }
 
  private:
   ModelTensorsT tensors(T* base) const {
@@ -806,6 +960,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
   std::vector<CapturedStep> graphs_;  // least recently used first
   std::vector<GraphKey> warmed_;      // keys whose eager warm-up micro-step has run
   std::vector<GPT2Cuda::ParamArrival> arrivals_;  // parameters still arriving (set_param_arrivals)
+  OpClock clock_;  // --profile-step
 };
 
 }  // namespace
@@ -850,5 +1005,9 @@ void GPT2Cuda::set_param_arrivals(std::vector<ParamArrival> arrivals) {
   impl_->set_param_arrivals(std::move(arrivals));
 }
 int GPT2Cuda::cache_len() const { return impl_->cache_len(); }
+void GPT2Cuda::begin_profile() { impl_->begin_profile(); }
+StepProfile GPT2Cuda::end_profile() { return impl_->end_profile(); }
+void GPT2Cuda::profile_mark(const char* name, const char* kind) { impl_->profile_mark(name, kind); }
+void GPT2Cuda::profile_pause() { impl_->profile_pause(); }
 
 }  // namespace gpt2

@@ -15,6 +15,7 @@
 #include "model/config.hpp"
 #include "model/gpt2.hpp"
 #include "model/params.hpp"
+#include "model/step_profile.hpp"
 #include "kernels/adamw/adamw.hpp"
 
 namespace gpt2 {
@@ -124,6 +125,22 @@ class GPT2Cuda {
   void reset_cache();
   // Tokens in the cache.
   int cache_len() const;
+
+  // ---- where a step's device time goes (gpt2-train --profile-step) ------------------------------
+  // From begin_profile to end_profile, every op the model enqueues (each GEMM, attention, layernorm,
+  // AdamW, the norms, the copies of the inputs and losses, ZeRO-1's waits for the parameters, the
+  // gradient buckets' hand-off to the reducer) is timed by CUDA events on stream(), and the time the
+  // stream spends waiting for the host between them is counted apart. A micro-step whose device work
+  // would be replayed as a CUDA Graph runs eagerly instead, so that each op can be timed. end_profile
+  // synchronises the stream and returns the ops summed by name (StepProfile). Outside a profile the
+  // model records nothing.
+  void begin_profile();
+  StepProfile end_profile();
+  // What the caller puts on stream() itself, for the profile: the device time from profile_mark to the
+  // next op or pause is `name` (the reducer's wait for the last gradient buckets, say); profile_pause
+  // ends it. Nothing outside a profile. `name` and `kind` must outlive end_profile (string literals).
+  void profile_mark(const char* name, const char* kind);
+  void profile_pause();
 
   class Impl;
 

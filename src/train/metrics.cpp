@@ -17,7 +17,11 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, bool append, long keep_
     std::string line, kept;
     while (std::getline(in, line)) {
       long step = -1;
-      if (std::sscanf(line.c_str(), "{\"step\":%ld", &step) == 1 && step > keep_up_to_step) continue;
+      // step lines, and --profile-step's line of a step (written after that step's line)
+      if ((std::sscanf(line.c_str(), "{\"step\":%ld", &step) == 1 ||
+           std::sscanf(line.c_str(), "{\"profile_step\":%ld", &step) == 1) &&
+          step > keep_up_to_step)
+        continue;
       kept += line + "\n";
     }
     write_file_atomic(path, kept);  // a full disk must not leave a truncated metrics.jsonl behind

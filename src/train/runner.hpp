@@ -14,6 +14,7 @@
 #include "core/backend.hpp"
 #include "data/batch_loader.hpp"
 #include "model/gpt2.hpp"
+#include "model/step_profile.hpp"
 #include "optim/adamw.hpp"
 #include "train/checkpoint.hpp"
 
@@ -55,6 +56,10 @@ class ModelRunner {
   virtual OptimizerState checkpoint_state(bool writer) = 0;
   virtual void to_host() = 0;
   virtual void from_host() = 0;
+  // --profile-step: each op of the step between the two calls timed on the device (GPT2Cuda::begin_profile).
+  // A backend that cannot returns an empty profile (the options refuse it first).
+  virtual void begin_profile() {}
+  virtual StepProfile end_profile() { return {}; }
   // Memory for the batch loader's token buffers: the heap by default, page-locked on a GPU.
   virtual HostAllocator host_allocator() const { return {}; }
 };

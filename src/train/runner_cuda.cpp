@@ -128,7 +128,11 @@ class CudaRunner final : public ModelRunner {
   double finish_communication() override {
     if (!communicating_) return 0.0;
     communicating_ = false;
-    return reducer_->finish();
+    // (--profile-step: the device's wait for the buckets still in flight, or for the host-staged ones)
+    model_->profile_mark("waiting for the gradient all-reduce", "communication");
+    const double exposed_ms = reducer_->finish();
+    model_->profile_pause();
+    return exposed_ms;
   }
   float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) override {
     finish_param_gathers();
@@ -208,6 +212,8 @@ class CudaRunner final : public ModelRunner {
     model_->set_moments(opt_.m().data(), opt_.v().data());
   }
   HostAllocator host_allocator() const override { return {pinned_host_allocate, pinned_host_release}; }
+  void begin_profile() override { model_->begin_profile(); }
+  StepProfile end_profile() override { return model_->end_profile(); }
 
  private:
   // The host waits for the all-gathers of the last update (the timeout holds: a hung peer ends the job

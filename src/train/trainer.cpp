@@ -170,6 +170,19 @@ void measure_skew(Communicator& comm, StepMetrics& sm) {
   sm.skew = median > 0 ? all[static_cast<size_t>(sm.slowest_rank)] / median : 1.0;
 }
 
+// --profile-step: where the step's device time went on this rank's GPU (rank 0 prints it and writes it
+// to metrics.jsonl).
+void report_profile(const StepProfile& p, int64_t step, double step_ms, const StepGeometry& g, MetricsWriter& metrics,
+                    int rank) {
+  char heading[256];
+  std::snprintf(heading, sizeof(heading),
+                "profile of step %lld on rank 0's GPU: each op's device time (CUDA events at its launches), summed "
+                "over the layers and %lld micro-step(s) of %d x %d tokens",
+                static_cast<long long>(step), static_cast<long long>(g.accum), g.B, g.T);
+  log_info("%s", p.table(heading, step_ms).c_str());
+  if (rank == 0) metrics.raw(p.json(static_cast<long>(step), step_ms));
+}
+
 // Each rank resolves the backends on its own node, and they must be the same on every rank, or the ranks would
 // run different collectives and hang or corrupt each other: a node without a working GPU driver falls back to
 // --device cpu, one with fewer GPUs than ranks to --comm mpi. One all-reduce of (x, -x) under max gives every
@@ -212,6 +225,8 @@ Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
   GPT2_REQUIRE(on_gpu || be.comm == Comm::kMpi,
                "--comm " << name_of(be.comm) << " needs --device cuda (the CPU backend uses --comm mpi)");
   GPT2_REQUIRE(on_gpu || !cfg.cuda_graph, "--cuda-graph needs --device cuda");
+  GPT2_REQUIRE(on_gpu || cfg.profile_step == 0,
+               "--profile-step times the CUDA backend's kernels: it needs --device cuda");
   GPT2_REQUIRE(!on_gpu || cfg.zero == 0 || be.comm == Comm::kNccl,
                "--zero 1 on GPUs needs --comm nccl (one GPU per rank); the host-staged --comm mpi path keeps the "
                "whole optimizer: use --zero 0 there");
@@ -397,6 +412,13 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   if (val && state.step == 0) run_val(0);
 
   const int64_t first_step = state.step;
+  if (cfg.profile_step > 0 && cfg.profile_step <= first_step)
+    log_warn("--profile-step %lld: this run starts after it (at step %lld), so no step is profiled\n",
+             static_cast<long long>(cfg.profile_step), static_cast<long long>(first_step + 1));
+  if (cfg.profile_step == first_step + 1)
+    log_warn("--profile-step %lld is this run's first step: its times include what only the first step pays "
+             "(allocations, cuBLASLt's choice of algorithms); profile a later one\n",
+             static_cast<long long>(cfg.profile_step));
   double bench_ms_sum = 0.0, bench_exposed_sum = 0.0;
   int bench_n = 0;
   Checkpointer checkpoints(cfg, comm, *runner, model);
@@ -423,6 +445,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     Timer timer;
     const RankBatch* batch = &batches->next(step);  // valid until the next call
     if (rank == straggler_rank) std::this_thread::sleep_for(std::chrono::milliseconds(straggler_ms));
+    const bool profiling = step + 1 == cfg.profile_step;
+    if (profiling) runner->begin_profile();
     const StepResult r = train_step(*runner, comm, *batch, geo, cfg, step, inputs, targets);
     const double loss = r.loss, grad_norm = r.grad_norm, exposed_ms = r.exposed_ms;
     const float lr = r.lr;
@@ -440,7 +464,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     sm.comm_exposed_ms = exposed_ms;
     if (W > 1) measure_skew(comm, sm);
     if (rank == 0) metrics.step(sm);
-    if (step > first_step) {  // the first step pays for allocation: keep it out of the benchmark mean
+    // The first step pays for allocation, the profiled one for its events: both stay out of the mean.
+    if (step > first_step && !profiling) {
       bench_ms_sum += sm.ms;
       bench_exposed_sum += exposed_ms;
       ++bench_n;
@@ -453,6 +478,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                static_cast<long long>(state.step), static_cast<long long>(cfg.max_steps), loss, lr, grad_norm, sm.ms,
                format_count(sm.tokens_per_s).c_str(), 100.0 * sm.mfu, exposed_ms, skew);
     }
+    if (profiling) report_profile(runner->end_profile(), state.step, sm.ms, geo, metrics, rank);
     if (val && cfg.val_every > 0 && state.step % cfg.val_every == 0 && !last) run_val(state.step);
     checkpoints.after_step(state, last);
     int stop = stop_signal();

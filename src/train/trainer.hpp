@@ -51,6 +51,7 @@ struct TrainConfig {
   int threads = 0;                    // OpenMP threads per rank (0: cores / ranks on this node)
   double peak_tflops = 0.0;           // per rank, for MFU (0: an estimate for the device)
   bool benchmark = false;             // synthetic tokens, no files, no checkpoints
+  int64_t profile_step = 0;           // GPU: time each op of this step (1-based) and report where the time went; 0: off
   SampleOptions sample;               // text generated at the end (sample.max_new_tokens = 0: none)
   std::string sample_prompt = "\n";
 };

@@ -63,6 +63,10 @@ expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${t
 expect_fail bf16-on-cpu 1 "--precision bf16 needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --precision bf16 --max-steps 1
 expect_fail nccl-on-cpu 1 "--comm nccl needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --comm nccl --max-steps 1
 expect_fail cuda-graph-on-cpu 1 "--cuda-graph needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --cuda-graph --max-steps 1
+expect_fail profile-on-cpu 1 "--profile-step times the CUDA backend's kernels: it needs --device cuda" \
+  "${train[@]}" "${tiny[@]}" --device cpu --profile-step 1 --max-steps 1
+expect_fail profile-past-the-end 2 "--profile-step must be a step of the run, 1 to --max-steps \(3\), or 0 for none \(got 4\)" \
+  "${train[@]}" "${tiny[@]}" --profile-step 4 --max-steps 3
 expect_fail bad-schedule 2 "--schedule must be" "${train[@]}" "${tiny[@]}" --schedule cosinus
 expect_fail bad-recompute 2 "--recompute must be none, selective or full" "${train[@]}" "${tiny[@]}" --recompute some
 # Boost.ProgramOptions formats its messages by replacing "%value%" until none is left: a value that

@@ -72,8 +72,8 @@ gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/fi
   src/core/param_segment.cpp kernels/common/device.cpp kernels/common/kernel_paths.cpp kernels/encoder/encoder_cpu.cpp
   kernels/layernorm/layernorm_cpu.cpp kernels/gemm/gemm_cpu.cpp kernels/attention/attention_cpu.cpp
   kernels/gelu/gelu_cpu.cpp kernels/softmax_xent/softmax_xent_cpu.cpp kernels/adamw/adamw_cpu.cpp
-  kernels/reduce/reduce_cpu.cpp src/model/config.cpp src/model/params.cpp src/model/gpt2.cpp src/optim/adamw.cpp
-  src/optim/schedule.cpp src/train/sample.cpp)
+  kernels/reduce/reduce_cpu.cpp src/model/config.cpp src/model/params.cpp src/model/gpt2.cpp src/model/step_profile.cpp
+  src/optim/adamw.cpp src/optim/schedule.cpp src/train/sample.cpp)
 gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
 # The cases CI runs (--gpu-tests), about 4.5 min on 2 cores plus the build; every case of the suites passes (~35 min: run
 # BUILD_DIR/gpu/test_gpu_<family> after --gpu-tests-build, with EMU_FIBERS=1). Left out here: the GPT-2-sized shapes, the

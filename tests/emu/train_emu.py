@@ -144,6 +144,51 @@ def stream_checks(gpu32):
     accumulated, _ = train("fp32_accumulate", steps, cuda + fp32, micro_batch=2)
     compare("fp32 gradient accumulation (2 x micro-batch 2) == micro-batch 4", accumulated, gpu32, 1e-4)
     graph_check("fp32_graph", fp32, 2, accumulated, 2 * steps - 1)
+    return accumulated
+
+
+L, C, T = 2, 128, 64  # common's model and sequence length
+
+
+def profile_check(name, out, micro_batch, micro_steps, ranks=1):
+    """--profile-step 2 (the run's metrics.jsonl line and its log's table): every op of the step, each as often as
+    the model runs it per micro-step (L layers) or per step, the GEMMs' and attention's work from their shapes, the
+    times adding up."""
+    rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
+    prof = next((r for r in rows if "profile_step" in r), None)
+    if prof is None:
+        return check(f"{name}: a profile line in metrics.jsonl", False)
+    ops = {o["op"]: o for o in prof["ops"]}
+    m, N = micro_steps, micro_batch * T
+    want = {"inputs to the device": m, "encoder forward": m, "layernorm forward": m, "gemm qkv forward (+bias)": L * m,
+            "attention forward": L * m, "gemm attn_proj forward (+bias)": L * m,
+            "residual + layernorm forward": 2 * L * m, "gemm mlp_up forward (+bias, GELU)": L * m,
+            "gemm mlp_down forward (+bias)": L * m, "gemm lm_head forward": m,
+            "softmax + cross-entropy (+dlogits)": m, "losses to the host": m, "gemm lm_head dinp": m,
+            "gemm lm_head dw": m, "zero dresidual": m, "layernorm backward": (2 * L + 1) * m,
+            "encoder backward": m, "zero the gradients": 1, "gradient norm": 1, "adamw": 1,
+            "parameter norm (the update's check)": 1}
+    for op in ("gemm mlp_down dinp (+GELU backward)", "gemm mlp_down dw (+dbias)", "gemm mlp_up dinp",
+               "gemm mlp_up dw (+dbias)", "gemm attn_proj dinp", "gemm attn_proj dw (+dbias)", "attention backward",
+               "gemm qkv dinp", "gemm qkv dw (+dbias)"):
+        want[op] = L * m
+    if ranks > 1:  # after ln_f's backward, after each block's, after the encoder's; the wait for the last buckets
+        want["gradient buckets handed to the reducer"] = L + 2
+        want["waiting for the gradient all-reduce"] = 1
+    got = {op: o["calls"] for op, o in ops.items()}
+    check(f"{name}: the profile holds every op of the step, as often as the model runs it", got == want,
+          f": {sorted(set(got.items()) ^ set(want.items()))} differ")
+    qkv = ops.get("gemm qkv forward (+bias)", {}).get("flops")
+    check(f"{name}: the qkv GEMM's flops are 2 N 3C C a layer", qkv == 2.0 * N * 3 * C * C * L * m, f": {qkv}")
+    att = ops.get("attention backward", {}).get("flops")
+    check(f"{name}: the attention backward's flops are 2.5 x 2 N T C a layer", att == 2.5 * 2 * N * T * C * L * m,
+          f": {att}")
+    total = sum(o["ms"] for o in prof["ops"]) + prof["idle_ms"]
+    check(f"{name}: the ops and the idle time add up to the device time, none negative",
+          all(o["ms"] >= 0 for o in prof["ops"]) and prof["idle_ms"] >= 0 and prof["device_ms"] > 0 and
+          abs(total - prof["device_ms"]) <= 1e-3 * len(prof["ops"]), f": {total} against {prof['device_ms']}")
+    table = re.search(r"profile of step 2 on rank 0's GPU.*\n(  .*\n)+  by kind: .*gemm [\d.]+ ms", train.log)
+    check(f"{name}: the log has the table", table is not None)
 
 
 if streams_only:
@@ -219,7 +264,29 @@ memory_check("bf16, hand GEMM")
 recomputed, _ = train("fp32_recompute", steps, cuda + fp32 + ["--recompute", "full"])
 check("fp32 --recompute full repeats bit for bit", recomputed == gpu32, f": {recomputed} against {gpu32}")
 
-stream_checks(gpu32)
+accumulated = stream_checks(gpu32)
+# --profile-step: the profiled step's losses are the unprofiled run's (timing changes nothing), with
+# accumulation and --cuda-graph (the profiled step runs eagerly), and on 2 ranks (the buckets' hand-off)
+profiled, out = train("fp32_profiled", steps, cuda + fp32 + ["--cuda-graph", "--profile-step", "2"], micro_batch=2)
+check("fp32, --profile-step with accumulation and --cuda-graph repeats the run bit for bit", profiled == accumulated,
+      f": {profiled} against {accumulated}")
+profile_check("fp32, 2 micro-steps", out, 2, 2)
+open(f"{work}/profiled_a.log", "w").write(train.log)
+profiled2, out = train("fp32_2ranks_profiled", steps, cuda + fp32 + ["--comm", "nccl", "--profile-step", "2"],
+                       ranks=2, micro_batch=2, extra_env=two_devices)
+compare("fp32 2 ranks, --comm nccl --profile-step 2 == 1 rank", profiled2, gpu32, 1e-4)
+profile_check("fp32, 2 ranks", out, 2, 1, ranks=2)
+open(f"{work}/profiled_b.log", "w").write(train.log)
+# tools/gpu/profile_diff.py reads both tables (the one-rank run's ops twice as often): every op of the one-rank
+# run on a row with both times, and the totals; a log without a table is an error that names it
+diff_tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tools/gpu/profile_diff.py")
+rc, dout, derr = launch([sys.executable, diff_tool, f"{work}/profiled_a.log", f"{work}/profiled_b.log"])
+rows_ok = rc == 0 and re.search(r"^attention backward +[\d.]+ +[\d.]+ +[-+][\d.]+ +[\d.]+x  \(calls 4 -> 2\)$", dout,
+                                re.M) and re.search(r"^device time +[\d.]+ +[\d.]+ ", dout, re.M)
+check("profile_diff.py: both profiles op by op, with the calls that differ", bool(rows_ok), f": exit {rc}\n{dout}{derr}")
+rc, dout, derr = launch([sys.executable, diff_tool, f"{work}/profiled_a.log", f"{work}/corpus.txt"])
+check("profile_diff.py: a log without a table is an error naming it",
+      rc == 1 and "corpus.txt holds no --profile-step table" in derr, f": exit {rc} {derr}")
 graph_check("bf16_graph", [], 4, {s: bf16[s] for s in range(1, steps + 1)}, steps - 1)
 graph_check("bf16_cublaslt_graph", ["--gemm", "cublaslt"], 4, lt16, steps - 1)  # its plans made in the warm-up
 # 2 ranks, 2 micro-steps each: the first of a step replays the graph, the last (its backward starts the bucket
