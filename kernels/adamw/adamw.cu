@@ -1,6 +1,7 @@
 // AdamW on the GPU over fp32 master weights and fp32 moments, refreshing the T working copy of the
 // parameters. Memory-bound: 128-bit accesses to every array over the aligned body, scalar tail.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -62,6 +63,9 @@ __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, floa
   p = __fsub_rn(__fmul_rn(p, c.decay), __fmul_rn(c.step_size, m) / denom);
 }
 
+// NaN (every comparison is false) or an infinity.
+__device__ __forceinline__ bool not_finite(float x) { return !(fabsf(x) <= FLT_MAX); }
+
 // K consecutive floats through K/4 128-bit accesses.
 template <int K>
 __device__ __forceinline__ void load_floats(const float* p, float (&f)[K]) {
@@ -86,12 +90,14 @@ __device__ __forceinline__ void store_floats(float* p, const float (&f)[K]) {
 // Elements [0, n) of one run, shared by this launch's threads (thread `tid` of `stride`): groups
 // [0, vec_count) of K = 16/sizeof(T) elements through 128-bit accesses, elements [vec_count*K, n) one
 // by one. params == nullptr: the parameters are the master weights themselves. Both kernels below.
+// Returns whether any master weight this thread updated came out non-finite.
 template <class T>
-__device__ __forceinline__ void adamw_run(float* __restrict__ master, T* __restrict__ params,
+__device__ __forceinline__ bool adamw_run(float* __restrict__ master, T* __restrict__ params,
                                           const T* __restrict__ grads, float* __restrict__ m,
                                           float* __restrict__ v, long n, long vec_count, const AdamWCoeffs& c,
                                           long tid, long stride) {
   constexpr int K = Packed128<T>::kSize;
+  bool nonfinite = false;
   for (long i = tid; i < vec_count; i += stride) {
     const long e = i * K;
     const Packed128<T> g = cuda::load128cs(grads + e);
@@ -100,7 +106,10 @@ __device__ __forceinline__ void adamw_run(float* __restrict__ master, T* __restr
     load_floats<K>(m + e, mm);
     load_floats<K>(v + e, vv);
 #pragma unroll
-    for (int k = 0; k < K; ++k) adamw_element(p[k], mm[k], vv[k], to_f32(g[k]), c);
+    for (int k = 0; k < K; ++k) {
+      adamw_element(p[k], mm[k], vv[k], to_f32(g[k]), c);
+      nonfinite |= not_finite(p[k]);
+    }
     store_floats<K>(master + e, p);
     store_floats<K>(m + e, mm);
     store_floats<K>(v + e, vv);
@@ -114,11 +123,13 @@ __device__ __forceinline__ void adamw_run(float* __restrict__ master, T* __restr
   for (long i = vec_count * K + tid; i < n; i += stride) {
     float p = master[i], mi = m[i], vi = v[i];
     adamw_element(p, mi, vi, to_f32(grads[i]), c);
+    nonfinite |= not_finite(p);
     master[i] = p;
     m[i] = mi;
     v[i] = vi;
     if (params != nullptr) params[i] = from_f32<T>(p);
   }
+  return nonfinite;
 }
 
 // One run over the whole grid (adamw_update_cuda).
@@ -143,8 +154,9 @@ template <class T>
 __global__ void __launch_bounds__(AdamWLaunch::kThreads)
     adamw_update_multi(float* __restrict__ master, T* __restrict__ params, const T* __restrict__ grads,
                        float* __restrict__ m, float* __restrict__ v, const AdamWChunk* __restrict__ chunks,
-                       int num_chunks, AdamWCoeffs c, float decay_on, bool vec_ok) {
+                       int num_chunks, AdamWCoeffs c, float decay_on, bool vec_ok, int* __restrict__ nonfinite) {
   constexpr int K = Packed128<T>::kSize;
+  bool bad = false;
   for (int b = blockIdx.x; b < num_chunks; b += gridDim.x) {
     const AdamWChunk ch = chunks[b];
     AdamWCoeffs cc = c;
@@ -155,8 +167,10 @@ __global__ void __launch_bounds__(AdamWLaunch::kThreads)
     float* mm = m + ch.moment;
     float* vv = v + ch.moment;
     const bool vec = vec_ok && ch.flat % K == 0 && ch.moment % 4 == 0;
-    adamw_run<T>(mp, pp, gp, mm, vv, ch.n, vec ? ch.n / K : 0, cc, threadIdx.x, blockDim.x);
+    bad |= adamw_run<T>(mp, pp, gp, mm, vv, ch.n, vec ? ch.n / K : 0, cc, threadIdx.x, blockDim.x);
   }
+  // Only a thread that saw a non-finite weight writes (an integer atomic: the flag, not a float sum).
+  if (bad && nonfinite != nullptr) atomicOr(nonfinite, 1);
 }
 
 }  // namespace
@@ -175,7 +189,7 @@ std::vector<AdamWChunk> adamw_chunks(const std::vector<OwnedPiece>& pieces) {
 
 template <class T>
 void adamw_update_multi_cuda(float* master, T* params, const T* grads, float* m, float* v, const AdamWChunk* chunks,
-                             int num_chunks, const AdamWStep& s, cudaStream_t stream) {
+                             int num_chunks, const AdamWStep& s, cudaStream_t stream, int* nonfinite) {
   GPT2_CHECK(num_chunks >= 0, "num_chunks=" << num_chunks);
   GPT2_CHECK(s.step >= 1, "step=" << s.step << " (1-based)");
   if (num_chunks == 0) return;
@@ -194,7 +208,7 @@ void adamw_update_multi_cuda(float* master, T* params, const T* grads, float* m,
   const float decay_on = make_coeffs(s).decay;
   const long blocks = num_chunks < AdamWLaunch::kMaxBlocks ? num_chunks : AdamWLaunch::kMaxBlocks;
   adamw_update_multi<T><<<static_cast<unsigned>(blocks), AdamWLaunch::kThreads, 0, stream>>>(
-      master, params_out, grads, m, v, chunks, num_chunks, c, decay_on, vec_ok);
+      master, params_out, grads, m, v, chunks, num_chunks, c, decay_on, vec_ok, nonfinite);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -228,8 +242,8 @@ template void adamw_update_cuda<float>(float*, float*, const float*, float*, flo
                                        cudaStream_t);
 template void adamw_update_cuda<bf16>(float*, bf16*, const bf16*, float*, float*, long, const AdamWStep&, cudaStream_t);
 template void adamw_update_multi_cuda<float>(float*, float*, const float*, float*, float*, const AdamWChunk*, int,
-                                             const AdamWStep&, cudaStream_t);
+                                             const AdamWStep&, cudaStream_t, int*);
 template void adamw_update_multi_cuda<bf16>(float*, bf16*, const bf16*, float*, float*, const AdamWChunk*, int,
-                                            const AdamWStep&, cudaStream_t);
+                                            const AdamWStep&, cudaStream_t, int*);
 
 }  // namespace gpt2::kernels

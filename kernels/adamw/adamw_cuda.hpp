@@ -45,8 +45,11 @@ std::vector<AdamWChunk> adamw_chunks(const std::vector<OwnedPiece>& pieces);
 // One AdamW step of every chunk (a device array of num_chunks, as adamw_chunks made them). s.weight_decay
 // applies to the chunks with decay = 1, none to the others. params as in adamw_update_cuda (fp32: may be
 // master). A chunk whose element offsets are not 16-byte aligned for every array takes a scalar loop.
+//   [out] nonfinite (optional, one int on the device): set to 1 when any updated master weight is not
+//         finite (an overflowing update: a huge lr), else left as it was; the caller zeroes it before.
+//         What the step's check reads instead of a second pass over the weights.
 template <class T>
 void adamw_update_multi_cuda(float* master, T* params, const T* grads, float* m, float* v, const AdamWChunk* chunks,
-                             int num_chunks, const AdamWStep& s, cudaStream_t stream);
+                             int num_chunks, const AdamWStep& s, cudaStream_t stream, int* nonfinite = nullptr);
 
 }  // namespace gpt2::kernels

@@ -103,12 +103,14 @@ class GPT2Cuda {
   double grad_sum_squares();
   // Sum of squares of the master weights (deterministic), to check that ranks agree. Synchronous.
   double param_sum_squares();
-  // The same over the run [begin, end) of the flat buffer (a ZeRO-1 shard's piece). Synchronous.
+  // The gradients' over the run [begin, end) of the flat buffer (a ZeRO-1 shard's piece). Synchronous.
   double grad_sum_squares(size_t begin, size_t end);
-  double param_sum_squares(size_t begin, size_t end);
   // One AdamW update of every owned tensor (part). s.weight_decay applies to the tensors with
   // ParamInfo::decay, the others get 0; s.step is the 1-based step count. Enqueued.
   void adamw_step(const kernels::AdamWStep& s);
+  // Whether every master weight the last adamw_step updated is finite (its kernel flags one that is not: a
+  // finite gradient can still overflow in the update, under a huge lr). Synchronises the stream.
+  bool last_update_finite();
 
   // ---- generation with a key/value cache (GPT2::decode_step on the device) ----------------------
   // The model owns one cache: keys and values (L, NH, max_seq_len, hs) in precision(), plus one token's

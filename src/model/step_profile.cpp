@@ -13,8 +13,10 @@ namespace {
 // A rate column: TFLOP/s where the work is counted in flops, GB/s where in bytes, blank otherwise.
 std::string rate_cell(double work, double ms, double unit, int width) {
   char b[32];
-  if (work > 0 && ms > 0) std::snprintf(b, sizeof(b), "%*.1f", width, work / (ms * 1e-3) / unit);
-  else std::snprintf(b, sizeof(b), "%*s", width, "");
+  if (work > 0 && ms > 0)
+    std::snprintf(b, sizeof(b), "%*.1f", width, work / (ms * 1e-3) / unit);
+  else
+    std::snprintf(b, sizeof(b), "%*s", width, "");
   return b;
 }
 
@@ -62,15 +64,15 @@ std::string StepProfile::table(const std::string& heading, double step_ms) const
   std::stable_sort(by_time.begin(), by_time.end(), [](const OpTime* a, const OpTime* b) { return a->ms > b->ms; });
   for (const OpTime* o : by_time) {
     std::snprintf(line, sizeof(line), "  %-*s %6d %9.3f %6.1f%% %s %s", nw, o->name.c_str(), o->calls, o->ms,
-                  share(o->ms), rate_cell(o->flops, o->ms, 1e12, 9).c_str(), rate_cell(o->bytes, o->ms, 1e9, 9).c_str());
+                  share(o->ms), rate_cell(o->flops, o->ms, 1e12, 9).c_str(),
+                  rate_cell(o->bytes, o->ms, 1e9, 9).c_str());
     out += trimmed_line(line);
   }
   std::snprintf(line, sizeof(line), "  %-*s %6s %9.3f %6.1f%%\n", nw, "(device idle: waiting for the host)", "",
                 idle_ms_, share(idle_ms_));
   out += line;
-  std::snprintf(line, sizeof(line),
-                "  device time %.3f ms (ops %.3f, idle %.3f); the step took %.3f ms on the host\n", device_ms,
-                ops_ms(), idle_ms_, step_ms);
+  std::snprintf(line, sizeof(line), "  device time %.3f ms (ops %.3f, idle %.3f); the step took %.3f ms on the host\n",
+                device_ms, ops_ms(), idle_ms_, step_ms);
   out += line;
 
   // By kind, in the order the kinds first ran.
@@ -92,9 +94,12 @@ std::string StepProfile::table(const std::string& heading, double step_ms) const
     const OpTime& k = kinds[i];
     std::snprintf(line, sizeof(line), "%s %s %.3f ms %.1f%%", i ? " |" : "", k.kind.c_str(), k.ms, share(k.ms));
     out += line;
-    if (k.flops > 0 && k.ms > 0) std::snprintf(line, sizeof(line), " %.1f TFLOP/s", k.flops / (k.ms * 1e-3) / 1e12);
-    else if (k.bytes > 0 && k.ms > 0) std::snprintf(line, sizeof(line), " %.1f GB/s", k.bytes / (k.ms * 1e-3) / 1e9);
-    else line[0] = '\0';
+    if (k.flops > 0 && k.ms > 0)
+      std::snprintf(line, sizeof(line), " %.1f TFLOP/s", k.flops / (k.ms * 1e-3) / 1e12);
+    else if (k.bytes > 0 && k.ms > 0)
+      std::snprintf(line, sizeof(line), " %.1f GB/s", k.bytes / (k.ms * 1e-3) / 1e9);
+    else
+      line[0] = '\0';
     out += line;
   }
   out += "\n";

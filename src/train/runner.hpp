@@ -40,10 +40,12 @@ class ModelRunner {
   virtual double finish_communication() = 0;
   // Mean loss of one micro-batch, no backward.
   virtual float forward_eval(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
-  // Sums of squares of the averaged gradient and of the parameters over the whole model, the same on
-  // every rank (under ZeRO-1 each rank sums its shard and the partial sums are all-reduced: collective).
+  // Sum of squares of the averaged gradient over the whole model, the same on every rank (under ZeRO-1
+  // each rank sums its shard and the partial sums are all-reduced: collective).
   virtual double grad_sum_squares() = 0;
-  virtual double param_sum_squares() = 0;
+  // Whether the last optimizer_step left every parameter finite, the same answer on every rank (under
+  // ZeRO-1 each rank checks the shard it updated and the answers are all-reduced: collective).
+  virtual bool update_is_finite() = 0;
   // This rank's own copy of all the parameters, not reduced: whether the ranks hold the same weights.
   virtual double local_param_sum_squares() = 0;
   // One AdamW step of the parameters this rank owns: all of them, or under ZeRO-1 its shard, which

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ class CpuRunner final : public ModelRunner {
     return model_.forward_eval(inputs, targets, B, T);
   }
   double grad_sum_squares() override { return sum_squares(model_.grads().data(), "gradient norm"); }
-  double param_sum_squares() override { return sum_squares(model_.params().data(), "parameter norm"); }
+  bool update_is_finite() override { return std::isfinite(sum_squares(model_.params().data(), "parameter norm")); }
   double local_param_sum_squares() override {
     return kernels::sum_squares_cpu(model_.params().data(), static_cast<long>(model_.params().size()));
   }

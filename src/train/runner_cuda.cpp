@@ -144,12 +144,13 @@ class CudaRunner final : public ModelRunner {
     return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->grad_sum_squares(b, e); },
                                "gradient norm");
   }
-  // Under ZeRO-1 this sums the master weights of this rank's own pieces, which the all-gather in
-  // flight does not change: the check after each update need not wait for it.
-  double param_sum_squares() override {
-    if (!zero1_) return model_->param_sum_squares();
-    return sharded_sum_squares(host_comm_, plan_, [&](size_t b, size_t e) { return model_->param_sum_squares(b, e); },
-                               "parameter norm");
+  // The AdamW kernel's flag (GPT2Cuda::last_update_finite), not a pass over the weights. Under ZeRO-1 it
+  // covers this rank's own pieces, which the all-gather in flight does not change (the check need not wait
+  // for it), and the ranks' flags are all-reduced.
+  bool update_is_finite() override {
+    int nonfinite = model_->last_update_finite() ? 0 : 1;
+    if (zero1_ && host_comm_.size() > 1) host_comm_.allreduce(&nonfinite, 1, ReduceOp::kMax, "update check");
+    return nonfinite == 0;
   }
   double local_param_sum_squares() override {
     finish_param_gathers();

@@ -148,11 +148,11 @@ StepResult train_step(ModelRunner& runner, Communicator& comm, const RankBatch& 
   runner.optimizer_step(r.lr, clip_factor(r.grad_norm, cfg.optim.grad_clip));
   // A finite loss and gradient can still overflow in the update (a huge --lr): stop at this step,
   // before anything is written, rather than at the next one with a NaN checkpoint on disk.
-  const double param_ss = runner.param_sum_squares();
-  GPT2_REQUIRE(std::isfinite(param_ss), "the update of step " << step + 1 << " made the weights non-finite (loss "
-                                                              << r.loss << ", gradient norm " << r.grad_norm << ", lr "
-                                                              << r.lr << "): lower --lr (or check the data); no "
-                                                                 "checkpoint holds these weights");
+  GPT2_REQUIRE(runner.update_is_finite(), "the update of step " << step + 1 << " made the weights non-finite (loss "
+                                                                << r.loss << ", gradient norm " << r.grad_norm
+                                                                << ", lr " << r.lr
+                                                                << "): lower --lr (or check the data); no checkpoint "
+                                                                   "holds these weights");
   return r;
 }
 

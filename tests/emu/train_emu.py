@@ -167,7 +167,7 @@ def profile_check(name, out, micro_batch, micro_steps, ranks=1):
             "softmax + cross-entropy (+dlogits)": m, "losses to the host": m, "gemm lm_head dinp": m,
             "gemm lm_head dw": m, "zero dresidual": m, "layernorm backward": (2 * L + 1) * m,
             "encoder backward": m, "zero the gradients": 1, "gradient norm": 1, "adamw": 1,
-            "parameter norm (the update's check)": 1}
+            "the update's check (its non-finite flag)": 1}
     for op in ("gemm mlp_down dinp (+GELU backward)", "gemm mlp_down dw (+dbias)", "gemm mlp_up dinp",
                "gemm mlp_up dw (+dbias)", "gemm attn_proj dinp", "gemm attn_proj dw (+dbias)", "attention backward",
                "gemm qkv dinp", "gemm qkv dw (+dbias)"):
@@ -224,6 +224,20 @@ def memory_check(name):
 
 
 estimate = memory_check("bf16, cuBLASLt")
+
+# A finite loss and gradient whose update overflows (lr 1e38: AdamW's first step size lr / (1 - beta1) is inf):
+# the AdamW kernel's flag stops the run at that step, before its checkpoint, as the CPU backend's check does
+# (tests/fault); under ZeRO-1 each rank's flag covers its own shard, and the ranks agree.
+for name, extra, ranks in (("overflow", fp32, 1), ("overflow_zero1", fp32 + ["--comm", "nccl", "--zero", "1"], 2)):
+    cmd = [f"{bin_dir}/gpt2-train", *common, "--micro-batch", str(4 // ranks), "--max-steps", "2", "--ckpt-every", "1",
+           "--out", f"{work}/{name}", *cuda, *extra, "--lr", "1e38"]
+    if ranks > 1:
+        cmd = [mpiexec, "--oversubscribe", "-n", str(ranks), "-x", "EMU_DEVICES"] + cmd
+    rc, _, err = launch(cmd, two_devices if ranks > 1 else None)
+    ckpts = [f for f in os.listdir(f"{work}/{name}/ckpt")] if os.path.isdir(f"{work}/{name}/ckpt") else []
+    check(f"{name}: an update that overflows on the GPU stops the run at its step, before any checkpoint",
+          rc != 0 and "the update of step 1 made the weights non-finite" in err and not ckpts,
+          f": exit {rc}, checkpoints {ckpts}, {next((l for l in err.splitlines() if 'error' in l), 'no error line')}")
 # A device smaller than the estimate (most of it the GEMM workspace, 32 MiB) refuses the run before anything
 # is allocated, with the numbers, on every rank, quickly
 small = int(estimate) - 1

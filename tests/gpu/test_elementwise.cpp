@@ -435,6 +435,57 @@ TYPED_TEST(ElementwiseTest, AdamWMultiTensorMatchesPerTensorBits) {
   check_adamw_multi<TypeParam>({{5, 6}, {21000, 30000}, {40000, 40003}});
 }
 
+// The multi-tensor launch's non-finite flag, what the training step's update check reads instead of a pass
+// over the weights: 0 after an ordinary update, which gives the same bits as without the flag; 1 when one
+// updated weight is NaN, on the vectorised path (aligned chunks) and on the scalar one (a shard cut at an odd
+// offset); and never cleared by the kernel.
+TYPED_TEST(ElementwiseTest, AdamWMultiTensorFlagsANonFiniteWeight) {
+  using T = TypeParam;
+  const size_t n = 3 * kernels::kAdamWChunkElems + 5;
+  const std::vector<ParamSegment> segs = {{0, n, true}};
+  for (const size_t first : {size_t{0}, size_t{3}}) {  // 0: vectorised chunks; 3: every chunk scalar
+    SCOPED_TRACE(::testing::Message() << "owned from " << first);
+    const std::vector<FlatRange> owned = {{first, n}};
+    const std::vector<OwnedPiece> pieces = owned_pieces(segs, owned);
+    const std::vector<kernels::AdamWChunk> chunks = kernels::adamw_chunks(pieces);
+    DeviceBuffer<kernels::AdamWChunk> d_chunks(chunks.size());
+    CUDA_CHECK(cudaMemcpy(d_chunks.data(), chunks.data(), chunks.size() * sizeof(chunks[0]), cudaMemcpyHostToDevice));
+    const size_t local = total_size(owned);
+    const std::vector<float> grads = round_to<T>(random_vec(n, 81, 0.3f));
+    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+    // One update from `master0` with the flag starting at `flag0` (or no flag): the flag after, and the weights.
+    auto update = [&](const std::vector<float>& master0, int flag0, bool with_flag, std::vector<float>* master_out) {
+      DeviceBuffer<float> master(n), m(local), v(local);
+      DeviceBuffer<T> params(n), g(n);
+      DeviceBuffer<int> flag(1);
+      master.upload(master0);
+      m.upload(std::vector<float>(local, 0.0f));
+      v.upload(std::vector<float>(local, 0.0f));
+      g.upload(grads);
+      CUDA_CHECK(cudaMemcpy(flag.data(), &flag0, sizeof(int), cudaMemcpyHostToDevice));
+      kernels::adamw_update_multi_cuda<T>(master.data(), params.data(), g.data(), m.data(), v.data(), d_chunks.data(),
+                                          static_cast<int>(chunks.size()), s, nullptr,
+                                          with_flag ? flag.data() : nullptr);
+      sync();
+      int got = -1;
+      CUDA_CHECK(cudaMemcpy(&got, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
+      if (master_out) *master_out = master.download();
+      return got;
+    };
+    const std::vector<float> finite = random_vec(n, 82, 0.5f);
+    std::vector<float> with_flag, without_flag;
+    EXPECT_EQ(update(finite, 0, true, &with_flag), 0) << "an ordinary update was flagged";
+    update(finite, 0, false, &without_flag);
+    EXPECT_EQ(bit_mismatches(with_flag, without_flag), 0) << "the flag changed the update";
+    EXPECT_EQ(update(finite, 1, true, nullptr), 1) << "the kernel cleared a flag that was set";
+    for (const size_t bad : {first + 100, first + kernels::kAdamWChunkElems + 7, n - 1}) {
+      std::vector<float> master0 = finite;
+      master0[bad] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_EQ(update(master0, 0, true, nullptr), 1) << "a NaN weight at " << bad << " was not flagged";
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Reductions
 

@@ -102,7 +102,8 @@ void BM_AttentionBackward(benchmark::State& s) {
   auto qkv = randn(size_t{kN} * 3 * kC, 9), d = randn(size_t{kN} * kC, 10);
   std::vector<float> out(size_t{kN} * kC), att(size_t{kB} * kNH * kT * kT), dqkv(qkv.size());
   gpt2::kernels::attention_forward_cpu(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
-  for (auto _ : s) gpt2::kernels::attention_backward_cpu(dqkv.data(), d.data(), qkv.data(), att.data(), kB, kT, kC, kNH);
+  for (auto _ : s)
+    gpt2::kernels::attention_backward_cpu(dqkv.data(), d.data(), qkv.data(), att.data(), kB, kT, kC, kNH);
   flops(s, 4.0 * kB * kT * kT * kC);
 }
 

@@ -93,6 +93,7 @@ inline T __ldcg(const T* p) {
 template <class T>
 inline void __stcg(T* p, T v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
 inline int atomicAdd(int* p, int v) { return emu::atomic_add(p, v); }  // relaxed; a block's first one ranks it
+inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
 
 // cuda_runtime.h's templated overload (declared for nvcc only): a kernel's address as the function key.
 template <class T>
