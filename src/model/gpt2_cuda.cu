@@ -201,6 +201,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     set_pieces(owned_pieces(table_.segments(), {{0, n}}));
     result_.resize(1);
     nonfinite_.resize(1);
+    nonfinite_.zero(stream_);
     nonfinite_host_.resize(1);
     staging_free_ = std::make_unique<CudaEvent>();
     staging_free_->record(stream_);
@@ -895,8 +896,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
     // per updated parameter: the master weight, m and v read and written (fp32), the gradient read (T), and
     // in bf16 the stored parameter written (in fp32 it is the master weight)
     const double per_param = 24.0 + sizeof(T) + (std::is_same_v<T, float> ? 0.0 : sizeof(T));
-    nonfinite_.zero(stream_);
     clock_.mark("adamw", "adamw", 0, static_cast<double>(m_.size()) * per_param);
+    nonfinite_.zero(stream_);
     kernels::adamw_update_multi_cuda<T>(master_.data(), params(), grads_.data(), m_.data(), v_.data(), chunks_.data(),
                                         static_cast<int>(chunks_.size()), step, stream_, nonfinite_.data());
     clock_.pause();

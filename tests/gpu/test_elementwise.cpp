@@ -437,8 +437,9 @@ TYPED_TEST(ElementwiseTest, AdamWMultiTensorMatchesPerTensorBits) {
 
 // The multi-tensor launch's non-finite flag, what the training step's update check reads instead of a pass
 // over the weights: 0 after an ordinary update, which gives the same bits as without the flag; 1 when one
-// updated weight is NaN, on the vectorised path (aligned chunks) and on the scalar one (a shard cut at an odd
-// offset); and never cleared by the kernel.
+// updated weight is NaN or infinite, on the vectorised path (aligned chunks) and on the scalar one (a shard
+// cut at an odd offset), and when finite weights overflow in the update (lr 1e38); never cleared by the
+// kernel.
 TYPED_TEST(ElementwiseTest, AdamWMultiTensorFlagsANonFiniteWeight) {
   using T = TypeParam;
   const size_t n = 3 * kernels::kAdamWChunkElems + 5;
@@ -452,9 +453,9 @@ TYPED_TEST(ElementwiseTest, AdamWMultiTensorFlagsANonFiniteWeight) {
     CUDA_CHECK(cudaMemcpy(d_chunks.data(), chunks.data(), chunks.size() * sizeof(chunks[0]), cudaMemcpyHostToDevice));
     const size_t local = total_size(owned);
     const std::vector<float> grads = round_to<T>(random_vec(n, 81, 0.3f));
-    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
     // One update from `master0` with the flag starting at `flag0` (or no flag): the flag after, and the weights.
-    auto update = [&](const std::vector<float>& master0, int flag0, bool with_flag, std::vector<float>* master_out) {
+    auto update = [&](const std::vector<float>& master0, int flag0, bool with_flag, std::vector<float>* master_out,
+                      const AdamWStep& s) {
       DeviceBuffer<float> master(n), m(local), v(local);
       DeviceBuffer<T> params(n), g(n);
       DeviceBuffer<int> flag(1);
@@ -472,17 +473,24 @@ TYPED_TEST(ElementwiseTest, AdamWMultiTensorFlagsANonFiniteWeight) {
       if (master_out) *master_out = master.download();
       return got;
     };
+    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
     const std::vector<float> finite = random_vec(n, 82, 0.5f);
     std::vector<float> with_flag, without_flag;
-    EXPECT_EQ(update(finite, 0, true, &with_flag), 0) << "an ordinary update was flagged";
-    update(finite, 0, false, &without_flag);
+    EXPECT_EQ(update(finite, 0, true, &with_flag, s), 0) << "an ordinary update was flagged";
+    update(finite, 0, false, &without_flag, s);
     EXPECT_EQ(bit_mismatches(with_flag, without_flag), 0) << "the flag changed the update";
-    EXPECT_EQ(update(finite, 1, true, nullptr), 1) << "the kernel cleared a flag that was set";
-    for (const size_t bad : {first + 100, first + kernels::kAdamWChunkElems + 7, n - 1}) {
-      std::vector<float> master0 = finite;
-      master0[bad] = std::numeric_limits<float>::quiet_NaN();
-      EXPECT_EQ(update(master0, 0, true, nullptr), 1) << "a NaN weight at " << bad << " was not flagged";
+    EXPECT_EQ(update(finite, 1, true, nullptr, s), 1) << "the kernel cleared a flag that was set";
+    for (const float x : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+      for (const size_t bad : {first + 100, first + kernels::kAdamWChunkElems + 7, n - 1}) {
+        std::vector<float> master0 = finite;
+        master0[bad] = x;
+        EXPECT_EQ(update(master0, 0, true, nullptr, s), 1) << "a weight " << x << " at " << bad << " was not flagged";
+      }
     }
+    AdamWStep huge = s;  // every weight finite before; the step size lr / (1 - beta1) overflows
+    huge.lr = 1e38f;
+    EXPECT_EQ(update(finite, 0, true, nullptr, huge), 1) << "an update that overflows was not flagged";
   }
 }
 
