@@ -75,19 +75,10 @@ std::string StepProfile::table(const std::string& heading, double step_ms) const
                 device_ms, ops_ms(), idle_ms_, step_ms);
   out += line;
 
-  // By kind, in the order the kinds first ran.
-  std::vector<OpTime> kinds;
-  for (const OpTime& o : ops_) {
-    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const OpTime& k) { return k.kind == o.kind; });
-    if (it == kinds.end()) {
-      kinds.push_back({o.kind, o.kind, 0, 0, 0, 0});
-      it = kinds.end() - 1;
-    }
-    it->calls += o.calls;
-    it->ms += o.ms;
-    it->flops += o.flops;
-    it->bytes += o.bytes;
-  }
+  // By kind: the ops summed as a profile of their own, named by kind (in the order the kinds first ran).
+  StepProfile by_kind;
+  for (const OpTime& o : ops_) by_kind.add(o.kind, o.kind, o.ms, o.flops, o.bytes);
+  std::vector<OpTime> kinds = by_kind.ops();
   std::stable_sort(kinds.begin(), kinds.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
   out += "  by kind:";
   for (size_t i = 0; i < kinds.size(); ++i) {
