@@ -511,6 +511,10 @@ phase_B() {
   sanitize racecheck_gemm_wgmma racecheck "0 hazards" test_gpu_gemm 'GemmWgmma.ForcedSplitK'
   sanitize racecheck_attention racecheck "0 hazards" test_gpu_attention '*/1.SmallShapes*'
   sanitize racecheck_attention_accdq racecheck "0 hazards" test_gpu_attention 'AttentionAccumulateDq.AgreesWithRecomputeDq'
+  # store-ds: the dS tiles' places in the scratch (hs = 64 and 128, T not a multiple of 64), and the dQ
+  # launch's two stages of K and dS^T rows
+  sanitize memcheck_attention_storeds memcheck "0 errors" test_gpu_attention 'AttentionStoreDs.AgreesWithRecomputeDq'
+  sanitize racecheck_attention_storeds racecheck "0 hazards" test_gpu_attention 'AttentionStoreDs.AgreesWithRecomputeDq'
   sanitize racecheck_layernorm racecheck "0 hazards" test_gpu_layernorm '*/bf16.BackwardMatches*'
   # CPU work, but only the device's python has tiktoken
   step oracle_tiktoken 90 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
@@ -530,6 +534,7 @@ phase_C() {
     GPT2_ATTENTION_FWD=wgmma-pingpong
   train_124m opt_attention_bwd_accdq "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=accumulate-dq
   train_124m opt_attention_bwd_wgmma "faster than accumulate-dq" 16 cublaslt GPT2_ATTENTION_BWD=wgmma
+  train_124m opt_attention_bwd_storeds "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=store-ds
   train_124m opt_gemm_wgmma "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=1
   train_124m opt_gemm_wgmma256 "faster than 128x128 tiles" 16 hand GPT2_GEMM_SM90=128x256
   train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong

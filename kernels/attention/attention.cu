@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -537,6 +538,24 @@ struct TcDkdvConfig {
   static_assert(kSmemBytesWithDq % 16 == 0 && kSmemBytes % 16 == 0, "dS^T tile 16-byte aligned for ldmatrix");
 };
 
+// AttentionBackwardPath::kStoreDs's dS^T buffer (in the scratch): for each head (b * NH + h) the causal
+// 64 x 64 tiles, key block a <= query block c, in the order (0,0) (0,1) .. (0,n-1) (1,1) .. (n-1,n-1) with
+// n = ceil(T / 64); a tile is [64 keys][64 queries] bf16, 8 KiB. The dK/dV blocks' key tiles are 64 keys
+// and their query tiles 64 or 32 queries, so each of their query tiles fills one tile or half of one.
+// Keys on rows: the dK/dV blocks' dS^T accumulators store as adjacent query pairs, and dQ's A operand
+// (queries x keys) is read back transposed by ldmatrix, as kAccumulateDq's shared tile is.
+struct DsTiles {
+  static constexpr int kSide = 64;
+  static constexpr size_t kElems = static_cast<size_t>(kSide) * kSide;
+  __host__ __device__ static size_t blocks(int T_) { return (static_cast<size_t>(T_) + kSide - 1) / kSide; }
+  __host__ __device__ static size_t per_head(int T_) { return blocks(T_) * (blocks(T_) + 1) / 2 * kElems; }
+  // First element of tile (a, c), a <= c, of head `head`.
+  __device__ static size_t tile(int head, int a, int c, int T_) {
+    const size_t n = blocks(T_), ua = static_cast<size_t>(a);
+    return head * per_head(T_) + (ua * n - ua * (ua - 1) / 2 + static_cast<size_t>(c - a)) * kElems;
+  }
+};
+
 // dQ: 4 warps x 16 query rows = 64 rows per block; K, V tiles stream through two stages.
 template <int HS>
 struct TcDqConfig {
@@ -548,6 +567,24 @@ struct TcDqConfig {
   // Q, dO tiles + two stages of K and V
   static constexpr size_t kSmemBytes = static_cast<size_t>(2 * kBlockM + 4 * kBlockN) * kPitch * sizeof(bf16);
 };
+
+// kStoreDs's dQ: 4 warps x 16 query rows = one 64-query column of DsTiles per block; the K rows and the
+// dS^T rows of kBlockN keys stream through two stages (a 144-byte dS^T pitch: 8 consecutive rows in 8
+// bank groups, as kAccumulateDq's tile). One product a step and no softmax: few registers, so more
+// blocks an SM than the recomputing kernels' two, to keep the dS^T reads in flight.
+template <int HS>
+struct TcDqFromDsConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = DsTiles::kSide;
+  static constexpr int kBlockN = TcShapes<HS>::kDqBlockN;
+  static constexpr int kPitch = TcTile<HS>::kPitch;
+  static constexpr int kDsPitch = DsTiles::kSide + 8;
+  static constexpr size_t kSmemBytes = static_cast<size_t>(2 * kBlockN) * (kPitch + kDsPitch) * sizeof(bf16);
+  static_assert(kBlockM == 16 * kWarps && DsTiles::kSide % kBlockN == 0, "a block's rows are one tile column");
+};
+static_assert(TcDkdvConfig<64>::kBlockN == DsTiles::kSide && DsTiles::kSide % TcDkdvConfig<128>::kBlockM == 0,
+              "a dK/dV block's key tile is one row of DsTiles, its query tile a whole tile or half of one");
 
 // Rows [row0, row0 + kRows) of a bf16 matrix with leading dimension ld (src already points at the head's
 // first column) into a padded smem tile, 16 bytes per cp.async; rows >= T_ are zero-filled, so masked
@@ -582,6 +619,21 @@ __device__ __forceinline__ void tc_load_vec(float* dst, const float* src, int ro
     const int t = row0 + i;
     const bool inside = t < T_;
     cp_async_4(dst + i, src + (inside ? t : 0), inside);
+  }
+}
+
+// kRows dS^T rows of one DsTiles tile (64 bf16 each, src at the first) into a tile of pitch
+// TcDqFromDsConfig's kDsPitch, 16 bytes per cp.async; every row is inside the buffer (DsTiles).
+template <int kRows, int kThreads>
+__device__ __forceinline__ void tc_load_ds_rows(bf16* dst, const bf16* src) {
+  constexpr int kChunks = DsTiles::kSide / 8;
+  constexpr int kTotal = kRows * kChunks;
+  static_assert(kTotal % kThreads == 0, "whole rounds of chunks");
+#pragma unroll
+  for (int k = 0; k < kTotal / kThreads; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    const int r = i / kChunks, c = i % kChunks;
+    cp_async_16(dst + r * (DsTiles::kSide + 8) + c * 8, src + r * DsTiles::kSide + c * 8, true);
   }
 }
 
@@ -879,15 +931,25 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
 // Computing S^T = K Q^T and dP^T = V dO^T puts keys on the MMA rows, so P^T and dS^T come out as A operands
 // of dV += P^T dO and dK += dS^T Q without a trip through shared memory.
 //
-// kDq (AttentionBackwardPath::kAccumulateDq): the block also adds this key tile's share of dQ, dS K, to
-// the fp32 accumulator dq_acc (B,T,C) of each query tile it visits, so nothing is recomputed for dQ
-// (5 products instead of 7). Deterministic without float atomics: the key tiles of one query tile take
-// turns, highest key tile first, and the first writes instead of adding, so dq_acc needs no clearing;
-// dq_turns.cuh has the protocol and why it cannot deadlock (the blocks' ticket order).
-template <int HS, bool kDq>
-__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dqkv, float* dq_acc, int* dq_turns, const bf16* dout,
-                                                  const bf16* qkv, const float* lse, const float* D, int T_, int C,
-                                                  int NH, float scale_log2, float scale) {
+// What a dK/dV block does for dQ besides:
+//   kNone (AttentionBackwardPath::kRecomputeDq): nothing; dQ blocks of their own recompute S and dP.
+//   kAccumulate (kAccumulateDq): the block also adds this key tile's share of dQ, dS K, to the fp32
+//     accumulator dq_acc (B,T,C) of each query tile it visits, so nothing is recomputed for dQ (5 products
+//     instead of 7). Deterministic without float atomics: the key tiles of one query tile take turns,
+//     highest key tile first, and the first writes instead of adding, so dq_acc needs no clearing;
+//     dq_turns.cuh has the protocol and why it cannot deadlock (the blocks' ticket order).
+//   kStoreDs (AttentionBackwardPath::kStoreDs): the block stores dS^T, the same bf16 values dK used, into the causal
+//   tiles of
+//     DsTiles; a second launch (bwd_dq_from_ds_block) then sums dQ = dS K from them (5 products).
+enum class DqWork { kNone, kAccumulate, kStoreDs };
+
+template <int HS, DqWork kWork>
+__device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dqkv, float* dq_acc, int* dq_turns,
+                                                  bf16* ds, const bf16* dout, const bf16* qkv, const float* lse,
+                                                  const float* D, int T_, int C, int NH, float scale_log2,
+                                                  float scale) {
+  constexpr bool kDq = kWork == DqWork::kAccumulate;
+  constexpr bool kStoreDs = kWork == DqWork::kStoreDs;
   using Cfg = TcDkdvConfig<HS>;
   constexpr int kP = Cfg::kPitch;
   constexpr int kBM = Cfg::kBlockM;
@@ -951,6 +1013,30 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
     const float* cLse = sLse + stage * kBM;
     const float* cD = sD + stage * kBM;
     const int qs0 = qt * kBM;
+
+    // dS^T rows of this warp's keys (the same bf16 values dK used; nullptr: zeros) into the shared tile
+    // that dQ's share reads (kDq), or into their causal tile of the DsTiles buffer (kStoreDs): 16 keys
+    // from wk0 x the kBM queries from qs0. Rows of keys >= T_ are stored too (as zeros: masked), so that
+    // bwd_dq_from_ds_block reads no stale value where its K rows are zero-filled.
+    auto put_ds_rows = [&](const float(*vals)[4]) {
+      bf16* row;
+      int pitch;
+      if constexpr (kStoreDs) {
+        row = ds + DsTiles::tile(b * NH + h, kt, qs0 / DsTiles::kSide, T_) + (warp * 16 + g) * DsTiles::kSide +
+              qs0 % DsTiles::kSide;
+        pitch = DsTiles::kSide;
+      } else {
+        row = sdS + (warp * 16 + g) * Cfg::kDsPitch;
+        pitch = Cfg::kDsPitch;
+      }
+#pragma unroll
+      for (int nb = 0; nb < kMB; ++nb) {
+        bf16* dst = row + nb * 8 + 2 * tq;
+        *reinterpret_cast<uint32_t*>(dst) = vals != nullptr ? pack_bf16x2(vals[nb][0], vals[nb][1]) : 0u;
+        *reinterpret_cast<uint32_t*>(dst + 8 * pitch) = vals != nullptr ? pack_bf16x2(vals[nb][2], vals[nb][3]) : 0u;
+      }
+    };
+    (void)put_ds_rows;  // kNone stores no dS^T
 
     // Warp-uniform: skip query tiles that lie entirely above the diagonal of this warp's keys.
     if (warp_has_keys && wk0 <= qs0 + kBM - 1) {
@@ -1041,23 +1127,9 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
           mma_bf16_16816(dk[2 * dp + 1], da, bq[2], bq[3]);
         }
       }
-      if constexpr (kDq) {
-        // dS^T rows of this warp's keys, the same bf16 values dK used
-#pragma unroll
-        for (int nb = 0; nb < kMB; ++nb) {
-          bf16* dst = sdS + (warp * 16 + g) * Cfg::kDsPitch + nb * 8 + 2 * tq;
-          *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(dpt[nb][0], dpt[nb][1]);
-          *reinterpret_cast<uint32_t*>(dst + 8 * Cfg::kDsPitch) = pack_bf16x2(dpt[nb][2], dpt[nb][3]);
-        }
-      }
-    } else if constexpr (kDq) {
-      // no visible (query, key) pair for these keys: their dS^T rows are zero
-#pragma unroll
-      for (int nb = 0; nb < kMB; ++nb) {
-        bf16* dst = sdS + (warp * 16 + g) * Cfg::kDsPitch + nb * 8 + 2 * tq;
-        *reinterpret_cast<uint32_t*>(dst) = 0u;
-        *reinterpret_cast<uint32_t*>(dst + 8 * Cfg::kDsPitch) = 0u;
-      }
+      if constexpr (kDq || kStoreDs) put_ds_rows(dpt);
+    } else if constexpr (kDq || kStoreDs) {
+      put_ds_rows(nullptr);  // no visible (query, key) pair for these keys: their dS^T rows are zero
     }
     if constexpr (kDq) bwd_add_dq_share<HS>(sdS, sK, dq_acc, dq_turns, kt, h, b, qt, nq, T_, C, NH);
     __syncthreads();  // all warps are done with `stage` (and sdS) before the next iteration refills it
@@ -1230,6 +1302,93 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv
   }
 }
 
+// kStoreDs: dQ of one 64-row query tile (16 rows per warp) = dS K over the key tiles up to the diagonal,
+// dS read back from the DsTiles column qt that the dK/dV launch stored (one product a step: nothing is
+// recomputed). The key tiles are summed in order, so the bits are the same in every run.
+template <int HS>
+__device__ __forceinline__ void bwd_dq_from_ds_block(int qt, int h, int b, bf16* dqkv, const bf16* ds, const bf16* qkv,
+                                                     int T_, int C, int NH, float scale) {
+  using Cfg = TcDqFromDsConfig<HS>;
+  constexpr int kP = Cfg::kPitch;
+  constexpr int kBN = Cfg::kBlockN;
+  constexpr int kDB = TcTile<HS>::kDimBlocks;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tq = lane & 3;
+
+  bf16* sK = reinterpret_cast<bf16*>(dynamic_smem());  // [2][kBN][kP]
+  bf16* sdS = sK + 2 * kBN * kP;                       // [2][kBN][kDsPitch]: keys on rows
+
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* k_g = qkv + static_cast<size_t>(b) * T_ * ld + C + static_cast<size_t>(h) * HS;
+  const int q0 = qt * Cfg::kBlockM;
+  const int q_end = T_ < q0 + Cfg::kBlockM ? T_ : q0 + Cfg::kBlockM;
+  const int n_kt = (q_end - 1) / kBN + 1;
+  const int wq0 = q0 + warp * 16;
+  const bool warp_has_rows = wq0 < T_;
+  const int head = b * NH + h;
+
+  auto load = [&](int kt, int stage) {
+    const int k0 = kt * kBN;
+    tc_load_tile<HS, kBN, Cfg::kThreads>(sK + stage * kBN * kP, k_g, ld, k0, T_);
+    tc_load_ds_rows<kBN, Cfg::kThreads>(
+        sdS + stage * kBN * Cfg::kDsPitch,
+        ds + DsTiles::tile(head, k0 / DsTiles::kSide, qt, T_) + (k0 % DsTiles::kSide) * DsTiles::kSide);
+    cp_async_commit();
+  };
+  load(0, 0);
+
+  float dq[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int stage = kt & 1;
+    if (kt + 1 < n_kt) {
+      load(kt + 1, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* cK = sK + stage * kBN * kP;
+    const bf16* cdS = sdS + stage * kBN * Cfg::kDsPitch;
+
+    // Warp-uniform: key tiles wholly above this warp's rows hold only zeros (masked) and are skipped.
+    if (warp_has_rows && kt * kBN <= wq0 + 15) {
+      // dQ += dS K; A = dS (queries x keys) from the [key][query] tile, transposed on load (the
+      // lanes' addresses as in bwd_add_dq_share)
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(
+            a, cdS + (kk * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kDsPitch + warp * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int dp = 0; dp < kDB / 2; ++dp) {
+          uint32_t bk[4];
+          load_b_frags_kn<kP>(bk, cK + kk * 16 * kP + dp * 16, lane);
+          mma_bf16_16816(dq[2 * dp], a, bk[0], bk[1]);
+          mma_bf16_16816(dq[2 * dp + 1], a, bk[2], bk[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with `stage` before the next iteration refills it
+  }
+
+  if (warp_has_rows) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = wq0 + g + 8 * r;
+      if (row >= T_) continue;
+      bf16* qrow = dqkv + (static_cast<size_t>(b) * T_ + row) * ld + static_cast<size_t>(h) * HS + 2 * tq;
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        *reinterpret_cast<__nv_bfloat162*>(qrow + db * 8) =
+            __floats2bfloat162_rn(dq[db][2 * r] * scale, dq[db][2 * r + 1] * scale);
+      }
+    }
+  }
+}
+
 // The whole backward in one launch: a block owns either the dK, dV of one key tile or the dQ of one query
 // tile. Both roles only read their inputs, so they run concurrently and the causal tail of one fills in
 // behind the other. Rank r of a head is its key tile r (n - r query tiles to visit) and its query tile
@@ -1254,8 +1413,8 @@ __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
   const int h = slot.head % NH, b = slot.head / NH;
   if (slot.role == 0) {
     // key tile 0 sees the most query tiles
-    bwd_dkdv_tc_block<HS, false>(slot.rank, h, b, dqkv, nullptr, nullptr, dout, qkv, lse, D, T_, C, NH, scale_log2,
-                                 scale);
+    bwd_dkdv_tc_block<HS, DqWork::kNone>(slot.rank, h, b, dqkv, nullptr, nullptr, nullptr, dout, qkv, lse, D, T_, C, NH,
+                                         scale_log2, scale);
   } else {
     // the last query tile has the longest causal prefix
     bwd_dq_tc_block<HS>(order.ranks - 1 - slot.rank, h, b, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
@@ -1276,7 +1435,30 @@ __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
   if (threadIdx.x == 0) work = atomicAdd(ticket, 1);
   __syncthreads();
   const attention_detail::DqTurnWork w = attention_detail::dq_turn_work(work, static_cast<int>(gridDim.x), NH);
-  bwd_dkdv_tc_block<HS, true>(w.kt, w.h, w.b, dqkv, dq_acc, dq_turns, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+  bwd_dkdv_tc_block<HS, DqWork::kAccumulate>(w.kt, w.h, w.b, dqkv, dq_acc, dq_turns, nullptr, dout, qkv, lse, D, T_, C,
+                                             NH, scale_log2, scale);
+}
+
+// AttentionBackwardPath::kStoreDs, first launch: a block owns the dK, dV of one key tile and stores its dS^T
+// tiles (DsTiles); rank r of a head is its key tile r, the heaviest first across the heads (tile_order.hpp).
+template <int HS>
+__global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
+    attention_bwd_tc_store_ds(bf16* dqkv, bf16* ds, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
+                              int T_, int C, int NH, attention_order::TileOrder order, float scale_log2, float scale) {
+  const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
+  bwd_dkdv_tc_block<HS, DqWork::kStoreDs>(slot.rank, slot.head % NH, slot.head / NH, dqkv, nullptr, nullptr, ds, dout,
+                                          qkv, lse, D, T_, C, NH, scale_log2, scale);
+}
+
+// kStoreDs, second launch: a block owns the dQ of one query tile; rank r of a head is its query tile n - 1 - r
+// (the longest causal prefix first).
+template <int HS>
+__global__ void __launch_bounds__(TcDqFromDsConfig<HS>::kThreads, 4)
+    attention_bwd_tc_dq_from_ds(bf16* dqkv, const bf16* ds, const bf16* qkv, int T_, int C, int NH,
+                                attention_order::TileOrder order, float scale) {
+  const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
+  bwd_dq_from_ds_block<HS>(order.ranks - 1 - slot.rank, slot.head % NH, slot.head / NH, dqkv, ds, qkv, T_, C, NH,
+                           scale);
 }
 
 // The q part of dqkv (B,T,3C) = dq_acc (B,T,C) * scale, two columns per thread (C is even: hs % 16 == 0).
@@ -1327,24 +1509,26 @@ AttentionForwardPath& forward_path() {
 }
 
 AttentionBackwardPath& backward_path() {
-  static AttentionBackwardPath path = path_from_env<AttentionBackwardPath>(
-      "GPT2_ATTENTION_BWD", "backward path",
-      {{"recompute-dq", AttentionBackwardPath::kRecomputeDq},
-       {"accumulate-dq", AttentionBackwardPath::kAccumulateDq},
-       {"wgmma", AttentionBackwardPath::kWgmma}});
+  static AttentionBackwardPath path =
+      path_from_env<AttentionBackwardPath>("GPT2_ATTENTION_BWD", "backward path",
+                                           {{"recompute-dq", AttentionBackwardPath::kRecomputeDq},
+                                            {"accumulate-dq", AttentionBackwardPath::kAccumulateDq},
+                                            {"wgmma", AttentionBackwardPath::kWgmma},
+                                            {"store-ds", AttentionBackwardPath::kStoreDs}});
   return path;
 }
 
-// The backward's scratch, each part 256-byte aligned: D = rowsum(dout * out) (B,NH,T) fp32; for
-// kAccumulateDq the dQ accumulator (B,T,C) fp32, the turn counters (one int per (b, h, query tile) for
-// tiles of at least 16 rows) and the block ticket after them. Sized for both paths, so the path can change
-// without reallocating.
+// The backward's scratch, each part 256-byte aligned: D = rowsum(dout * out) (B,NH,T) fp32, then what the
+// path needs, from the same offset (a call uses one path): for kAccumulateDq and kWgmma the dQ accumulator
+// (B,T,C) fp32, the turn counters (one int per (b, h, query tile) for tiles of at least 16 rows) and the
+// block ticket after them; for kStoreDs the dS^T tiles (DsTiles, bf16).
 struct BackwardScratch {
   float* D;
   float* dq_acc;
   int* dq_turns;
   int* ticket;
   size_t turns_bytes;  // counters and ticket: one memset clears both
+  bf16* ds;
 };
 constexpr size_t kScratchAlign = 256;
 size_t align_up(size_t n) {
@@ -1362,6 +1546,22 @@ size_t turn_counters(int B, int T_, int NH) {
 size_t turns_bytes(int B, int T_, int NH) {
   return align_up((turn_counters(B, T_, NH) + 1) * sizeof(int));
 }
+size_t ds_bytes(int B, int T_, int NH) {
+  return align_up(static_cast<size_t>(B) * NH * DsTiles::per_head(T_) * sizeof(bf16));
+}
+// Bytes after D that `path` uses.
+size_t path_bytes(AttentionBackwardPath path, int B, int T_, int C, int NH) {
+  switch (path) {
+    case AttentionBackwardPath::kAccumulateDq:
+    case AttentionBackwardPath::kWgmma:
+      return dq_acc_bytes(B, T_, C) + turns_bytes(B, T_, NH);
+    case AttentionBackwardPath::kStoreDs:
+      return ds_bytes(B, T_, NH);
+    case AttentionBackwardPath::kRecomputeDq:
+      break;
+  }
+  return 0;
+}
 BackwardScratch carve_scratch(void* scratch, int B, int T_, int C, int NH) {
   char* p = static_cast<char*>(scratch);
   BackwardScratch s;
@@ -1370,6 +1570,7 @@ BackwardScratch carve_scratch(void* scratch, int B, int T_, int C, int NH) {
   s.dq_turns = reinterpret_cast<int*>(p + d_bytes(B, T_, NH) + dq_acc_bytes(B, T_, C));
   s.ticket = s.dq_turns + turn_counters(B, T_, NH);
   s.turns_bytes = turns_bytes(B, T_, NH);
+  s.ds = reinterpret_cast<bf16*>(p + d_bytes(B, T_, NH));
   return s;
 }
 
@@ -1465,8 +1666,16 @@ AttentionBackwardPath attention_backward_path() {
   return backward_path();
 }
 
+size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH, AttentionBackwardPath path) {
+  return d_bytes(B, T_, NH) + path_bytes(path, B, T_, C, NH);
+}
+
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH) {
-  return d_bytes(B, T_, NH) + dq_acc_bytes(B, T_, C) + turns_bytes(B, T_, NH);
+  size_t most = 0;
+  for (AttentionBackwardPath path : {AttentionBackwardPath::kRecomputeDq, AttentionBackwardPath::kAccumulateDq,
+                                     AttentionBackwardPath::kWgmma, AttentionBackwardPath::kStoreDs})
+    most = std::max(most, attention_backward_scratch_bytes(B, T_, C, NH, path));
+  return most;
 }
 
 template <class T>
@@ -1560,6 +1769,20 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
           const long pairs = rows_btc * (C / 2);
           launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),
                         dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
+        } else if (backward_path() == AttentionBackwardPath::kStoreDs) {
+          record_kernel_path("attention backward", "store-ds");
+          // each launch in one group over every head, its heaviest tiles first (as recompute-dq's)
+          const attention_order::TileOrder kv_order = tile_order(B, NH, T_, HS, n_kv, 1, 0);
+          launch_kernel(attention_bwd_tc_store_ds<HS>,
+                        dim3(static_cast<unsigned>(attention_order::tile_blocks(kv_order))),
+                        dim3(TcDkdvConfig<HS>::kThreads), TcDkdvConfig<HS>::kSmemBytes, stream, dqkv, parts.ds, dout,
+                        qkv, lse, D, T_, C, NH, kv_order, scale_log2, scale);
+          using DqCfg = TcDqFromDsConfig<HS>;
+          const attention_order::TileOrder q_order =
+              tile_order(B, NH, T_, HS, (T_ + DqCfg::kBlockM - 1) / DqCfg::kBlockM, 1, 0);
+          launch_kernel(attention_bwd_tc_dq_from_ds<HS>,
+                        dim3(static_cast<unsigned>(attention_order::tile_blocks(q_order))), dim3(DqCfg::kThreads),
+                        DqCfg::kSmemBytes, stream, dqkv, parts.ds, qkv, T_, C, NH, q_order, scale);
         } else {
           record_kernel_path("attention backward", "recompute-dq");
           // rank r: key tile r and query tile n_kv - 1 - r, over every head in one group (each block

@@ -320,7 +320,14 @@ class ModelImpl final : public GPT2Cuda::Impl {
     size_t ws = kernels::layernorm_backward_scratch_bytes(iN, iC);
     ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 4 * iC));
     ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 3 * iC));
-    ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH)));
+    // The attention backward's scratch: kStoreDs's dS tiles (204 MiB at 124M, micro-batch 16) only when
+    // GPT2_ATTENTION_BWD chose it; otherwise what kAccumulateDq and kWgmma need, which covers kRecomputeDq
+    // (estimate_device_memory counts the same)
+    const kernels::AttentionBackwardPath attention_path =
+        kernels::attention_backward_path() == kernels::AttentionBackwardPath::kStoreDs
+            ? kernels::AttentionBackwardPath::kStoreDs
+            : kernels::AttentionBackwardPath::kAccumulateDq;
+    ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH), attention_path));
     a.workspace.resize(ws);
     staging_.resize(2 * N);
     plan_staging_.resize(3 * N + 1);

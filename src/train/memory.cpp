@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -38,8 +39,8 @@ double approx_param_count(const GPT2Config& m) {
 
 }  // namespace
 
-MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int seq_len, bool bf16,
-                                      Recompute recompute) {
+MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int seq_len, bool bf16, Recompute recompute,
+                                      bool attention_ds_tiles) {
   const double n = approx_param_count(m), elem = bf16 ? 2.0 : 4.0;
   const double L = m.n_layer, C = m.n_embd, NH = m.n_head, Vp = m.padded_vocab_size();
   const double BT = static_cast<double>(micro_batch) * seq_len, f32 = sizeof(float);
@@ -50,15 +51,20 @@ MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int 
   e.params = n * elem + (bf16 ? n * f32 : 0.0);
   e.grads = n * elem;
   e.optimizer = 2.0 * n * f32;
-  e.activations = ln * BT * C * 2 * elem                                     // ln1, ln2
-                  + gelu * BT * 4 * C * elem                                 // fch_gelu
-                  + inner * (BT * (3 * C + C + C + 4 * C) * elem             // qkv, atty, residual2, fch
-                             + BT * NH * f32 + BT * 2 * f32)                 // lse, ln2 mean/rstd
-                  + L * (BT * C * elem + BT * 2 * f32)                       // residual3, ln1 mean/rstd
-                  + BT * (C * 2 + Vp + C * 2 + 3 * C + 4 * C) * elem         // encoded, lnf, logits, btc,
-                                                                             // dresidual, dqkv, dbt4c
-                  + BT * 3 * f32                                             // lnf mean/rstd, losses
-                  + BT * (C + NH) * f32;  // workspace: attention backward's dQ accumulator and row dots
+  e.activations = ln * BT * C * 2 * elem                              // ln1, ln2
+                  + gelu * BT * 4 * C * elem                          // fch_gelu
+                  + inner * (BT * (3 * C + C + C + 4 * C) * elem      // qkv, atty, residual2, fch
+                             + BT * NH * f32 + BT * 2 * f32)          // lse, ln2 mean/rstd
+                  + L * (BT * C * elem + BT * 2 * f32)                // residual3, ln1 mean/rstd
+                  + BT * (C * 2 + Vp + C * 2 + 3 * C + 4 * C) * elem  // encoded, lnf, logits, btc,
+                                                                      // dresidual, dqkv, dbt4c
+                  + BT * 3 * f32;                                     // lnf mean/rstd, losses
+  // The workspace: the attention backward's row dots and either its dQ accumulator or the causal 64 x 64
+  // tiles of bf16 dS a head (kernels/attention/attention.cu, DsTiles)
+  const double tile_rows = std::ceil(seq_len / 64.0);
+  e.activations +=
+      BT * NH * f32 +
+      (attention_ds_tiles ? micro_batch * NH * tile_rows * (tile_rows + 1) / 2 * 64 * 64 * 2.0 : BT * C * f32);
   return e;
 }
 

@@ -10,11 +10,12 @@
 #include "comm/device_reducer.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
 #include "kernels/common/kernel_paths.hpp"
 #include "model/gpt2_cuda.hpp"
-#include "core/log.hpp"
 #include "train/memory.hpp"
 #include "train/runner.hpp"
 #include "train/zero.hpp"
@@ -46,7 +47,9 @@ double known_peak_tflops(const std::string& name, Precision p) {
 // anything was allocated in *free_before.
 double check_device_memory(const GPT2Config& cfg, Precision p, GemmBackend gemm, int micro_batch, int seq_len,
                            Recompute recompute, int device, int optimizer_shards, size_t* free_before) {
-  MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, recompute);
+  MemoryEstimate d =
+      estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, recompute,
+                             kernels::attention_backward_path() == kernels::AttentionBackwardPath::kStoreDs);
   d.optimizer /= optimizer_shards;  // ZeRO-1: this rank's moments only
   const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
   const double grads = d.grads, acts = d.activations;

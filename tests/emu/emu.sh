@@ -80,7 +80,7 @@ gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
 # cases that repeat a kernel on more data, and bf16 repeats of the decode suite's fp32 model cases.
 declare -A gpu_test_filter=(
   [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*:GemmWgmma.AllTransposesAndEpiloguesAgainstDoubleLoop:GemmWgmma.PathSelectionAndFallback:GemmWgmma.EnvironmentPicksTheTile:GemmWgmma.ByShapeRunsTheKernelItNames:GemmWgmma.ForcedSplitK:GemmWgmma.SplitTail:GemmWgmma.SplitTailPlan:GemmWgmma.DGeluPreActivationsByTmaMatchGlobalReads:GemmRounding.*:GemmCublasLtEnvironment.*'
-  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionTileOrder.*:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
+  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionTileOrder.*:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionStoreDs.MatchesCpu:AttentionStoreDs.AgreesWithRecomputeDq:AttentionScratch.*:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
   [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
   [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand:*WaitsForParamsStillArriving/fp32_hand:*CudaGraphMatchesEager/bf16_hand:*CudaGraphDeferredForwardUsesItsWeights/fp32_hand:*MatchesCpuStep/bf16_cublaslt'
   [decode]='AttentionDecode*:*ModelDecode.*/fp32_hand'
@@ -90,7 +90,7 @@ declare -A gpu_test_filter=(
 declare -A gpu_mutant_suite=([gemm_mma]=gemm [attention_mma]=attention [attention_decode]=decode)
 declare -A gpu_mutant_filter=(
   [gemm_mma]='GemmTest/bf16.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths'
-  [attention_mma]='AttentionTest/1.SmallShapesMatchCpu:AttentionAccumulateDq.MatchesCpu'
+  [attention_mma]='AttentionTest/1.SmallShapesMatchCpu:AttentionAccumulateDq.MatchesCpu:AttentionStoreDs.MatchesCpu'
   [attention_decode]='AttentionDecodeTest/*.MatchesCpu')
 gpu_lib_objs=()
 # build_gpu_mutant KERNEL MUTANT_SRC BINARY (KERNEL: one of gpu_mutant_suite's): its GPU test suite linked

@@ -206,6 +206,12 @@ hopper, _ = train("bf16_sm90a", steps, cuda,
 compare("GPU bf16, wgmma GEMM and attention ~ CPU", hopper, cpu, 2e-2)
 kernels = "kernels: gemm: hand wgmma 128x128; attention forward: wgmma; attention backward: wgmma"
 check("the wgmma run ran the wgmma kernels", kernels in train.log, f": {kernels!r} in its log")
+# The attention backward that stores dS, in the model: its workspace sized for the path it runs (the dS
+# tiles in place of the dQ accumulator; the emulated cudaMalloc fills with NaN, so a dS value read unwritten
+# shows in the losses)
+storeds, _ = train("bf16_store_ds", steps, cuda, extra_env={"GPT2_ATTENTION_BWD": "store-ds"})
+compare("GPU bf16, store-ds attention backward ~ CPU", storeds, cpu, 2e-2)
+check("the store-ds run ran it", "attention backward: store-ds" in train.log, ": not in its kernels line")
 lt32, _ = train("fp32_cublaslt", steps, lt + fp32)
 compare("GPU fp32, cuBLASLt ~ CPU", lt32, cpu, 1e-4)
 lt16, _ = train("bf16_cublaslt", steps, lt)

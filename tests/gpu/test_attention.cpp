@@ -112,6 +112,7 @@ std::string path_names() {
                                                                             : " mma-sync-fwd") +
          (bwd == kernels::AttentionBackwardPath::kAccumulateDq ? " accumulate-dq"
           : bwd == kernels::AttentionBackwardPath::kWgmma      ? " wgmma-bwd"
+          : bwd == kernels::AttentionBackwardPath::kStoreDs    ? " store-ds"
                                                                : " recompute-dq");
 }
 
@@ -255,6 +256,75 @@ TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
   }
   ASSERT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
   EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
+}
+
+// The backward that stores dS (bf16 causal tiles in the scratch) and sums dQ = dS K from it in a second
+// launch: every tensor-core head size, T not a multiple of any tile (rows and keys >= T in the last tiles:
+// the scratch is poisoned with NaN, so a dS value the dK/dV launch left unwritten and the dQ launch reads
+// shows), T = 1, and hs = 128, where the dK/dV blocks' 32-query tiles fill half a tile each.
+TEST(AttentionStoreDs, MatchesCpu) {
+  BackwardPathScope path(kernels::AttentionBackwardPath::kStoreDs);
+  uint32_t seed = 1100;
+  for (const Shape& s : kTensorCoreShapes) check_attention<bf16>(s, false, seed += 10);
+  check_attention<bf16>({2, 1000, 256, 2}, false, 22);
+}
+
+TEST(AttentionStoreDs, Gpt2ShapeMatchesCpu) {
+  BackwardPathScope path(kernels::AttentionBackwardPath::kStoreDs);
+  check_attention<bf16>(kGpt2Shape, false, 21);
+}
+
+// dk and dv come from the dK/dV blocks' code that recompute-dq runs (the same bits); dq is the same dS
+// rounded to bf16 once, summed in another order (a few bf16 ulps). hs = 64 and 128, T not a multiple of 64.
+TEST(AttentionStoreDs, AgreesWithRecomputeDq) {
+  for (const Shape& s : {Shape{2, 333, 384, 6}, Shape{1, 100, 256, 2}}) {
+    SCOPED_TRACE(name(s));
+    Buffers d(s, 53);
+    kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+    std::vector<float> dqkv[2];
+    const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq,
+                                                     kernels::AttentionBackwardPath::kStoreDs};
+    for (int i = 0; i < 2; ++i) {
+      BackwardPathScope path(paths[i]);
+      poison(d.dqkv.data(), d.dqkv.bytes());
+      kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(), d.out.data(),
+                                             d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      dqkv[i] = d.dqkv.download();
+    }
+    std::vector<float> q[2], kv[2];
+    for (int i = 0; i < 2; ++i) {
+      for (size_t row = 0; row < static_cast<size_t>(s.B) * s.T; ++row) {
+        const float* r = &dqkv[i][row * 3 * s.C];
+        q[i].insert(q[i].end(), r, r + s.C);
+        kv[i].insert(kv[i].end(), r + s.C, r + 3 * s.C);
+      }
+    }
+    EXPECT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
+    EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
+  }
+}
+
+// The scratch a path needs: recompute-dq only D (B*NH*T fp32), store-ds D and the causal dS tiles (bf16),
+// accumulate-dq and wgmma D, the fp32 dQ accumulator and the counters; the size without a path covers
+// every path. No device needed (host arithmetic), so it runs everywhere the suite runs.
+TEST(AttentionScratch, EachPathGetsWhatItUses) {
+  using P = kernels::AttentionBackwardPath;
+  const int B = 16, T = 1024, C = 768, NH = 12;
+  const size_t d = static_cast<size_t>(B) * NH * T * sizeof(float);
+  const size_t tiles = 16 * 17 / 2;  // causal 64 x 64 tiles a head at T = 1024
+  EXPECT_EQ(kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kRecomputeDq), d);
+  EXPECT_EQ(kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kStoreDs),
+            d + static_cast<size_t>(B) * NH * tiles * 64 * 64 * sizeof(bf16));
+  EXPECT_GE(kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kAccumulateDq),
+            d + static_cast<size_t>(B) * T * C * sizeof(float));
+  EXPECT_EQ(kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kWgmma),
+            kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kAccumulateDq));
+  for (P path : {P::kRecomputeDq, P::kAccumulateDq, P::kWgmma, P::kStoreDs})
+    EXPECT_GE(kernels::attention_backward_scratch_bytes(B, T, C, NH),
+              kernels::attention_backward_scratch_bytes(B, T, C, NH, path));
+  // T = 65: two tile rows, three causal tiles a head (after D's 260 bytes, rounded up to 512)
+  EXPECT_EQ(kernels::attention_backward_scratch_bytes(1, 65, 64, 1, P::kStoreDs), 512 + 3 * 64 * 64 * sizeof(bf16));
 }
 
 // The mma.sync kernels' block order (tile_order.hpp) decides when a tile runs, never what it computes: each
@@ -418,6 +488,10 @@ TEST(AttentionWgmmaForward, RecordsThePathItRan) {
   kernels::reset_kernel_paths();
   backward_on_path(Shape{2, 128, 128, 2}, kernels::AttentionBackwardPath::kAccumulateDq, 74);
   EXPECT_NE(kernels::kernel_paths_used().find("attention backward: accumulate-dq"), std::string::npos)
+      << kernels::kernel_paths_used();
+  kernels::reset_kernel_paths();
+  backward_on_path(Shape{2, 128, 128, 2}, kernels::AttentionBackwardPath::kStoreDs, 74);
+  EXPECT_NE(kernels::kernel_paths_used().find("attention backward: store-ds"), std::string::npos)
       << kernels::kernel_paths_used();
 }
 

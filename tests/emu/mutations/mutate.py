@@ -285,7 +285,7 @@ GEMM_MMA = {
                             "  const int k_end = min(p.K, k_begin + p.k_per_split - 1);\n  const int k_tiles = k_end > k_begin ? static_cast<int>(ceil_div(k_end - k_begin, kBK)) : 0;\n  // Fused bias gradient", 2)],
 }
 
-# ---- attention.cu: the default attention (mma.sync forward, recompute-dq and accumulate-dq backward) ----
+# ---- attention.cu: the default attention (mma.sync forward, recompute-dq, accumulate-dq and store-ds backward) ----
 ATTENTION_MMA = {
     # forward: the causal mask lets one future key in
     "fwd_mask_off_by_one": [("if (col > row || col >= T_) s[mt][nb][e] = -INFINITY;",
@@ -319,6 +319,21 @@ ATTENTION_MMA = {
                             "if (false && threadIdx.x == 0) cuda::wait_flag_at_least(turn, my_turn);")],
     # accumulate-dq: dS^T read by the dQ product before every warp wrote its rows
     "dq_no_barrier_before_ds": [("  __syncthreads();                                        // every warp's dS^T rows are in sdS\n", "")],
+    # store-ds: a warp with no visible (query, key) pair leaves its dS^T rows unwritten (keys >= T: the dQ
+    # launch reads the poisoned scratch there)
+    "ds_rows_not_zeroed": [("      put_ds_rows(nullptr);  // no visible", "      (void)0;  // no visible")],
+    # store-ds: two causal tiles of a head share a place in the buffer
+    "ds_tile_index_off": [("ua * (ua - 1) / 2 + static_cast<size_t>(c - a)", "ua * (ua - 1) / 2 + static_cast<size_t>(c)")],
+    # store-ds (dQ): every key step of a 64-key tile reads the tile's first dS^T rows (hs = 128: 32-key steps)
+    "ds_dq_key_offset_dropped": [("ds + DsTiles::tile(head, k0 / DsTiles::kSide, qt, T_) + (k0 % DsTiles::kSide) * DsTiles::kSide);",
+                                  "ds + DsTiles::tile(head, k0 / DsTiles::kSide, qt, T_));")],
+    # store-ds (dQ): the current stage read before its cp.async group landed
+    "ds_dq_wait_short": [("      load(kt + 1, stage ^ 1);\n      cp_async_wait<1>();", "      load(kt + 1, stage ^ 1);\n      cp_async_wait<2>();")],
+    # store-ds (dQ): the next iteration refills the stage other warps still read
+    "ds_dq_no_barrier_after_tile": [("    __syncthreads();  // every warp is done with `stage` before the next iteration refills it\n", "")],
+    # store-ds (dQ): the diagonal key tile left out of the sum
+    "ds_dq_skips_diagonal": [("  for (int kt = 0; kt < n_kt; ++kt) {\n    const int stage = kt & 1;\n    if (kt + 1 < n_kt) {\n      load(",
+                              "  for (int kt = 0; kt < n_kt - 1; ++kt) {\n    const int stage = kt & 1;\n    if (kt + 1 < n_kt) {\n      load(")],
 }
 
 # ---- attention_decode.cu: one query row against the key/value cache (generation) ------------------------

@@ -6,7 +6,9 @@
 // is its kernel: 0 mma.sync, 1 wgmma + TMA (compute capability 9.0; elsewhere it runs mma.sync, and the
 // benchmark says so in its label); the backward's third is its path: 0 recompute-dq (7 products), 1
 // accumulate-dq (5 products, key tiles in turns), 2 wgmma + TMA (accumulate-dq's scheme on compute
-// capability 9.0; elsewhere recompute-dq runs, and the label says so; see AttentionBackwardPath).
+// capability 9.0; elsewhere recompute-dq runs, and the label says so), 3 store-ds (5 products: dS stored
+// by the dK/dV launch and read back by a dQ launch; its 2 bytes a causal score are not in the GB/s); see
+// AttentionBackwardPath.
 // AttentionTileOrder/bf16/<fwd|bwd>/<one_head|all_heads>/B:<B> run the default kernels (mma.sync forward,
 // recompute-dq backward) with their blocks in another order (tile_order.hpp): each head alone, its tiles
 // heaviest first (the forward's order before groups; the backward then ran a head's key tiles before its
@@ -94,15 +96,15 @@ void forward_bf16(benchmark::State& state, int B, bool generic, int path, int gr
   gpt2::bench::error_row(state);
 }
 
-// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma), heads a group of the
+// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma, 3 store-ds), heads a group of the
 // mma.sync kernel's block order (0: the default)
 void backward_bf16(benchmark::State& state, int B, bool generic, int path, int group_heads) try {
   const AttentionPathsRestored restored;
   kernels::attention_force_generic(generic);
   kernels::attention_set_tile_group_heads(group_heads);
-  const kernels::AttentionBackwardPath paths[3] = {kernels::AttentionBackwardPath::kRecomputeDq,
-                                                   kernels::AttentionBackwardPath::kAccumulateDq,
-                                                   kernels::AttentionBackwardPath::kWgmma};
+  const kernels::AttentionBackwardPath paths[4] = {
+      kernels::AttentionBackwardPath::kRecomputeDq, kernels::AttentionBackwardPath::kAccumulateDq,
+      kernels::AttentionBackwardPath::kWgmma, kernels::AttentionBackwardPath::kStoreDs};
   kernels::attention_set_backward_path(paths[path]);
   if (path == 2 && !kernels::attention_bwd_wgmma_available())
     state.SetLabel("wgmma unavailable: recompute-dq ran");
@@ -129,7 +131,7 @@ void BM_attention_backward_bf16(benchmark::State& state) {
 }
 
 // {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, wgmma, wgmma
-// ping-pong; backward: recompute-dq, accumulate-dq, wgmma); the SIMT fallback at 8192 for reference.
+// ping-pong; backward: recompute-dq, accumulate-dq, wgmma, store-ds); the SIMT fallback at 8192 for reference.
 BENCHMARK(BM_attention_forward_bf16)
     ->Args({8, 0, 0})
     ->Args({64, 0, 0})
@@ -147,6 +149,8 @@ BENCHMARK(BM_attention_backward_bf16)
     ->Args({64, 0, 1})
     ->Args({8, 0, 2})
     ->Args({64, 0, 2})
+    ->Args({8, 0, 3})
+    ->Args({64, 0, 3})
     ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
