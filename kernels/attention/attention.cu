@@ -1155,6 +1155,26 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
   }
 }
 
+// A dQ warp's accumulators (16 rows from wq0, times scale, rounded to bf16) into the q part of dqkv;
+// rows >= T_ are not stored.
+template <int HS>
+__device__ __forceinline__ void store_dq_rows(bf16* dqkv, const float (&dq)[TcTile<HS>::kDimBlocks][4], int wq0, int h,
+                                              int b, int T_, int C, float scale) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
+  const size_t ld = 3 * static_cast<size_t>(C);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = wq0 + g + 8 * r;
+    if (row >= T_) continue;
+    bf16* qrow = dqkv + (static_cast<size_t>(b) * T_ + row) * ld + static_cast<size_t>(h) * HS + 2 * tq;
+#pragma unroll
+    for (int db = 0; db < TcTile<HS>::kDimBlocks; ++db) {
+      *reinterpret_cast<__nv_bfloat162*>(qrow + db * 8) =
+          __floats2bfloat162_rn(dq[db][2 * r] * scale, dq[db][2 * r + 1] * scale);
+    }
+  }
+}
+
 // dQ of one 64-row query tile (16 rows per warp): loops over the key tiles up to the diagonal.
 template <int HS>
 __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
@@ -1287,19 +1307,7 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv
     __syncthreads();
   }
 
-  if (warp_has_rows) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = wq0 + g + 8 * r;
-      if (row >= T_) continue;
-      bf16* qrow = dqkv + (static_cast<size_t>(b) * T_ + row) * ld + static_cast<size_t>(h) * HS + 2 * tq;
-#pragma unroll
-      for (int db = 0; db < kDB; ++db) {
-        *reinterpret_cast<__nv_bfloat162*>(qrow + db * 8) =
-            __floats2bfloat162_rn(dq[db][2 * r] * scale, dq[db][2 * r + 1] * scale);
-      }
-    }
-  }
+  if (warp_has_rows) store_dq_rows<HS>(dqkv, dq, wq0, h, b, T_, C, scale);
 }
 
 // kStoreDs: dQ of one 64-row query tile (16 rows per warp) = dS K over the key tiles up to the diagonal,
@@ -1313,7 +1321,6 @@ __device__ __forceinline__ void bwd_dq_from_ds_block(int qt, int h, int b, bf16*
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kDB = TcTile<HS>::kDimBlocks;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, tq = lane & 3;
 
   bf16* sK = reinterpret_cast<bf16*>(dynamic_smem());  // [2][kBN][kP]
   bf16* sdS = sK + 2 * kBN * kP;                       // [2][kBN][kDsPitch]: keys on rows
@@ -1374,19 +1381,7 @@ __device__ __forceinline__ void bwd_dq_from_ds_block(int qt, int h, int b, bf16*
     __syncthreads();  // every warp is done with `stage` before the next iteration refills it
   }
 
-  if (warp_has_rows) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = wq0 + g + 8 * r;
-      if (row >= T_) continue;
-      bf16* qrow = dqkv + (static_cast<size_t>(b) * T_ + row) * ld + static_cast<size_t>(h) * HS + 2 * tq;
-#pragma unroll
-      for (int db = 0; db < kDB; ++db) {
-        *reinterpret_cast<__nv_bfloat162*>(qrow + db * 8) =
-            __floats2bfloat162_rn(dq[db][2 * r] * scale, dq[db][2 * r + 1] * scale);
-      }
-    }
-  }
+  if (warp_has_rows) store_dq_rows<HS>(dqkv, dq, wq0, h, b, T_, C, scale);
 }
 
 // The whole backward in one launch: a block owns either the dK, dV of one key tile or the dQ of one query

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
@@ -152,6 +153,8 @@ class CudaRunner final : public ModelRunner {
   // for it), and the ranks' flags are all-reduced.
   bool update_is_finite() override {
     int nonfinite = model_->last_update_finite() ? 0 : 1;
+    ++update_checks_;
+    if (host_comm_.rank() == fault_nonfinite_.rank && update_checks_ == fault_nonfinite_.check) nonfinite = 1;
     if (zero1_ && host_comm_.size() > 1) host_comm_.allreduce(&nonfinite, 1, ReduceOp::kMax, "update check");
     return nonfinite == 0;
   }
@@ -269,6 +272,18 @@ class CudaRunner final : public ModelRunner {
   std::unique_ptr<Communicator> nccl_;  // --comm nccl: the device communicator (before the reducer using it)
   std::unique_ptr<DeviceGradReducer> reducer_;
   bool communicating_ = false;
+  // Test hook: GPT2_FAULT_NONFINITE_UPDATE=RANK:N makes that rank's Nth update check (counted in this process)
+  // report its own update non-finite, as an overflow in its ZeRO-1 shard alone would: every rank must stop at
+  // that step with the same error (tests/emu/train_emu.py).
+  struct FaultNonfinite {
+    int rank = -1;
+    long long check = -1;
+  } fault_nonfinite_ = [] {
+    FaultNonfinite f;
+    if (const char* e = std::getenv("GPT2_FAULT_NONFINITE_UPDATE")) std::sscanf(e, "%d:%lld", &f.rank, &f.check);
+    return f;
+  }();
+  long long update_checks_ = 0;
   // ZeRO-1 all-gathers of the last update, not yet waited for (declared last: destroyed first, before
   // the communicator they belong to).
   std::vector<PendingGather> pending_;

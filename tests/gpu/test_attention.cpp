@@ -229,17 +229,16 @@ struct Buffers {
   DeviceBuffer<char> scratch;
 };
 
-// Both backward paths compute the same dq/dk/dv: dk and dv come from the same code (same bits); dq is
-// summed in another order (a few bf16 ulps).
-TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
-  const Shape s = {2, 333, 384, 6};
-  Buffers d(s, 52);
+// `path` and recompute-dq compute the same dq/dk/dv: dk and dv come from the same dK/dV code (the same
+// bits); dq is summed in another order (a few bf16 ulps).
+void expect_agrees_with_recompute_dq(const Shape& s, kernels::AttentionBackwardPath path, uint32_t seed) {
+  SCOPED_TRACE(name(s));
+  Buffers d(s, seed);
   kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
   std::vector<float> dqkv[2];
-  const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq,
-                                                   kernels::AttentionBackwardPath::kAccumulateDq};
+  const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq, path};
   for (int i = 0; i < 2; ++i) {
-    BackwardPathScope path(paths[i]);
+    BackwardPathScope scope(paths[i]);
     poison(d.dqkv.data(), d.dqkv.bytes());
     kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(), d.out.data(),
                                            d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
@@ -254,8 +253,12 @@ TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
       kv[i].insert(kv[i].end(), r + s.C, r + 3 * s.C);
     }
   }
-  ASSERT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
+  EXPECT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
   EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
+}
+
+TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
+  expect_agrees_with_recompute_dq({2, 333, 384, 6}, kernels::AttentionBackwardPath::kAccumulateDq, 52);
 }
 
 // The backward that stores dS (bf16 causal tiles in the scratch) and sums dQ = dS K from it in a second
@@ -274,35 +277,10 @@ TEST(AttentionStoreDs, Gpt2ShapeMatchesCpu) {
   check_attention<bf16>(kGpt2Shape, false, 21);
 }
 
-// dk and dv come from the dK/dV blocks' code that recompute-dq runs (the same bits); dq is the same dS
-// rounded to bf16 once, summed in another order (a few bf16 ulps). hs = 64 and 128, T not a multiple of 64.
+// Its dq is summed from the dS that dK used (rounded to bf16 once): hs = 64 and 128, T not a multiple of 64.
 TEST(AttentionStoreDs, AgreesWithRecomputeDq) {
-  for (const Shape& s : {Shape{2, 333, 384, 6}, Shape{1, 100, 256, 2}}) {
-    SCOPED_TRACE(name(s));
-    Buffers d(s, 53);
-    kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
-    std::vector<float> dqkv[2];
-    const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq,
-                                                     kernels::AttentionBackwardPath::kStoreDs};
-    for (int i = 0; i < 2; ++i) {
-      BackwardPathScope path(paths[i]);
-      poison(d.dqkv.data(), d.dqkv.bytes());
-      kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(), d.out.data(),
-                                             d.lse.data(), s.B, s.T, s.C, s.NH, nullptr);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      dqkv[i] = d.dqkv.download();
-    }
-    std::vector<float> q[2], kv[2];
-    for (int i = 0; i < 2; ++i) {
-      for (size_t row = 0; row < static_cast<size_t>(s.B) * s.T; ++row) {
-        const float* r = &dqkv[i][row * 3 * s.C];
-        q[i].insert(q[i].end(), r, r + s.C);
-        kv[i].insert(kv[i].end(), r + s.C, r + 3 * s.C);
-      }
-    }
-    EXPECT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
-    EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
-  }
+  for (const Shape& s : {Shape{2, 333, 384, 6}, Shape{1, 100, 256, 2}})
+    expect_agrees_with_recompute_dq(s, kernels::AttentionBackwardPath::kStoreDs, 53);
 }
 
 // The scratch a path needs: recompute-dq only D (B*NH*T fp32), store-ds D and the causal dS tiles (bf16),
