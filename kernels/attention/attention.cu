@@ -938,8 +938,7 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
 //     instead of 7). Deterministic without float atomics: the key tiles of one query tile take turns,
 //     highest key tile first, and the first writes instead of adding, so dq_acc needs no clearing;
 //     dq_turns.cuh has the protocol and why it cannot deadlock (the blocks' ticket order).
-//   kStoreDs (AttentionBackwardPath::kStoreDs): the block stores dS^T, the same bf16 values dK used, into the causal
-//   tiles of
+//   kStoreDs (kStoreDs): the block stores dS^T, the same bf16 values dK used, into the causal tiles of
 //     DsTiles; a second launch (bwd_dq_from_ds_block) then sums dQ = dS K from them (5 products).
 enum class DqWork { kNone, kAccumulate, kStoreDs };
 

@@ -96,8 +96,8 @@ void forward_bf16(benchmark::State& state, int B, bool generic, int path, int gr
   gpt2::bench::error_row(state);
 }
 
-// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma, 3 store-ds), heads a group of the
-// mma.sync kernel's block order (0: the default)
+// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma, 3 store-ds), heads a group
+// of the mma.sync kernel's block order (0: the default)
 void backward_bf16(benchmark::State& state, int B, bool generic, int path, int group_heads) try {
   const AttentionPathsRestored restored;
   kernels::attention_force_generic(generic);
