@@ -420,7 +420,8 @@ phase_A() {
   step gpu_smoke 60 "kernel == CPU" "$bin/test_gpu_smoke"
   local fam
   for fam in encoder layernorm gemm attention elementwise; do
-    step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
+    step "kernels_$fam" 240 "== CPU reference" gtest "test_gpu_$fam" \
+      --gtest_filter='-GemmWgmma.*:AttentionWgmmaForward.*:AttentionWgmmaBackward.*:AttentionWgmmaStoreDs.*'
   done
   step model_step_vs_cpu 240 "loss 1e-5, grads 1e-4" gtest test_gpu_model
   # A diagnosis, not a check: GemmRounding under each split-K setting (fp32 sums, the default; any scheme;
@@ -436,7 +437,7 @@ phase_A() {
   # leaves the CUDA context unusable for the rest of its process.
   step kernels_gemm_wgmma 240 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
   step kernels_attention_wgmma 240 "== CPU and mma.sync" gtest test_gpu_attention \
-    --gtest_filter='AttentionWgmmaForward.*:AttentionWgmmaBackward.*'
+    --gtest_filter='AttentionWgmmaForward.*:AttentionWgmmaBackward.*:AttentionWgmmaStoreDs.*'
   # They were compiled here without a disassembler: their SASS must hold HGMMA and UTMALDG.
   if command -v cuobjdump >/dev/null; then
     step sass_sm90a 60 "HGMMA + UTMALDG, no HMMA" sass_sm90a
@@ -452,7 +453,7 @@ phase_A() {
   # leading '-' excludes what the rest matches: the bundle's Google Benchmark 1.7 has POSIX regexes, where
   # a (?!...) lookahead does not compile and selects nothing.)
   gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='-^(Ceiling/|(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/2/)' \
+    --benchmark_filter='-^(Ceiling/|(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/[24]/)' \
     --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05
   # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong), and the
   # 128x128 weight gradient with its bias gradient fused and not, the products with an epilogue again
@@ -460,9 +461,9 @@ phase_A() {
   gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" \
     --benchmark_filter='^(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|WeightBiasGrad)/bf16/hand_wgmma' \
     --benchmark_out="$logs/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05
-  # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2) on wgmma
+  # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2; storing dS /0/4) on wgmma
   gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='^BM_attention_(forward_bf16/[0-9]+/0/[12]|backward_bf16/[0-9]+/0/2)/' \
+    --benchmark_filter='^BM_attention_(forward_bf16/[0-9]+/0/[12]|backward_bf16/[0-9]+/0/[24])/' \
     --benchmark_out="$logs/bench_attention_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05
   # % of ceiling and of target for every kernel, and each opt-in against what runs by default: the
   # device's python, not the bundle's libraries.
@@ -515,6 +516,10 @@ phase_B() {
   # launch's two stages of K and dS^T rows
   sanitize memcheck_attention_storeds memcheck "0 errors" test_gpu_attention 'AttentionStoreDs.AgreesWithRecomputeDq'
   sanitize racecheck_attention_storeds racecheck "0 hazards" test_gpu_attention 'AttentionStoreDs.AgreesWithRecomputeDq'
+  # wgmma-store-ds: the dS^T writer warp's bulk copies into the tiles (every place inside the scratch), and
+  # its hand-offs of the two dS^T buffers with the consumers (ds_full / ds_empty with 32 arrivals)
+  sanitize memcheck_attention_wgmma_storeds memcheck "0 errors" test_gpu_attention 'AttentionWgmmaStoreDs.TwoKeyTilesMatchCpu'
+  sanitize racecheck_attention_wgmma_storeds racecheck "0 hazards" test_gpu_attention 'AttentionWgmmaStoreDs.TwoKeyTilesMatchCpu'
   sanitize racecheck_layernorm racecheck "0 hazards" test_gpu_layernorm '*/bf16.BackwardMatches*'
   # CPU work, but only the device's python has tiktoken
   step oracle_tiktoken 90 "ids identical" python3 "$repo/tools/gpu/oracle_tiktoken.py" "$bin" "$B/data"
@@ -535,6 +540,7 @@ phase_C() {
   train_124m opt_attention_bwd_accdq "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=accumulate-dq
   train_124m opt_attention_bwd_wgmma "faster than accumulate-dq" 16 cublaslt GPT2_ATTENTION_BWD=wgmma
   train_124m opt_attention_bwd_storeds "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=store-ds
+  train_124m opt_attention_bwd_wgmma_storeds "faster than store-ds" 16 cublaslt GPT2_ATTENTION_BWD=wgmma-store-ds
   train_124m opt_gemm_wgmma "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=1
   train_124m opt_gemm_wgmma256 "faster than 128x128 tiles" 16 hand GPT2_GEMM_SM90=128x256
   train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong

@@ -32,6 +32,7 @@
 #include "core/error.hpp"
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/attention/dq_turns.cuh"
+#include "kernels/attention/ds_tiles.cuh"
 #include "kernels/attention/tile_order.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
@@ -43,6 +44,8 @@
 
 namespace gpt2::kernels {
 namespace {
+
+using attention_detail::DsTiles;
 
 // ================================================================================================
 // Device primitives (sm_80+ PTX) and the launch helper
@@ -536,24 +539,6 @@ struct TcDkdvConfig {
                     kDqDimBlocks * kDqDimParts == TcTile<HS>::kDimBlocks,
                 "dQ tiles: whole row tiles per warp, whole 16-column pairs of the head dimension");
   static_assert(kSmemBytesWithDq % 16 == 0 && kSmemBytes % 16 == 0, "dS^T tile 16-byte aligned for ldmatrix");
-};
-
-// AttentionBackwardPath::kStoreDs's dS^T buffer (in the scratch): for each head (b * NH + h) the causal
-// 64 x 64 tiles, key block a <= query block c, in the order (0,0) (0,1) .. (0,n-1) (1,1) .. (n-1,n-1) with
-// n = ceil(T / 64); a tile is [64 keys][64 queries] bf16, 8 KiB. The dK/dV blocks' key tiles are 64 keys
-// and their query tiles 64 or 32 queries, so each of their query tiles fills one tile or half of one.
-// Keys on rows: the dK/dV blocks' dS^T accumulators store as adjacent query pairs, and dQ's A operand
-// (queries x keys) is read back transposed by ldmatrix, as kAccumulateDq's shared tile is.
-struct DsTiles {
-  static constexpr int kSide = 64;
-  static constexpr size_t kElems = static_cast<size_t>(kSide) * kSide;
-  __host__ __device__ static size_t blocks(int T_) { return (static_cast<size_t>(T_) + kSide - 1) / kSide; }
-  __host__ __device__ static size_t per_head(int T_) { return blocks(T_) * (blocks(T_) + 1) / 2 * kElems; }
-  // First element of tile (a, c), a <= c, of head `head`.
-  __device__ static size_t tile(int head, int a, int c, int T_) {
-    const size_t n = blocks(T_), ua = static_cast<size_t>(a);
-    return head * per_head(T_) + (ua * n - ua * (ua - 1) / 2 + static_cast<size_t>(c - a)) * kElems;
-  }
 };
 
 // dQ: 4 warps x 16 query rows = 64 rows per block; K, V tiles stream through two stages.
@@ -1508,14 +1493,15 @@ AttentionBackwardPath& backward_path() {
                                            {{"recompute-dq", AttentionBackwardPath::kRecomputeDq},
                                             {"accumulate-dq", AttentionBackwardPath::kAccumulateDq},
                                             {"wgmma", AttentionBackwardPath::kWgmma},
-                                            {"store-ds", AttentionBackwardPath::kStoreDs}});
+                                            {"store-ds", AttentionBackwardPath::kStoreDs},
+                                            {"wgmma-store-ds", AttentionBackwardPath::kWgmmaStoreDs}});
   return path;
 }
 
 // The backward's scratch, each part 256-byte aligned: D = rowsum(dout * out) (B,NH,T) fp32, then what the
 // path needs, from the same offset (a call uses one path): for kAccumulateDq and kWgmma the dQ accumulator
 // (B,T,C) fp32, the turn counters (one int per (b, h, query tile) for tiles of at least 16 rows) and the
-// block ticket after them; for kStoreDs the dS^T tiles (DsTiles, bf16).
+// block ticket after them; for kStoreDs and kWgmmaStoreDs the dS^T tiles (DsTiles, bf16).
 struct BackwardScratch {
   float* D;
   float* dq_acc;
@@ -1550,6 +1536,7 @@ size_t path_bytes(AttentionBackwardPath path, int B, int T_, int C, int NH) {
     case AttentionBackwardPath::kWgmma:
       return dq_acc_bytes(B, T_, C) + turns_bytes(B, T_, NH);
     case AttentionBackwardPath::kStoreDs:
+    case AttentionBackwardPath::kWgmmaStoreDs:
       return ds_bytes(B, T_, NH);
     case AttentionBackwardPath::kRecomputeDq:
       break;
@@ -1617,6 +1604,18 @@ float scale_of(int hs) {
   return 1.0f / std::sqrt(static_cast<float>(hs));
 }
 
+// The store-ds backwards' second launch (kStoreDs after the mma.sync dK/dV launch, kWgmmaStoreDs after the
+// wgmma one): dQ of each 64-row query tile = dS K from the DsTiles, in one group over every head, the
+// longest causal prefix first.
+template <int HS>
+void launch_dq_from_ds(bf16* dqkv, const bf16* ds, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+  using DqCfg = TcDqFromDsConfig<HS>;
+  const attention_order::TileOrder q_order =
+      tile_order(B, NH, T_, HS, (T_ + DqCfg::kBlockM - 1) / DqCfg::kBlockM, 1, 0);
+  launch_kernel(attention_bwd_tc_dq_from_ds<HS>, dim3(static_cast<unsigned>(attention_order::tile_blocks(q_order))),
+                dim3(DqCfg::kThreads), DqCfg::kSmemBytes, stream, dqkv, ds, qkv, T_, C, NH, q_order, scale_of(HS));
+}
+
 }  // namespace
 
 void attention_force_generic(bool force) {
@@ -1666,8 +1665,9 @@ size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH, AttentionB
 
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH) {
   size_t most = 0;
-  for (AttentionBackwardPath path : {AttentionBackwardPath::kRecomputeDq, AttentionBackwardPath::kAccumulateDq,
-                                     AttentionBackwardPath::kWgmma, AttentionBackwardPath::kStoreDs})
+  for (AttentionBackwardPath path :
+       {AttentionBackwardPath::kRecomputeDq, AttentionBackwardPath::kAccumulateDq, AttentionBackwardPath::kWgmma,
+        AttentionBackwardPath::kStoreDs, AttentionBackwardPath::kWgmmaStoreDs})
     most = std::max(most, attention_backward_scratch_bytes(B, T_, C, NH, path));
   return most;
 }
@@ -1745,6 +1745,15 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
                     dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
       return;
     }
+    if (!g_force_generic && backward_path() == AttentionBackwardPath::kWgmmaStoreDs &&
+        attention_detail::attention_bwd_wgmma_ready() &&
+        attention_detail::attention_bwd_wgmma_takes(dqkv, dout, qkv, C, NH)) {
+      // kStoreDs's scratch and second launch: nothing to clear (every tile that dQ reads is written)
+      record_kernel_path("attention backward", "wgmma-store-ds");
+      attention_detail::attention_bwd_wgmma_store_ds(dqkv, parts.ds, dout, qkv, lse, D, B, T_, C, NH, stream);
+      launch_dq_from_ds<attention_detail::kWgmmaHeadSize>(dqkv, parts.ds, qkv, B, T_, C, NH, stream);
+      return;
+    }
 #endif
     if (!g_force_generic && aligned16(dqkv) && aligned16(dout) && aligned16(qkv)) {
       const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
@@ -1763,7 +1772,8 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
           const long pairs = rows_btc * (C / 2);
           launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),
                         dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
-        } else if (backward_path() == AttentionBackwardPath::kStoreDs) {
+        } else if (backward_path() == AttentionBackwardPath::kStoreDs ||
+                   backward_path() == AttentionBackwardPath::kWgmmaStoreDs) {  // the latter where wgmma does not apply
           record_kernel_path("attention backward", "store-ds");
           // each launch in one group over every head, its heaviest tiles first (as recompute-dq's)
           const attention_order::TileOrder kv_order = tile_order(B, NH, T_, HS, n_kv, 1, 0);
@@ -1771,12 +1781,7 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
                         dim3(static_cast<unsigned>(attention_order::tile_blocks(kv_order))),
                         dim3(TcDkdvConfig<HS>::kThreads), TcDkdvConfig<HS>::kSmemBytes, stream, dqkv, parts.ds, dout,
                         qkv, lse, D, T_, C, NH, kv_order, scale_log2, scale);
-          using DqCfg = TcDqFromDsConfig<HS>;
-          const attention_order::TileOrder q_order =
-              tile_order(B, NH, T_, HS, (T_ + DqCfg::kBlockM - 1) / DqCfg::kBlockM, 1, 0);
-          launch_kernel(attention_bwd_tc_dq_from_ds<HS>,
-                        dim3(static_cast<unsigned>(attention_order::tile_blocks(q_order))), dim3(DqCfg::kThreads),
-                        DqCfg::kSmemBytes, stream, dqkv, parts.ds, qkv, T_, C, NH, q_order, scale);
+          launch_dq_from_ds<HS>(dqkv, parts.ds, qkv, B, T_, C, NH, stream);
         } else {
           record_kernel_path("attention backward", "recompute-dq");
           // rank r: key tile r and query tile n_kv - 1 - r, over every head in one group (each block

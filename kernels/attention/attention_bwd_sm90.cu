@@ -93,6 +93,7 @@
 #include "core/error.hpp"
 #include "kernels/attention/attention_sm90.cuh"
 #include "kernels/attention/dq_turns.cuh"
+#include "kernels/attention/ds_tiles.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90a_host.cuh"
@@ -295,18 +296,26 @@ __device__ __forceinline__ void load_ds_a(uint32_t (&a)[kNSteps / 2][4], const b
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// The kernel's pointers and sizes (attention_bwd_wgmma's arguments).
+// The kernel's pointers and sizes (attention_bwd_wgmma's and attention_bwd_wgmma_store_ds's arguments).
 struct WgmmaBwdArgs {
   bf16* dqkv;          // (B,T,3C): dK, dV written here
-  float* dq_acc;       // (B,T,C) fp32: dQ summed in turn order (dq_turns.cuh)
-  int* dq_turns;       // (B,NH,ceil(T/64)) zeroed: key tiles done per query tile
-  int* ticket;         // zeroed: the next (key tile, head, batch)
+  float* dq_acc;       // (B,T,C) fp32: dQ summed in turn order (dq_turns.cuh); null under kStoreDs
+  int* dq_turns;       // (B,NH,ceil(T/64)) zeroed: key tiles done per query tile; null under kStoreDs
+  int* ticket;         // zeroed: the next (key tile, head, batch); null under kStoreDs
+  bf16* ds;            // kStoreDs: the causal dS^T tiles (ds_tiles.cuh); null otherwise
   const float* lse;    // (B,NH,T), natural log
   const float* D;      // (B,NH,T) rowsum(dout * out)
   int T_, C, NH;
   float scale_log2, scale;
 };
 
+// kStoreDs (AttentionBackwardPath::kWgmmaStoreDs): no dQ share. The consumers leave dS^T in shared
+// memory as before; the producer's second warp, the dS^T writer, copies each tile's two 64-key halves to
+// their causal tiles of args.ds (DsTiles: bulk copies of 128-byte rows) and frees the buffer, and
+// attention.cu's attention_bwd_tc_dq_from_ds sums dQ = dS K afterwards. The consumers then run 4 products
+// a tile and never wait on another block: no turns, no dQ accumulator, no ticket (blockIdx, heaviest key
+// tiles first). dK and dV are the same bits as without.
+template <bool kStoreDs>
 __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     attention_bwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, const __grid_constant__ CUtensorMap tmap_dout,
                             const WgmmaBwdArgs args) {
@@ -333,7 +342,8 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   int* work = reinterpret_cast<int*>(smem + Cfg::kOffWork);
 
   if (threadIdx.x == 0) {
-    *work = atomicAdd(args.ticket, 1);
+    *work = kStoreDs ? static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))
+                     : atomicAdd(args.ticket, 1);
     cuda::mbarrier_init(kv_full, 1);
     for (int s = 0; s < Cfg::kStages; ++s) {
       cuda::mbarrier_init(&full[s], 32);
@@ -341,7 +351,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     }
     for (int i = 0; i < 2; ++i) {
       cuda::mbarrier_init(&ds_full[i], Cfg::kConsumerThreads);
-      cuda::mbarrier_init(&ds_empty[i], Cfg::kWarpgroupThreads);
+      cuda::mbarrier_init(&ds_empty[i], kStoreDs ? 32 : Cfg::kWarpgroupThreads);  // its reader: the writer warp
     }
     for (int c = 0; c < Cfg::kConsumers; ++c) {
       cuda::mbarrier_init(&dq_full[c], Cfg::kWarpgroupThreads);
@@ -352,7 +362,13 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   __syncthreads();  // the last block-wide barrier: from here on the roles run independently
 
   const int n_kv = static_cast<int>(gridDim.x);
-  const DqTurnWork w = dq_turn_work(*work, n_kv, NH);
+  // kStoreDs: nothing waits on another block, so the heaviest key tiles go first across every head (key
+  // tile 0 of every head, then key tile 1, ...), as tile_order.hpp orders the mma.sync kernels: the
+  // lightest come last and fill the tail. With turns, the highest (lightest) key tile of a head must start
+  // first (dq_turns.cuh).
+  const int heads = NH * static_cast<int>(gridDim.z);
+  const DqTurnWork w =
+      kStoreDs ? DqTurnWork{*work / heads, (*work % heads) % NH, (*work % heads) / NH} : dq_turn_work(*work, n_kv, NH);
   const int kt = w.kt, h = w.h, b = w.b;
   const int k0 = kt * Cfg::kBlockN;
   const int nq = static_cast<int>(cuda::ceil_div(T_, Cfg::kBlockM));
@@ -365,7 +381,37 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
   if (wg == Cfg::kConsumers) {
     // ---- producer: its first warp; coordinates are {column, token, batch} ----
     cuda::setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before any of its warps returns
-    if (warp == 1) {
+    if (kStoreDs && warp == 1) {
+      // ---- the dS^T writer: each tile's halves to their DsTiles tiles (key block a, query block qt) ----
+      // Half i is consumer i's 64 keys, key block a = 2 kt + i of DsTiles, whose tiles (a, a), (a, a + 1),
+      // .. follow one another: each half's destination advances a tile per query tile. Consumer 1 skips
+      // tile 0 (those keys all come after its queries) and DsTiles has no such tile. Lane l copies rows l and
+      // l + 32 of each half. 24 registers (setmaxnreg): two pointers that advance, no index arithmetic.
+      const int head = b * NH + h;
+      bf16* dst[Cfg::kConsumers];
+#pragma unroll
+      for (int half = 0; half < Cfg::kConsumers; ++half)
+        dst[half] = args.ds + DsTiles::tile(head, 2 * kt + half, 2 * kt + half, T_) + lane * DsTiles::kSide;
+      for (int j = 0; j < n_tiles; ++j) {
+        const bf16* sds = sDs(j % 2) + lane * Cfg::kDsPitch;
+        cuda::mbarrier_wait(&ds_full[j % 2], (j / 2) & 1);  // both consumers stored (or skipped) their half
+#pragma unroll
+        for (int half = 0; half < Cfg::kConsumers; ++half) {
+          if (half > j) continue;
+#pragma unroll
+          for (int r = 0; r < Cfg::kWgKeys; r += 32)
+            cuda::bulk_store_global(dst[half] + r * DsTiles::kSide, sds + (half * Cfg::kWgKeys + r) * Cfg::kDsPitch,
+                                    DsTiles::kSide * sizeof(bf16));
+          dst[half] += DsTiles::kElems;
+        }
+        cuda::bulk_commit_group();
+        cuda::bulk_wait_group_read<0>();          // this lane's rows are read from the buffer:
+        cuda::mbarrier_arrive(&ds_empty[j % 2]);  // tile j + 2 may be written into it
+      }
+      cuda::bulk_wait_group<0>();  // the writes are complete before the block ends
+      return;
+    }
+    if (!kStoreDs && warp == 1) {
       // ---- the dQ writer: each tile's share, in this key tile's turn (dq_turns.cuh) ----
       // The consumers leave the share in shared memory and go on; this warp waits for the turn and adds
       // the share to dq_acc by bulk reductions (the highest key tile writes it: a turn of 0), so no
@@ -440,10 +486,11 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     // that never completes (a copy that never lands, an arrival count that is off) traps here, ending
     // the launch, instead of hanging it. Then until the last dQ turn (at the last query tile, which every
     // key tile visits) is counted: a consumer that never hands the writer its last share (the writer's
-    // own waits are bounded too) traps here.
+    // own waits are bounded too) traps here. Under kStoreDs there are no turns: the dS^T writer's waits for
+    // the consumers' halves are bounded.
     for (int j = n_tiles; j < n_tiles + Cfg::kStages; ++j)
       cuda::mbarrier_wait(&empty[j % Cfg::kStages], ((j / Cfg::kStages) & 1) ^ 1);
-    if (lane == 0)
+    if (!kStoreDs && lane == 0)
       cuda::wait_flag_at_least(args.dq_turns + (static_cast<size_t>(b) * NH + h) * nq + nq - 1,
                                dq_turn(kt, nq - 1, Cfg::kBlockM, Cfg::kBlockN, n_kv) + 1);
     return;
@@ -475,7 +522,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     bf16* sds = sDs(j % 2);                 // this tile's dS^T buffer
     const uint32_t ds_phase = (j / 2) & 1;  // its use j / 2
     const bool computes = j >= c;
-    const bool dq_share = c == j % Cfg::kConsumers;
+    const bool dq_share = !kStoreDs && c == j % Cfg::kConsumers;  // kStoreDs: the dS^T writer copies it out
     // P^T and dS^T as the A operands of dV and dK: those products may still read them while the dQ share
     // is issued, so they live until the wait that retires both.
     uint32_t pa[kQSteps][4], dsa[kQSteps][4];
@@ -512,6 +559,7 @@ __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
       pack_a(dsa, dpt);
       cuda::mbarrier_wait_untimed(&ds_empty[j % 2], ds_phase ^ 1);  // tile j - 2's reader is done (fresh: passes)
       store_ds(sds, dsa, wrow + g, tq);
+      if constexpr (kStoreDs) cuda::fence_proxy_async_shared();  // the writer's bulk copies (async proxy) read it
     }
     cuda::mbarrier_arrive(&ds_full[j % 2]);  // this thread's part of dS^T is stored (or skipped)
     if (computes) {
@@ -617,7 +665,8 @@ bool aligned16(const void* p) {
 }  // namespace
 
 bool attention_bwd_wgmma_ready() {
-  static const bool ready = sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_bwd_wgmma_tma));
+  static const bool ready = sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_bwd_wgmma_tma<false>)) &&
+                            sm90a_kernel_runs_here(reinterpret_cast<const void*>(attention_bwd_wgmma_tma<true>));
   return ready;
 }
 
@@ -626,12 +675,16 @@ bool attention_bwd_wgmma_takes(const bf16* dqkv, const bf16* dout, const bf16* q
          aligned16(qkv);
 }
 
-void attention_bwd_wgmma(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const bf16* dout, const bf16* qkv,
-                         const float* lse, const float* D, int B, int T_, int C, int NH, cudaStream_t stream) {
+namespace {
+
+// Both variants' launch: args carries dq_acc, dq_turns and ticket (kStoreDs false) or ds (true).
+template <bool kStoreDs>
+void launch_bwd_wgmma(const WgmmaBwdArgs& partial, const bf16* dout, const bf16* qkv, int B, int T_, int C, int NH,
+                      cudaStream_t stream) {
   using Cfg = WgmmaBwdConfig;
-  GPT2_CHECK(attention_bwd_wgmma_takes(dqkv, dout, qkv, C, NH),
-             "the wgmma attention backward was given a shape or pointers it does not take (C=" << C << ", NH=" << NH
-                                                                                              << ")");
+  GPT2_CHECK(
+      attention_bwd_wgmma_takes(partial.dqkv, dout, qkv, C, NH),
+      "the wgmma attention backward was given a shape or pointers it does not take (C=" << C << ", NH=" << NH << ")");
   // qkv as (B, T, 3C) and dout as (B, T, C): dimension 0 the columns, 1 the tokens, 2 the sequences.
   const uint32_t box[3] = {Cfg::kHeadDim, Cfg::kBoxRows, 1};
   const uint64_t dims_qkv[3] = {3 * static_cast<uint64_t>(C), static_cast<uint64_t>(T_), static_cast<uint64_t>(B)};
@@ -641,13 +694,29 @@ void attention_bwd_wgmma(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, 
   const uint64_t dims_do[3] = {static_cast<uint64_t>(C), static_cast<uint64_t>(T_), static_cast<uint64_t>(B)};
   const uint64_t strides_do[2] = {static_cast<uint64_t>(C) * sizeof(bf16), static_cast<uint64_t>(C) * T_ * sizeof(bf16)};
   const CUtensorMap map_do = make_bf16_tensor_map(dout, 3, dims_do, strides_do, box, "attention backward dout");
-  cuda::allow_dynamic_smem(attention_bwd_wgmma_tma, Cfg::kSmemBytes);
+  cuda::allow_dynamic_smem(attention_bwd_wgmma_tma<kStoreDs>, Cfg::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(T_, Cfg::kBlockN)), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   const float scale = 1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim));  // as attention.cu
-  const WgmmaBwdArgs args{dqkv, dq_acc, dq_turns, ticket, lse, D, T_, C, NH, scale * cuda::kLog2e, scale};
-  attention_bwd_wgmma_tma<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_do, args);
+  WgmmaBwdArgs args = partial;
+  args.T_ = T_, args.C = C, args.NH = NH, args.scale_log2 = scale * cuda::kLog2e, args.scale = scale;
+  attention_bwd_wgmma_tma<kStoreDs><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_do, args);
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_bwd_wgmma(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const bf16* dout, const bf16* qkv,
+                         const float* lse, const float* D, int B, int T_, int C, int NH, cudaStream_t stream) {
+  launch_bwd_wgmma<false>(WgmmaBwdArgs{dqkv, dq_acc, dq_turns, ticket, nullptr, lse, D, 0, 0, 0, 0.0f, 0.0f}, dout, qkv,
+                          B, T_, C, NH, stream);
+}
+
+void attention_bwd_wgmma_store_ds(bf16* dqkv, bf16* ds, const bf16* dout, const bf16* qkv, const float* lse,
+                                  const float* D, int B, int T_, int C, int NH, cudaStream_t stream) {
+  GPT2_CHECK(aligned16(ds), "the wgmma attention backward's dS^T tiles are not 16-byte aligned");
+  launch_bwd_wgmma<true>(WgmmaBwdArgs{dqkv, nullptr, nullptr, nullptr, ds, lse, D, 0, 0, 0, 0.0f, 0.0f}, dout, qkv, B,
+                         T_, C, NH, stream);
 }
 
 }  // namespace gpt2::kernels::attention_detail

@@ -59,19 +59,29 @@ bool attention_fwd_wgmma_available();
 //                  diagonal, 1.06 MiB a head at T = 1024) in the scratch; a second launch sums dQ = dS K
 //                  from it: 5 matrix products, plus dS written and read once, and no waits (every tensor
 //                  core head size, on any GPU with the mma.sync kernels).
+//   kWgmmaStoreDs: kStoreDs with kWgmma's dK/dV kernel (which then has no dQ share, turns or waits on
+//                  other blocks: 4 products a tile), where kWgmma applies; elsewhere kStoreDs runs. dK, dV
+//                  are kWgmma's bits; dQ is summed from dS by kStoreDs's second launch.
 // The default is kRecomputeDq: no other path has beaten it end to end on a GPU yet (docs/performance.md).
-// The environment variable GPT2_ATTENTION_BWD=accumulate-dq, wgmma or store-ds (or recompute-dq) chooses at
-// the first launch; attention_set_backward_path overrides it (tests, benchmarks). Not thread-safe.
-enum class AttentionBackwardPath { kRecomputeDq, kAccumulateDq, kWgmma, kStoreDs };
+// The environment variable GPT2_ATTENTION_BWD=accumulate-dq, wgmma, store-ds or wgmma-store-ds (or
+// recompute-dq) chooses at the first launch; attention_set_backward_path overrides it (tests,
+// benchmarks). Not thread-safe.
+enum class AttentionBackwardPath { kRecomputeDq, kAccumulateDq, kWgmma, kStoreDs, kWgmmaStoreDs };
+// The paths whose scratch holds the dS tiles (B*NH*T*T/2 bf16 and a diagonal): what the model allocates
+// and the memory estimate counts only when one of them is chosen.
+inline bool attention_backward_stores_ds(AttentionBackwardPath path) {
+  return path == AttentionBackwardPath::kStoreDs || path == AttentionBackwardPath::kWgmmaStoreDs;
+}
 void attention_set_backward_path(AttentionBackwardPath path);
 AttentionBackwardPath attention_backward_path();
-// Whether kWgmma can run in this process (a 9.0 device and the kernel's sm_90a code), for tests to skip.
+// Whether kWgmma and kWgmmaStoreDs can run in this process (a 9.0 device and the kernel's sm_90a code), for
+// tests to skip.
 bool attention_bwd_wgmma_available();
 
 // Bytes of scratch attention_backward_cuda needs on `path`: D = rowsum(dout * out), fp32 (B,NH,T); for
 // kAccumulateDq and kWgmma the dQ accumulator, fp32 (B,T,C), the turn counters and a block ticket; for
-// kStoreDs the dS tiles, bf16. Size a buffer for one path only where the path cannot change after (the
-// model, for the path of the process). The scratch must be 256-byte aligned (cudaMalloc's pointers are).
+// kStoreDs and kWgmmaStoreDs the dS tiles, bf16. Size a buffer for one path only where the path cannot change after
+// (the model, for the path of the process). The scratch must be 256-byte aligned (cudaMalloc's pointers are).
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH, AttentionBackwardPath path);
 // The most any path needs, so the path can change without reallocating (tests, benchmarks).
 size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
@@ -81,8 +91,8 @@ size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 //   dq = dS k,  dk = dS^T q,  dv = P^T dout   (per head, causal)
 //   [in] dout (B,T,C), qkv (B,T,3C), out (B,T,C) (the forward output), lse (B,NH,T);
 //   [out] dqkv (B,T,3C) overwritten (q, k and v parts); scratch: attention_backward_scratch_bytes
-// Deterministic: every dK, dV element has one owner, and dQ is either owned too (kRecomputeDq, kStoreDs)
-// or summed in a fixed order (kAccumulateDq, kWgmma); no float atomics.
+// Deterministic: every dK, dV element has one owner, and dQ is either owned too (kRecomputeDq, kStoreDs,
+// kWgmmaStoreDs) or summed in a fixed order (kAccumulateDq, kWgmma); no float atomics.
 template <class T>
 void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
                              int T_, int C, int NH, cudaStream_t stream);

@@ -47,4 +47,12 @@ void attention_bwd_wgmma(__nv_bfloat16* dqkv, float* dq_acc, int* dq_turns, int*
                          const __nv_bfloat16* qkv, const float* lse, const float* D, int B, int T_, int C, int NH,
                          cudaStream_t stream);
 
+// The same dK, dV (the same bits), and instead of dQ, dS^T into the causal tiles ds (DsTiles,
+// ds_tiles.cuh; B*NH*DsTiles::per_head(T) bf16, 16-byte aligned) for attention.cu's
+// attention_bwd_tc_dq_from_ds to sum dQ = dS K from (AttentionBackwardPath::kWgmmaStoreDs). No turns,
+// accumulator or ticket.
+void attention_bwd_wgmma_store_ds(__nv_bfloat16* dqkv, __nv_bfloat16* ds, const __nv_bfloat16* dout,
+                                  const __nv_bfloat16* qkv, const float* lse, const float* D, int B, int T_, int C,
+                                  int NH, cudaStream_t stream);
+
 }  // namespace gpt2::kernels::attention_detail

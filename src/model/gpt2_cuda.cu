@@ -320,12 +320,12 @@ class ModelImpl final : public GPT2Cuda::Impl {
     size_t ws = kernels::layernorm_backward_scratch_bytes(iN, iC);
     ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 4 * iC));
     ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 3 * iC));
-    // The attention backward's scratch: kStoreDs's dS tiles (204 MiB at 124M, micro-batch 16) only when
-    // GPT2_ATTENTION_BWD chose it; otherwise what kAccumulateDq and kWgmma need, which covers kRecomputeDq
-    // (estimate_device_memory counts the same)
+    // The attention backward's scratch: the store-ds paths' dS tiles (204 MiB at 124M, micro-batch 16) only
+    // when GPT2_ATTENTION_BWD chose one; otherwise what kAccumulateDq and kWgmma need, which covers
+    // kRecomputeDq (estimate_device_memory counts the same)
     const kernels::AttentionBackwardPath attention_path =
-        kernels::attention_backward_path() == kernels::AttentionBackwardPath::kStoreDs
-            ? kernels::AttentionBackwardPath::kStoreDs
+        kernels::attention_backward_stores_ds(kernels::attention_backward_path())
+            ? kernels::attention_backward_path()
             : kernels::AttentionBackwardPath::kAccumulateDq;
     ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH), attention_path));
     a.workspace.resize(ws);

@@ -36,8 +36,8 @@ MemoryEstimate estimate_training_memory(const GPT2Config& model, int micro_batch
 // fp32 Adam moments, activations = the device activations in the storage precision with fp32
 // layernorm statistics and losses, as kept under `recompute` (the fields of the CUDA model's
 // DeviceActivations) and the attention backward's scratch in its workspace (the dQ accumulator and row
-// dots, or with `attention_ds_tiles` (GPT2_ATTENTION_BWD=store-ds) the row dots and the causal dS tiles);
-// batches 0. The GEMM workspace and the CUDA context are not counted.
+// dots, or with `attention_ds_tiles` (GPT2_ATTENTION_BWD=store-ds or wgmma-store-ds) the row dots and the
+// causal dS tiles); batches 0. The GEMM workspace and the CUDA context are not counted.
 MemoryEstimate estimate_device_memory(const GPT2Config& model, int micro_batch, int seq_len, bool bf16,
                                       Recompute recompute, bool attention_ds_tiles = false);
 

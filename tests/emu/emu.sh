@@ -21,10 +21,11 @@
 #                                         NCCL emulated over MPI (train_emu.py: against the CPU backend, 1 and 2
 #                                         ranks, resume, ZeRO-1, the wgmma kernels; ~4 min); --train-build builds
 #                                         them only, in BUILD_DIR/train
-#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels (21 + 26 + 26 + 9 + 11 + 6) and of the
-#                                         training code's stream ordering (2 + 2 + 4; KERNELS: a quoted subset of
-#                                         "attention attention_bwd gemm gemm_mma attention_mma attention_decode
-#                                         nccl_comm device_reducer model_cuda"), each must be caught, not hang
+#   tests/emu/emu.sh BUILD_DIR --mutants [KERNELS]  mutants of the kernels and of the training code's stream
+#                                         ordering (mutate.py's tables; KERNELS: a quoted subset of "attention
+#                                         attention_bwd gemm gemm_mma attention_mma attention_bwd_storeds
+#                                         attention_decode nccl_comm device_reducer model_cuda"), each must be
+#                                         caught, not hang
 # Exit status 0 when every check passes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -80,18 +81,20 @@ gpu_test_families=(gemm attention layernorm elementwise encoder model decode)
 # cases that repeat a kernel on more data, and bf16 repeats of the decode suite's fp32 model cases.
 declare -A gpu_test_filter=(
   [gemm]='GemmTest/*.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths:GemmTest/*.MisalignedPointers:GemmTest/*.BiasBackwardAccumulatesDeterministically:GemmTest/fp32.Gpt2LinearLayersAt256Rows:GemmHandPaths.*:GemmWgmma.AllTransposesAndEpiloguesAgainstDoubleLoop:GemmWgmma.PathSelectionAndFallback:GemmWgmma.EnvironmentPicksTheTile:GemmWgmma.ByShapeRunsTheKernelItNames:GemmWgmma.ForcedSplitK:GemmWgmma.SplitTail:GemmWgmma.SplitTailPlan:GemmWgmma.DGeluPreActivationsByTmaMatchGlobalReads:GemmRounding.*:GemmCublasLtEnvironment.*'
-  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionTileOrder.*:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionStoreDs.MatchesCpu:AttentionStoreDs.AgreesWithRecomputeDq:AttentionScratch.*:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
+  [attention]='AttentionDeathTest.*:AttentionTest/*.SmallShapesMatchCpu:AttentionTileOrder.*:AttentionAccumulateDq.AgreesWithRecomputeDq:AttentionStoreDs.MatchesCpu:AttentionStoreDs.AgreesWithRecomputeDq:AttentionScratch.*:AttentionWgmma*.FallsBack*:AttentionWgmmaForward.RecordsThePathItRan:AttentionWgmmaForward.AgreesWithMmaSync:AttentionWgmmaBackward.TwoKeyTilesMatchCpu:AttentionWgmmaStoreDs.TwoKeyTilesMatchCpu:AttentionWgmmaStoreDs.AgreesWithWgmma:AttentionFallback.GenericPathMatchesCpuAtTensorCoreHeadSizes:AttentionFallback.TensorCoreAndGenericPathsAgree'
   [elementwise]='-ElementwiseTest/fp32.AdamWMatchesCpu:ElementwiseTest/bf16.SumSquaresIsAccurateAndDeterministic:ElementwiseTest/fp32.SoftmaxXentMatchesCpu'
   [model]='*MatchesCpuStep/fp32_hand:*RepeatsBitForBit/bf16_hand:*ShardedAdamWMatchesCpuShard/fp32_hand:*WaitsForParamsStillArriving/fp32_hand:*CudaGraphMatchesEager/bf16_hand:*CudaGraphDeferredForwardUsesItsWeights/fp32_hand:*MatchesCpuStep/bf16_cublaslt'
   [decode]='AttentionDecode*:*ModelDecode.*/fp32_hand'
 )
-# The default path's kernels that have mutants (--mutants gemm_mma attention_mma attention_decode): the GPU
-# test suite each one's mutants run, and that suite's quick cases they run
-declare -A gpu_mutant_suite=([gemm_mma]=gemm [attention_mma]=attention [attention_decode]=decode)
+# The kernels whose mutants run through a GPU test suite (--mutants gemm_mma attention_mma attention_decode
+# attention_bwd_storeds): the suite each one's mutants run, and that suite's quick cases they run
+declare -A gpu_mutant_suite=([gemm_mma]=gemm [attention_mma]=attention [attention_decode]=decode
+  [attention_bwd_storeds]=attention)
 declare -A gpu_mutant_filter=(
   [gemm_mma]='GemmTest/bf16.AwkwardShapesAllTransposesAndEpilogues:GemmTest/*.ForcedPaths'
   [attention_mma]='AttentionTest/1.SmallShapesMatchCpu:AttentionAccumulateDq.MatchesCpu:AttentionStoreDs.MatchesCpu'
-  [attention_decode]='AttentionDecodeTest/*.MatchesCpu')
+  [attention_decode]='AttentionDecodeTest/*.MatchesCpu'
+  [attention_bwd_storeds]='AttentionWgmmaStoreDs.TwoKeyTilesMatchCpu:AttentionWgmmaStoreDs.AgreesWithWgmma')
 gpu_lib_objs=()
 # build_gpu_mutant KERNEL MUTANT_SRC BINARY (KERNEL: one of gpu_mutant_suite's): its GPU test suite linked
 # against the mutant in place of its kernel file (after build_gpu_tests).
@@ -281,7 +284,8 @@ fi
 
 if [[ $mode == --mutants ]]; then
   caught=0 total=0
-  kernels=${3:-attention attention_bwd gemm gemm_mma attention_mma attention_decode nccl_comm device_reducer model_cuda}
+  kernels=${3:-attention attention_bwd gemm gemm_mma attention_mma attention_bwd_storeds attention_decode nccl_comm
+    device_reducer model_cuda}
   need=
   for kernel in $kernels; do
     [[ -n ${gpu_mutant_suite[$kernel]:-} && -z $need ]] && need=gpu_tests

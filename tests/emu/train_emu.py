@@ -212,6 +212,11 @@ check("the wgmma run ran the wgmma kernels", kernels in train.log, f": {kernels!
 storeds, _ = train("bf16_store_ds", steps, cuda, extra_env={"GPT2_ATTENTION_BWD": "store-ds"})
 compare("GPU bf16, store-ds attention backward ~ CPU", storeds, cpu, 2e-2)
 check("the store-ds run ran it", "attention backward: store-ds" in train.log, ": 'attention backward: store-ds' in its log")
+# ... and with the wgmma dK/dV kernel storing dS (the same workspace; its dS^T writer warp's copies)
+wstoreds, _ = train("bf16_wgmma_store_ds", steps, cuda, extra_env={"GPT2_ATTENTION_BWD": "wgmma-store-ds"})
+compare("GPU bf16, wgmma-store-ds attention backward ~ CPU", wstoreds, cpu, 2e-2)
+check("the wgmma-store-ds run ran it", "attention backward: wgmma-store-ds" in train.log,
+      ": 'attention backward: wgmma-store-ds' in its log")
 lt32, _ = train("fp32_cublaslt", steps, lt + fp32)
 compare("GPU fp32, cuBLASLt ~ CPU", lt32, cpu, 1e-4)
 lt16, _ = train("bf16_cublaslt", steps, lt)

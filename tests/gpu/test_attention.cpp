@@ -110,10 +110,11 @@ std::string path_names() {
   return std::string(fwd == kernels::AttentionForwardPath::kWgmma           ? " wgmma-fwd"
                      : fwd == kernels::AttentionForwardPath::kWgmmaPingPong ? " wgmma-pingpong-fwd"
                                                                             : " mma-sync-fwd") +
-         (bwd == kernels::AttentionBackwardPath::kAccumulateDq ? " accumulate-dq"
-          : bwd == kernels::AttentionBackwardPath::kWgmma      ? " wgmma-bwd"
-          : bwd == kernels::AttentionBackwardPath::kStoreDs    ? " store-ds"
-                                                               : " recompute-dq");
+         (bwd == kernels::AttentionBackwardPath::kAccumulateDq   ? " accumulate-dq"
+          : bwd == kernels::AttentionBackwardPath::kWgmma        ? " wgmma-bwd"
+          : bwd == kernels::AttentionBackwardPath::kStoreDs      ? " store-ds"
+          : bwd == kernels::AttentionBackwardPath::kWgmmaStoreDs ? " wgmma-store-ds"
+                                                                 : " recompute-dq");
 }
 
 template <class T>
@@ -229,14 +230,29 @@ struct Buffers {
   DeviceBuffer<char> scratch;
 };
 
-// `path` and recompute-dq compute the same dq/dk/dv: dk and dv come from the same dK/dV code (the same
+// dqkv's q columns and its k, v columns, each row after row.
+struct QAndKv {
+  std::vector<float> q, kv;
+};
+QAndKv split_q_kv(const std::vector<float>& dqkv, const Shape& s) {
+  QAndKv parts;
+  for (size_t row = 0; row < static_cast<size_t>(s.B) * s.T; ++row) {
+    const float* r = &dqkv[row * 3 * s.C];
+    parts.q.insert(parts.q.end(), r, r + s.C);
+    parts.kv.insert(parts.kv.end(), r + s.C, r + 3 * s.C);
+  }
+  return parts;
+}
+
+// `path` and `reference` compute the same dq/dk/dv: dk and dv come from the same dK/dV code (the same
 // bits); dq is summed in another order (a few bf16 ulps).
-void expect_agrees_with_recompute_dq(const Shape& s, kernels::AttentionBackwardPath path, uint32_t seed) {
+void expect_same_dkdv(const Shape& s, kernels::AttentionBackwardPath reference, kernels::AttentionBackwardPath path,
+                      uint32_t seed) {
   SCOPED_TRACE(name(s));
   Buffers d(s, seed);
   kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
   std::vector<float> dqkv[2];
-  const kernels::AttentionBackwardPath paths[2] = {kernels::AttentionBackwardPath::kRecomputeDq, path};
+  const kernels::AttentionBackwardPath paths[2] = {reference, path};
   for (int i = 0; i < 2; ++i) {
     BackwardPathScope scope(paths[i]);
     poison(d.dqkv.data(), d.dqkv.bytes());
@@ -245,16 +261,12 @@ void expect_agrees_with_recompute_dq(const Shape& s, kernels::AttentionBackwardP
     CUDA_CHECK(cudaDeviceSynchronize());
     dqkv[i] = d.dqkv.download();
   }
-  std::vector<float> q[2], kv[2];
-  for (int i = 0; i < 2; ++i) {
-    for (size_t row = 0; row < static_cast<size_t>(s.B) * s.T; ++row) {
-      const float* r = &dqkv[i][row * 3 * s.C];
-      q[i].insert(q[i].end(), r, r + s.C);
-      kv[i].insert(kv[i].end(), r + s.C, r + 3 * s.C);
-    }
-  }
-  EXPECT_EQ(std::memcmp(kv[0].data(), kv[1].data(), kv[0].size() * sizeof(float)), 0) << "dk, dv differ";
-  EXPECT_LE(test::max_abs_diff(q[0], q[1]), 4.0 / 256 * test::max_abs(q[0])) << "dq";
+  const QAndKv a = split_q_kv(dqkv[0], s), b = split_q_kv(dqkv[1], s);
+  EXPECT_EQ(std::memcmp(a.kv.data(), b.kv.data(), a.kv.size() * sizeof(float)), 0) << "dk, dv differ";
+  EXPECT_LE(test::max_abs_diff(a.q, b.q), 4.0 / 256 * test::max_abs(a.q)) << "dq";
+}
+void expect_agrees_with_recompute_dq(const Shape& s, kernels::AttentionBackwardPath path, uint32_t seed) {
+  expect_same_dkdv(s, kernels::AttentionBackwardPath::kRecomputeDq, path, seed);
 }
 
 TEST(AttentionAccumulateDq, AgreesWithRecomputeDq) {
@@ -298,7 +310,9 @@ TEST(AttentionScratch, EachPathGetsWhatItUses) {
             d + static_cast<size_t>(B) * T * C * sizeof(float));
   EXPECT_EQ(kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kWgmma),
             kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kAccumulateDq));
-  for (P path : {P::kRecomputeDq, P::kAccumulateDq, P::kWgmma, P::kStoreDs})
+  EXPECT_EQ(kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kWgmmaStoreDs),
+            kernels::attention_backward_scratch_bytes(B, T, C, NH, P::kStoreDs));
+  for (P path : {P::kRecomputeDq, P::kAccumulateDq, P::kWgmma, P::kStoreDs, P::kWgmmaStoreDs})
     EXPECT_GE(kernels::attention_backward_scratch_bytes(B, T, C, NH),
               kernels::attention_backward_scratch_bytes(B, T, C, NH, path));
   // T = 65: two tile rows, three causal tiles a head (after D's 260 bytes, rounded up to 512)
@@ -471,6 +485,11 @@ TEST(AttentionWgmmaForward, RecordsThePathItRan) {
   backward_on_path(Shape{2, 128, 128, 2}, kernels::AttentionBackwardPath::kStoreDs, 74);
   EXPECT_NE(kernels::kernel_paths_used().find("attention backward: store-ds"), std::string::npos)
       << kernels::kernel_paths_used();
+  kernels::reset_kernel_paths();
+  backward_on_path(Shape{2, 128, 128, 2}, kernels::AttentionBackwardPath::kWgmmaStoreDs, 74);
+  const std::string want =
+      kernels::attention_bwd_wgmma_available() ? "attention backward: wgmma-store-ds" : "attention backward: store-ds";
+  EXPECT_NE(kernels::kernel_paths_used().find(want), std::string::npos) << kernels::kernel_paths_used();
 }
 
 // The wgmma backward and the mma.sync one compute the same dq/dk/dv up to summation order (a few bf16
@@ -501,6 +520,46 @@ TEST(AttentionWgmmaBackward, FallsBackToRecomputeDqWhereItDoesNotApply) {
     const std::vector<float> mma = backward_on_path(s, kernels::AttentionBackwardPath::kRecomputeDq, 102);
     const std::vector<float> asked = backward_on_path(s, kernels::AttentionBackwardPath::kWgmma, 102);
     expect_bit_identical(mma, asked, "dqkv (recompute-dq vs wgmma asked for)");
+  }
+}
+
+// The wgmma dK/dV kernel storing dS (causal tiles, as store-ds) for store-ds's dQ launch: the wgmma shapes
+// (T = 1; tails of the 64-query and 128-key tiles, where consumer 1's keys of the last key tile may lie past
+// every DsTiles row; exact multiples; a peaky softmax) and GPT-2's. check_attention poisons the scratch
+// with NaN: a dS^T tile the writer warp left out and the dQ launch reads shows. Skips off 9.0.
+TEST(AttentionWgmmaStoreDs, MatchesCpu) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  BackwardPathScope path(kernels::AttentionBackwardPath::kWgmmaStoreDs);
+  uint32_t seed = 2300;
+  for (const Shape& s : kWgmmaShapes) check_attention<bf16>(s, false, seed += 10);
+  check_attention<bf16>(kGpt2Shape, false, 23);
+}
+
+// One small shape for compute-sanitizer (tools/gpu-phase.sh B) and the emulator: two key tiles, tails of
+// both tile sizes, both consumers' halves written from both dS^T buffers.
+TEST(AttentionWgmmaStoreDs, TwoKeyTilesMatchCpu) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  BackwardPathScope path(kernels::AttentionBackwardPath::kWgmmaStoreDs);
+  check_attention<bf16>(Shape{1, 200, 128, 2}, false, 2350);
+}
+
+// Its dK/dV kernel is the wgmma backward's without the dQ share: dk and dv the same bits; dq summed from the
+// stored dS in another order (a few ulps). T not a multiple of the tiles. Skips off 9.0.
+TEST(AttentionWgmmaStoreDs, AgreesWithWgmma) {
+  if (!kernels::attention_bwd_wgmma_available()) GTEST_SKIP() << "needs compute capability 9.0 and sm_90a code";
+  expect_same_dkdv({2, 333, 384, 6}, kernels::AttentionBackwardPath::kWgmma,
+                   kernels::AttentionBackwardPath::kWgmmaStoreDs, 83);
+}
+
+// Asking for it where the wgmma kernel does not apply (head sizes other than 64; any device other than
+// 9.0) runs store-ds on mma.sync: the same bits as asking for store-ds. Runs on every GPU.
+TEST(AttentionWgmmaStoreDs, FallsBackToStoreDsWhereItDoesNotApply) {
+  for (const Shape& s : {Shape{2, 200, 320, 4}, Shape{1, 129, 512, 4}, Shape{2, 150, 256, 4}}) {
+    if (s.C / s.NH == 64 && kernels::attention_bwd_wgmma_available()) continue;  // it applies there
+    SCOPED_TRACE(name(s));
+    const std::vector<float> mma = backward_on_path(s, kernels::AttentionBackwardPath::kStoreDs, 103);
+    const std::vector<float> asked = backward_on_path(s, kernels::AttentionBackwardPath::kWgmmaStoreDs, 103);
+    expect_bit_identical(mma, asked, "dqkv (store-ds vs wgmma-store-ds asked for)");
   }
 }
 

@@ -40,6 +40,7 @@ kernels = write("kernels.json", [
     {"name": "BM_attention_backward_bf16/8/0/0/manual_time", "TFLOP_per_s": 150.0, "real_time": 120.0},
     {"name": "BM_attention_backward_bf16/8/0/2/manual_time", "TFLOP_per_s": 220.0, "real_time": 80.0},
     {"name": "BM_attention_backward_bf16/8/0/3/manual_time", "TFLOP_per_s": 187.5, "real_time": 96.0},
+    {"name": "BM_attention_backward_bf16/8/0/4/manual_time", "TFLOP_per_s": 240.0, "real_time": 75.0},
     {"name": "WeightBiasGrad/bf16/cublaslt/qkv/BT:8192/manual_time", "GB_per_s": 1000.0, "real_time": 90.0},
     {"name": "WeightBiasGrad/bf16/cublaslt_unfused/qkv/BT:8192/manual_time", "GB_per_s": 900.0, "real_time": 99.0},
     {"name": "WeightBiasGrad/bf16/hand_wgmma/qkv/BT:8192/manual_time", "GB_per_s": 1000.0, "real_time": 80.0},
@@ -93,7 +94,8 @@ expect("MISS" in line_of("BM_attention_forward_bf16/8/0/0")[0], "attention forwa
 expect("target" not in line_of("BM_attention_forward_bf16/8/1/0")[0], "the SIMT fallback has no target")
 expect("116.7% of cuBLASLt" in line_of("Gemm/bf16/hand_wgmma256/qkv/fwd")[0], "wgmma 128x256 against cuBLASLt")
 expect("120.0% of cuBLASLt" in line_of("Gemm/bf16/hand_wgmma_pingpong/qkv/fwd")[0], "ping-pong against cuBLASLt")
-expect("kernels at target: 8/13" in out, "8 of 13 at target (the ping-pong forward at 312.5 TFLOP/s is one; store-ds's 187.5 is not)")
+expect("kernels at target: 9/14" in out,
+       "9 of 14 at target (the ping-pong forward at 312.5 TFLOP/s and wgmma-store-ds's 240 are; store-ds's 187.5 is not)")
 optin = lines[lines.index(next(l for l in lines if l.startswith("opt-in kernels"))) + 1:]
 expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "1.28x vs mma.sync" in l for l in optin), "wgmma 96/75")
 expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/dinp") and "no time" in l for l in optin), "error row named")
@@ -108,11 +110,13 @@ expect(any(l.startswith("BM_attention_backward_bf16/8/0/2") and "1.50x vs recomp
        "wgmma backward 120/80")
 expect(any(l.startswith("BM_attention_backward_bf16/8/0/3") and "1.25x vs recompute-dq" in l for l in optin),
        "store-ds backward 120/96")
+expect(any(l.startswith("BM_attention_backward_bf16/8/0/4") and "1.60x vs recompute-dq" in l for l in optin),
+       "wgmma-store-ds backward 120/75")
 expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt/") and "1.10x" in l for l in optin), "bias grad 99/90")
 expect(any(l.startswith("WeightBiasGrad/bf16/hand_wgmma/") and "1.25x" in l for l in optin), "wgmma bias grad 100/80")
 expect(any(l.startswith("BM_AdamWModel<bf16>/multi:1") and "2.50x" in l for l in optin), "AdamW 300/120")
 optin = optin[:optin.index("")] if "" in optin else optin
-expect(len(optin) == 11, f"11 opt-in rows, got {len(optin)}")
+expect(len(optin) == 12, f"12 opt-in rows, got {len(optin)}")
 # The epilogue's cost: 75 us with it, 50 without; an error row named; no GemmNoEpilogue line among the kernels.
 cost = lines[lines.index(next(l for l in lines if l.startswith("epilogue cost"))) + 1:]
 expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "1.50x" in l for l in cost), "epilogue 75/50")

@@ -63,7 +63,7 @@ def target_for(name):
     if re.match(r"BM_(SoftmaxXent|GeluForward|GeluBackward|AdamW)", name):
         return "copy", 75.0
     # BM_attention_*_bf16/<B>/<force_generic>/<path>/...: path 1 = the wgmma forward or accumulate-dq, 2 = the
-    # wgmma forward's ping-pong or the wgmma backward, 3 = store-ds (backward); a 1 after B = the SIMT
+    # wgmma forward's ping-pong or the wgmma backward, 3 = store-ds, 4 = wgmma-store-ds (backward); a 1 after B = the SIMT
     # fallback, listed only
     if re.match(r"BM_attention_forward_bf16/\d+/0/", name):
         return "tflops", 230.0
@@ -188,8 +188,8 @@ OPT_INS = [
      "vs mma.sync forward"),
     (r"^BM_attention_forward_bf16/\d+/0/2", lambda n: re.sub(r"^(BM_attention_forward_bf16/\d+/0/)2", r"\g<1>1", n),
      "vs wgmma cooperative forward"),
-    (r"^BM_attention_backward_bf16/\d+/0/[123]",
-     lambda n: re.sub(r"^(BM_attention_backward_bf16/\d+/0/)[123]", r"\g<1>0", n), "vs recompute-dq backward"),
+    (r"^BM_attention_backward_bf16/\d+/0/[1234]",
+     lambda n: re.sub(r"^(BM_attention_backward_bf16/\d+/0/)[1234]", r"\g<1>0", n), "vs recompute-dq backward"),
     (r"^WeightBiasGrad/bf16/(hand|hand_wgmma|cublaslt)/",
      lambda n: re.sub(r"/(hand|hand_wgmma|cublaslt)/", r"/\g<1>_unfused/", n, count=1), "vs GEMM + bias kernel"),
     (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),

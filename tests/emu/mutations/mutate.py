@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes mutants of a kernel file: mutate.py KERNEL SRC OUT_DIR [NAME ...] (KERNEL: attention, attention_bwd or
 gemm, the sm_90a kernels; gemm_mma, attention_mma or attention_decode, the default path's kernels/gemm/gemm.cu,
-kernels/attention/attention.cu and kernels/attention/attention_decode.cu, which emu.sh --mutants runs through
-the GPU test suites; nccl_comm, device_reducer or model_cuda, the training code's stream ordering in
+kernels/attention/attention.cu and kernels/attention/attention_decode.cu, and attention_bwd_storeds, the wgmma
+backward's dS^T writer in kernels/attention/attention_bwd_sm90.cu, which emu.sh --mutants runs through the GPU
+test suites; nccl_comm, device_reducer or model_cuda, the training code's stream ordering in
 src/comm/nccl_communicator.cpp, src/comm/device_reducer.cpp and src/model/gpt2_cuda.cu, which it runs through
 the emulated training programs)
 writes OUT_DIR/NAME.cu for each of that kernel's mutations (all by default) and prints the names; SRC is
@@ -322,8 +323,8 @@ ATTENTION_MMA = {
     # store-ds: a warp with no visible (query, key) pair leaves its dS^T rows unwritten (keys >= T: the dQ
     # launch reads the poisoned scratch there)
     "ds_rows_not_zeroed": [("      put_ds_rows(nullptr);  // no visible", "      (void)0;  // no visible")],
-    # store-ds: two causal tiles of a head share a place in the buffer
-    "ds_tile_index_off": [("ua * (ua - 1) / 2 + static_cast<size_t>(c - a)", "ua * (ua - 1) / 2 + static_cast<size_t>(c)")],
+    # store-ds: every query tile of a key tile stores its dS^T into the diagonal tile (the others are read unwritten)
+    "ds_tile_index_off": [("DsTiles::tile(b * NH + h, kt, qs0 / DsTiles::kSide, T_)", "DsTiles::tile(b * NH + h, kt, kt, T_)")],
     # store-ds (dQ): every key step of a 64-key tile reads the tile's first dS^T rows (hs = 128: 32-key steps)
     "ds_dq_key_offset_dropped": [("ds + DsTiles::tile(head, k0 / DsTiles::kSide, qt, T_) + (k0 % DsTiles::kSide) * DsTiles::kSide);",
                                   "ds + DsTiles::tile(head, k0 / DsTiles::kSide, qt, T_));")],
@@ -334,6 +335,22 @@ ATTENTION_MMA = {
     # store-ds (dQ): the diagonal key tile left out of the sum
     "ds_dq_skips_diagonal": [("  for (int kt = 0; kt < n_kt; ++kt) {\n    const int stage = kt & 1;\n    if (kt + 1 < n_kt) {\n      load(",
                               "  for (int kt = 0; kt < n_kt - 1; ++kt) {\n    const int stage = kt & 1;\n    if (kt + 1 < n_kt) {\n      load(")],
+}
+
+# ---- attention_bwd_sm90.cu under kWgmmaStoreDs: the dS^T writer warp (through the GPU test suite's
+# AttentionWgmmaStoreDs cases, as the default path's kernels; the scratch is poisoned with NaN) ----------
+ATTENTION_BWD_STOREDS = {
+    # consumer 1's half of dS^T is never copied out (its tiles are read unwritten)
+    "writer_skips_half1": [("          if (half > j) continue;", "          if (half > 0) continue;")],
+    # each half's destination stays at its diagonal tile: every query tile lands there
+    "writer_does_not_advance": [("          dst[half] += DsTiles::kElems;\n", "")],
+    # half 1 is copied to key block 2 kt's row of tiles (one tile to the right of half 0's)
+    "writer_half1_wrong_row": [("DsTiles::tile(head, 2 * kt + half, 2 * kt + half, T_)", "DsTiles::tile(head, 2 * kt, 2 * kt + half, T_)")],
+    # rows 32..63 of each half are never copied
+    "writer_rows_half": [("          for (int r = 0; r < Cfg::kWgKeys; r += 32)", "          for (int r = 0; r < 32; r += 32)")],
+    # ds_empty expects the reader's 128 arrivals, as with the dQ share: the writer's 32 never complete a phase,
+    # the consumers wait for tile j + 2's buffer forever (the watchdog traps)
+    "writer_empty_count": [("kStoreDs ? 32 : Cfg::kWarpgroupThreads", "Cfg::kWarpgroupThreads")],
 }
 
 # ---- attention_decode.cu: one query row against the key/value cache (generation) ------------------------
@@ -395,12 +412,14 @@ MODEL_CUDA = {
 
 
 MUTATIONS = {"attention": ATTENTION, "attention_bwd": ATTENTION_BWD, "gemm": GEMM, "gemm_mma": GEMM_MMA,
-             "attention_mma": ATTENTION_MMA, "attention_decode": ATTENTION_DECODE, "nccl_comm": NCCL_COMM,
+             "attention_mma": ATTENTION_MMA, "attention_bwd_storeds": ATTENTION_BWD_STOREDS,
+             "attention_decode": ATTENTION_DECODE, "nccl_comm": NCCL_COMM,
              "device_reducer": DEVICE_REDUCER, "model_cuda": MODEL_CUDA}
 # The file each kernel's mutations apply to, relative to the repository (emu.sh's src_of asks here).
 SOURCES = {"attention": "kernels/attention/attention_sm90.cu", "attention_bwd": "kernels/attention/attention_bwd_sm90.cu",
            "gemm": "kernels/gemm/gemm_sm90.cu", "gemm_mma": "kernels/gemm/gemm.cu",
            "attention_mma": "kernels/attention/attention.cu", "attention_decode": "kernels/attention/attention_decode.cu",
+           "attention_bwd_storeds": "kernels/attention/attention_bwd_sm90.cu",
            "nccl_comm": "src/comm/nccl_communicator.cpp", "device_reducer": "src/comm/device_reducer.cpp",
            "model_cuda": "src/model/gpt2_cuda.cu"}
 

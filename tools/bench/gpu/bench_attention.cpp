@@ -96,18 +96,21 @@ void forward_bf16(benchmark::State& state, int B, bool generic, int path, int gr
   gpt2::bench::error_row(state);
 }
 
-// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma, 3 store-ds), heads a group
+// B, the SIMT fallback or not, the path (0 recompute-dq, 1 accumulate-dq, 2 wgmma, 3 store-ds, 4 wgmma-store-ds),
+// heads a group
 // of the mma.sync kernel's block order (0: the default)
 void backward_bf16(benchmark::State& state, int B, bool generic, int path, int group_heads) try {
   const AttentionPathsRestored restored;
   kernels::attention_force_generic(generic);
   kernels::attention_set_tile_group_heads(group_heads);
-  const kernels::AttentionBackwardPath paths[4] = {
+  const kernels::AttentionBackwardPath paths[5] = {
       kernels::AttentionBackwardPath::kRecomputeDq, kernels::AttentionBackwardPath::kAccumulateDq,
-      kernels::AttentionBackwardPath::kWgmma, kernels::AttentionBackwardPath::kStoreDs};
+      kernels::AttentionBackwardPath::kWgmma, kernels::AttentionBackwardPath::kStoreDs,
+      kernels::AttentionBackwardPath::kWgmmaStoreDs};
   kernels::attention_set_backward_path(paths[path]);
   if (path == 2 && !kernels::attention_bwd_wgmma_available())
     state.SetLabel("wgmma unavailable: recompute-dq ran");
+  if (path == 4 && !kernels::attention_bwd_wgmma_available()) state.SetLabel("wgmma unavailable: store-ds ran");
   AttentionBuffers buf(B);
   kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, nullptr);
   // reads dout, qkv, out, lse; writes dqkv; D written and read once
@@ -131,7 +134,8 @@ void BM_attention_backward_bf16(benchmark::State& state) {
 }
 
 // {B, force_generic, path}: B*T = 8192 and 65536 on the tensor cores (forward: mma.sync, wgmma, wgmma
-// ping-pong; backward: recompute-dq, accumulate-dq, wgmma, store-ds); the SIMT fallback at 8192 for reference.
+// ping-pong; backward: recompute-dq, accumulate-dq, wgmma, store-ds, wgmma-store-ds); the SIMT fallback at 8192
+// for reference.
 BENCHMARK(BM_attention_forward_bf16)
     ->Args({8, 0, 0})
     ->Args({64, 0, 0})
@@ -151,6 +155,8 @@ BENCHMARK(BM_attention_backward_bf16)
     ->Args({64, 0, 2})
     ->Args({8, 0, 3})
     ->Args({64, 0, 3})
+    ->Args({8, 0, 4})
+    ->Args({64, 0, 4})
     ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
