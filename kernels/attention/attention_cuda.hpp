@@ -67,11 +67,6 @@ bool attention_fwd_wgmma_available();
 // recompute-dq) chooses at the first launch; attention_set_backward_path overrides it (tests,
 // benchmarks). Not thread-safe.
 enum class AttentionBackwardPath { kRecomputeDq, kAccumulateDq, kWgmma, kStoreDs, kWgmmaStoreDs };
-// The paths whose scratch holds the dS tiles (B*NH*T*T/2 bf16 and a diagonal): what the model allocates
-// and the memory estimate counts only when one of them is chosen.
-inline bool attention_backward_stores_ds(AttentionBackwardPath path) {
-  return path == AttentionBackwardPath::kStoreDs || path == AttentionBackwardPath::kWgmmaStoreDs;
-}
 void attention_set_backward_path(AttentionBackwardPath path);
 AttentionBackwardPath attention_backward_path();
 // Whether kWgmma and kWgmmaStoreDs can run in this process (a 9.0 device and the kernel's sm_90a code), for

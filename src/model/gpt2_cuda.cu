@@ -112,6 +112,19 @@ class GPT2Cuda::Impl {
   kernels::GemmContext gemm_;
 };
 
+size_t gpt2_cuda_workspace_bytes(const GPT2Config& cfg, int B, int T_) {
+  const int N = B * T_, C = cfg.n_embd;
+  size_t ws = kernels::layernorm_backward_scratch_bytes(N, C);
+  ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(N, 4 * C));
+  ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(N, 3 * C));
+  // The attention backward's scratch for the path this process runs (GPT2_ATTENTION_BWD, read once): row
+  // dots alone for the default recompute-dq, the fp32 dQ accumulator for accumulate-dq and wgmma, the dS
+  // tiles for the store-ds paths (204 MiB at 124M, micro-batch 16). A path that falls back (wgmma where
+  // it does not apply: recompute-dq; wgmma-store-ds: store-ds) needs no more than the one asked for.
+  return std::max(ws,
+                  kernels::attention_backward_scratch_bytes(B, T_, C, cfg.n_head, kernels::attention_backward_path()));
+}
+
 namespace {
 
 // --profile-step: where a step's device time goes. A timing event is recorded on the stream where each op's
@@ -316,19 +329,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     a.inputs.resize(N);
     a.targets.resize(N);
     a.plan.resize(3 * N + 1);
-    const int iN = static_cast<int>(N), iC = static_cast<int>(C);
-    size_t ws = kernels::layernorm_backward_scratch_bytes(iN, iC);
-    ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 4 * iC));
-    ws = std::max(ws, kernels::weight_bias_grad_scratch_bytes(iN, 3 * iC));
-    // The attention backward's scratch: the store-ds paths' dS tiles (204 MiB at 124M, micro-batch 16) only
-    // when GPT2_ATTENTION_BWD chose one; otherwise what kAccumulateDq and kWgmma need, which covers
-    // kRecomputeDq (estimate_device_memory counts the same)
-    const kernels::AttentionBackwardPath attention_path =
-        kernels::attention_backward_stores_ds(kernels::attention_backward_path())
-            ? kernels::attention_backward_path()
-            : kernels::AttentionBackwardPath::kAccumulateDq;
-    ws = std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, iC, static_cast<int>(NH), attention_path));
-    a.workspace.resize(ws);
+    a.workspace.resize(gpt2_cuda_workspace_bytes(cfg_, B, T_));
     staging_.resize(2 * N);
     plan_staging_.resize(3 * N + 1);
   }

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,6 +20,11 @@
 #include "kernels/adamw/adamw.hpp"
 
 namespace gpt2 {
+
+// Bytes of the one device workspace GPT2Cuda keeps for micro-batches of B x T: the most that any of its
+// backward kernels' scratch needs (the layernorm backward, the weight and bias gradients, the attention
+// backward on this process's path). check_device_memory (train/runner_cuda.cpp) counts the same bytes.
+size_t gpt2_cuda_workspace_bytes(const GPT2Config& cfg, int B, int T);
 
 struct CudaModelOptions {
   Precision precision = Precision::kBf16;

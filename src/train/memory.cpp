@@ -40,7 +40,7 @@ double approx_param_count(const GPT2Config& m) {
 }  // namespace
 
 MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int seq_len, bool bf16, Recompute recompute,
-                                      bool attention_ds_tiles) {
+                                      double workspace_bytes) {
   const double n = approx_param_count(m), elem = bf16 ? 2.0 : 4.0;
   const double L = m.n_layer, C = m.n_embd, NH = m.n_head, Vp = m.padded_vocab_size();
   const double BT = static_cast<double>(micro_batch) * seq_len, f32 = sizeof(float);
@@ -59,12 +59,7 @@ MemoryEstimate estimate_device_memory(const GPT2Config& m, int micro_batch, int 
                   + BT * (C * 2 + Vp + C * 2 + 3 * C + 4 * C) * elem  // encoded, lnf, logits, btc,
                                                                       // dresidual, dqkv, dbt4c
                   + BT * 3 * f32;                                     // lnf mean/rstd, losses
-  // The workspace: the attention backward's row dots and either its dQ accumulator or the causal 64 x 64
-  // tiles of bf16 dS a head (kernels/attention/attention.cu, DsTiles)
-  const double tile_rows = std::ceil(seq_len / 64.0);
-  e.activations +=
-      BT * NH * f32 +
-      (attention_ds_tiles ? micro_batch * NH * tile_rows * (tile_rows + 1) / 2 * 64 * 64 * 2.0 : BT * C * f32);
+  e.activations += workspace_bytes;
   return e;
 }
 

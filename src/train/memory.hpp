@@ -35,11 +35,11 @@ MemoryEstimate estimate_training_memory(const GPT2Config& model, int micro_batch
 // bf16, 4 in fp32) + the fp32 master weights (bf16 only), grads in the storage precision, optimizer =
 // fp32 Adam moments, activations = the device activations in the storage precision with fp32
 // layernorm statistics and losses, as kept under `recompute` (the fields of the CUDA model's
-// DeviceActivations) and the attention backward's scratch in its workspace (the dQ accumulator and row
-// dots, or with `attention_ds_tiles` (GPT2_ATTENTION_BWD=store-ds or wgmma-store-ds) the row dots and the
-// causal dS tiles); batches 0. The GEMM workspace and the CUDA context are not counted.
+// DeviceActivations) and `workspace_bytes`, the model's scratch for its backward kernels (the caller's
+// gpt2_cuda_workspace_bytes: it depends on the attention backward's path); batches 0. The GEMM workspace
+// and the CUDA context are not counted.
 MemoryEstimate estimate_device_memory(const GPT2Config& model, int micro_batch, int seq_len, bool bf16,
-                                      Recompute recompute, bool attention_ds_tiles = false);
+                                      Recompute recompute, double workspace_bytes);
 
 // Physical memory a new allocation can use on this node without swapping (MemAvailable of
 // /proc/meminfo; sysconf's free pages where that is missing), in bytes; <= 0 when unknown.

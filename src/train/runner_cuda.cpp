@@ -49,7 +49,7 @@ double known_peak_tflops(const std::string& name, Precision p) {
 double check_device_memory(const GPT2Config& cfg, Precision p, GemmBackend gemm, int micro_batch, int seq_len,
                            Recompute recompute, int device, int optimizer_shards, size_t* free_before) {
   MemoryEstimate d = estimate_device_memory(cfg, micro_batch, seq_len, p == Precision::kBf16, recompute,
-                                            kernels::attention_backward_stores_ds(kernels::attention_backward_path()));
+                                            static_cast<double>(gpt2_cuda_workspace_bytes(cfg, micro_batch, seq_len)));
   d.optimizer /= optimizer_shards;  // ZeRO-1: this rank's moments only
   const double master = p == Precision::kBf16 ? d.params * 4.0 / 6.0 : 0.0, weights = d.params - master;
   const double grads = d.grads, acts = d.activations;
