@@ -40,11 +40,16 @@
 //    itself waited for the turn and added with plain loads and stores, the whole warpgroup held at a
 //    named barrier (ncu on the H200: the kernel issued on 13% of cycles, its top stalls "barrier" and
 //    "long_scoreboard").
+//  * kStoreDs (AttentionBackwardPath::kWgmmaStoreDs, the kernel's other instantiation): no dQ share, turns
+//    or ticket. The consumers run 4 products a tile and leave dS^T in its buffer; the producer's second
+//    warp copies it to the scratch's causal tiles (ds_tiles.cuh) and attention.cu's dQ-from-dS launch sums
+//    dQ afterwards. Blocks take their key tile from blockIdx, heaviest first (see the kernel).
 //  * Every product is the register-A wgmma m64n64k16 of ptx.cuh (there is no m64n64 SS wrapper): the A
 //    operands that do not come out of an accumulator (K, V, dS) are loaded by ldmatrix. dS reaches wgmma
 //    through registers, so wgmma needs no generic-to-async proxy fence: the shared memory it reads is
 //    written by TMA alone. The one generic-to-async hand-off is the dQ buffer (the consumers' stores, the
-//    writer's bulk reductions), fenced by the consumers before they arrive on dq_full.
+//    writer's bulk reductions), fenced by the consumers before they arrive on dq_full; under kStoreDs the
+//    dS^T buffer too (the consumers' stores, the dS^T writer's bulk copies), fenced before ds_full.
 //  * Out of bounds rows (keys or queries past T) come in as zeros from TMA (rank-3 maps, (cols, T, B)):
 //    keys past T are masked by causality (every valid query is before them); queries past T get lse =
 //    +inf, so P^T = 0 there, and their dQ rows are not stored.
@@ -53,8 +58,8 @@
 // docs/performance.md) before the dQ writer and the overlapped products came in (the same day, checked on
 // the CPU emulator only so far; from the second of those changes until 2026-11-29 ptxas serialized every
 // wgmma of the kernel, C7520, which tools/ptxas_guard.sh now turns into a build error). It runs only when
-// asked for: GPT2_ATTENTION_BWD=wgmma or
-// attention_set_backward_path (attention_cuda.hpp). tests/emu runs its source on the CPU.
+// asked for: GPT2_ATTENTION_BWD=wgmma (or wgmma-store-ds, kStoreDs: written 2026-12-02, emulator only so
+// far) or attention_set_backward_path (attention_cuda.hpp). tests/emu runs its source on the CPU.
 //
 // Layout facts (attention_sm90.cu and kernels/gemm/gemm_sm90.cu have the sources):
 //  * Every tile is token rows x 64 dims of bf16 = 128 bytes a row, written by TMA as 64-row boxes with the
@@ -76,11 +81,12 @@
 //  * dS^T is double-buffered (query tile j in buffer j % 2, its use j / 2 the barriers' parity): a warp
 //    may write tile j + 1's while another still reads tile j's for dQ. ds_full[i] counts the 256
 //    consumer threads once they have stored their part (or skipped it), and the reader waits on it;
-//    ds_empty[i] counts the reader's 128 threads once they have loaded it, and tile j + 2's writers wait
-//    on it. Every thread arrives for its own accesses: compute-sanitizer's racecheck credits an
-//    mbarrier arrive only to the arriving thread (it reported the reads of lse/D released by lane 0 after
-//    __syncwarp, and the dS^T hand-off across a 256-thread named barrier, on the H200, 2026-11-27, though
-//    the PTX memory model orders both). The writer's lanes each arrive on dq_empty after their own bulk
+//    ds_empty[i] counts the reader's 128 threads once they have loaded it (kStoreDs: the dS^T writer's 32
+//    lanes once their bulk copies have read it), and tile j + 2's writers wait on it. Every thread
+//    arrives for its own accesses: compute-sanitizer's racecheck credits an mbarrier arrive only to the
+//    arriving thread (it reported the reads of lse/D released by lane 0 after __syncwarp, and the dS^T
+//    hand-off across a 256-thread named barrier, on the H200, 2026-11-27, though the PTX memory model
+//    orders both). The writer's lanes each arrive on dq_empty after their own bulk
 //    copies have read the buffer; its turn is acquired and released by lane 0 alone, for the warp
 //    (__syncwarp orders the lanes), in global memory, which racecheck does not look at.
 //

@@ -28,6 +28,8 @@ template <class T>
 struct DeviceActivations {
   int B = 0, T_ = 0;
   Recompute recompute = Recompute::kNone;
+  // the attention backward's path the workspace was sized for (gpt2_cuda_workspace_bytes)
+  kernels::AttentionBackwardPath attention_path = kernels::AttentionBackwardPath::kRecomputeDq;
   DeviceBuffer<T> encoded;      // (B,T,C)
   DeviceBuffer<T> ln1;          // (L,B,T,C)   [sel]
   DeviceBuffer<float> ln1_mean, ln1_rstd;  // (L,B,T)
@@ -294,7 +296,8 @@ class ModelImpl final : public GPT2Cuda::Impl {
 
   void ensure_activations(int B, int T_) {
     DeviceActivations<T>& a = acts_;
-    if (a.B == B && a.T_ == T_ && a.recompute == recompute_) return;
+    const kernels::AttentionBackwardPath attention_path = kernels::attention_backward_path();
+    if (a.B == B && a.T_ == T_ && a.recompute == recompute_ && a.attention_path == attention_path) return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers may be in use by enqueued work
     ++layout_;  // a graph captured over the old buffers is stale
     const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
@@ -303,6 +306,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     a.B = B;
     a.T_ = T_;
     a.recompute = recompute_;
+    a.attention_path = attention_path;  // a path set later lays the buffers out anew at the next forward
     a.encoded.resize(NC);
     a.ln1.resize(k.ln * NC);
     a.ln1_mean.resize(L * N);
@@ -672,6 +676,9 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const ModelTensorsT p = tensors(params());
     const ModelTensorsT g = tensors(grads_.data());
     void* ws = a.workspace.data();
+    // attention_backward_cuda takes no size: the path it runs must be the one the workspace was sized for
+    GPT2_CHECK(kernels::attention_backward_path() == a.attention_path,
+               "the attention backward's path changed between the forward and the backward of a step");
     auto ready = [&](size_t from) {
       if (!on_ready) return;
       clock_.mark("gradient buckets handed to the reducer", "communication");
