@@ -178,7 +178,7 @@ def diagnoses(by_name):
             print(f"{name:58s} {(t_row / t_other if row_over_other else t_other / t_row):5.2f}x")
 
 
-# (opt-in name pattern, how to name its default, what the default is)
+# (opt-in name pattern, how to name its default, what the default is); a name may match more than one
 OPT_INS = [
     (r"^Gemm/bf16/hand_wgmma/", lambda n: n.replace("/hand_wgmma/", "/hand/"), "vs mma.sync"),
     (r"^Gemm/bf16/hand_wgmma256/", lambda n: n.replace("/hand_wgmma256/", "/hand_wgmma/"), "vs wgmma 128x128 tiles"),
@@ -190,6 +190,9 @@ OPT_INS = [
      "vs wgmma cooperative forward"),
     (r"^BM_attention_backward_bf16/\d+/0/[1234]",
      lambda n: re.sub(r"^(BM_attention_backward_bf16/\d+/0/)[1234]", r"\g<1>0", n), "vs recompute-dq backward"),
+    # wgmma-store-ds also against the same wgmma kernel with its dQ turns: what the turns cost
+    (r"^BM_attention_backward_bf16/\d+/0/4", lambda n: re.sub(r"^(BM_attention_backward_bf16/\d+/0/)4", r"\g<1>2", n),
+     "vs wgmma backward (dQ turns)"),
     (r"^WeightBiasGrad/bf16/(hand|hand_wgmma|cublaslt)/",
      lambda n: re.sub(r"/(hand|hand_wgmma|cublaslt)/", r"/\g<1>_unfused/", n, count=1), "vs GEMM + bias kernel"),
     (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),
@@ -203,7 +206,6 @@ def opt_in_pairs(by_name):
                 d = by_name.get(default_name(name))
                 if d is not None:
                     yield b, d, what
-                break
 
 
 if __name__ == "__main__":
