@@ -22,7 +22,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
     GPT2_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
                "the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver): run without the sm_90a "
-               "kernels (unset GPT2_GEMM_SM90 and GPT2_ATTENTION_FWD)");
+               "kernels (GPT2_GEMM_SM90=0 with --gemm hand; unset GPT2_ATTENTION_FWD and GPT2_ATTENTION_BWD)");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;

@@ -40,9 +40,9 @@ enum class GemmEpilogue {
 //             (gemm_hand_wgmma_available()).
 enum class GemmHandPath { kAuto, kMmaSync, kWgmma };
 
-// The wgmma kernel's tiles and schedule (gemm_sm90.cu); GPT2_GEMM_SM90 names one.
+// The wgmma kernel's tiles and schedule (gemm_sm90.cu); GPT2_GEMM_SM90 names one (unset: 128x256).
 //   k128x128 ("1" or "128x128"): both consumer warpgroups work on each 128x128 tile, 64 rows each;
-//   k128x256 ("128x256"): the same on 128x256 tiles;
+//   k128x256 ("128x256", the default): the same on 128x256 tiles;
 //   k128x128PingPong ("128x128-pingpong"): each consumer warpgroup takes every other 128x128 tile whole,
 //     so one's epilogue runs while the other's products do;
 //   kByShape ("by-shape"): one of the three for each product (gemm_wgmma_kernel_for).
@@ -123,11 +123,11 @@ class GemmContext {
   size_t splitk_workspace_bytes() const { return splitk_ws_bytes_; }
   detail::CublasLtState* cublaslt() const { return lt_.get(); }
 
-  // Hand backend on sm_90: the wgmma kernel is the default bf16 path. Off unless the environment has
-  // GPT2_GEMM_SM90 set to one of GemmWgmmaKernel's names and gemm_hand_wgmma_available(): the kernel has
-  // not been verified on a GPU yet (docs/performance.md), so mma.sync stays the default everywhere.
+  // Hand backend: the wgmma kernel is the bf16 path where gemm_hand_wgmma_available() (compute capability
+  // 9.0), unless GPT2_GEMM_SM90=0 (mma.sync, as on every other device).
   bool hand_wgmma_enabled() const { return hand_wgmma_kernel_ != GemmWgmmaKernel::kDefault; }
-  // The wgmma kernel to run, never kDefault: GemmTestHooks::wgmma_kernel, else GPT2_GEMM_SM90's, else 128x128.
+  // The wgmma kernel to run, never kDefault: GemmTestHooks::wgmma_kernel, else GPT2_GEMM_SM90's (unset:
+  // 128x256), else 128x128 (a forced wgmma path with GPT2_GEMM_SM90=0).
   GemmWgmmaKernel hand_wgmma_kernel() const;
 
   GemmTestHooks& test_hooks() { return hooks_; }

@@ -201,6 +201,14 @@ gpu32, out32 = train("fp32", steps, cuda + fp32)
 compare("GPU fp32 == CPU", gpu32, cpu, 1e-4)
 bf16, out16 = train("bf16", 4, cuda + ["--ckpt-every", "2"])
 compare("GPU bf16 ~ CPU", {s: bf16[s] for s in range(1, steps + 1)}, cpu, 2e-2)
+# The emulated device is compute capability 9.0, where the hand GEMM's bf16 default is its wgmma kernel with
+# 128x256 tiles; GPT2_GEMM_SM90=0 runs mma.sync, every other GPU's.
+check("the bf16 hand GEMM ran wgmma 128x256 (the default on 9.0)", "gemm: hand wgmma 128x256;" in train.log,
+      ": 'gemm: hand wgmma 128x256;' in its log")
+mma16, _ = train("bf16_mma_sync", steps, cuda, extra_env={"GPT2_GEMM_SM90": "0"})
+compare("GPU bf16, mma.sync GEMM ~ CPU", mma16, cpu, 2e-2)
+check("the GPT2_GEMM_SM90=0 run ran mma.sync alone", "gemm: hand mma.sync;" in train.log,
+      ": 'gemm: hand mma.sync;' in its log")
 hopper, _ = train("bf16_sm90a", steps, cuda,
                   extra_env={"GPT2_GEMM_SM90": "1", "GPT2_ATTENTION_FWD": "wgmma", "GPT2_ATTENTION_BWD": "wgmma"})
 compare("GPU bf16, wgmma GEMM and attention ~ CPU", hopper, cpu, 2e-2)

@@ -233,10 +233,35 @@ GemmContext& shared_context(GemmBackend be) {
 
 // A named set of test hooks ("" and all off: the paths the shape selects).
 struct Variant {
-  const char* tag;
+  std::string tag;
   GemmTestHooks hooks;
 };
-const std::vector<Variant> kDefaultPaths = {{"", GemmTestHooks{}}};
+
+// The variants again with the hand backend's bf16 product forced onto mma.sync, where its default is the
+// wgmma kernel (compute capability 9.0): mma.sync is the default on every other GPU and the fallback here,
+// so each case keeps it too. Only the variants that leave the hand kernel to the shape (split-K forced or
+// not); the others already name their path, or change only cuBLASLt's.
+template <class T>
+std::vector<Variant> with_mma_sync(std::vector<Variant> v) {
+  if (!std::is_same_v<T, bf16> || !shared_context(GemmBackend::kHand).hand_wgmma_enabled()) return v;
+  const size_t n = v.size();
+  for (size_t i = 0; i < n; ++i) {
+    const GemmTestHooks& h = v[i].hooks;
+    if (h.hand_path != kernels::GemmHandPath::kAuto || h.hand_force_scalar_loads || h.lt_force_unfused_epilogue ||
+        h.unfused_bias_grad)
+      continue;
+    Variant m = v[i];
+    m.tag = "[mma.sync] " + v[i].tag;
+    m.hooks.hand_path = kernels::GemmHandPath::kMmaSync;
+    v.push_back(m);
+  }
+  return v;
+}
+// Each backend's default path (and mma.sync, by with_mma_sync).
+template <class T>
+std::vector<Variant> default_paths() {
+  return with_mma_sync<T>({{"", GemmTestHooks{}}});
+}
 
 // Whether a variant's hooks change what backend `be` runs (all off: every backend's default path). A
 // backend whose paths a variant leaves alone would only repeat its default run: device time that the
@@ -252,7 +277,7 @@ bool variant_changes(const GemmTestHooks& h, GemmBackend be) {
 
 // Every backend, under each variant that changes its path, on one case, against one reference.
 template <class T>
-void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& variants = kDefaultPaths,
+void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& variants = default_paths<T>(),
                 size_t offset = 0) {
   const Inputs in = make_inputs<T>(g, seed);
   const Outputs ref = reference(g, in, false);
@@ -319,6 +344,7 @@ TYPED_TEST(GemmTest, ForcedPaths) {
   forced[1].hooks.hand_force_splits = 3;
   forced[2].tag = "[unfused] ";
   forced[2].hooks.lt_force_unfused_epilogue = true;
+  forced = with_mma_sync<TypeParam>(forced);
   uint32_t seed = 500;
   for (const Shape& s : {Shape{111, 216, 72}, Shape{200, 136, 104}})
     for (int t = 0; t < 4; ++t) {
@@ -328,14 +354,15 @@ TYPED_TEST(GemmTest, ForcedPaths) {
     }
 }
 
-// Pointers one element off 16-byte alignment: scalar loaders and epilogues, cuBLASLt with alignment 2/4.
+// Pointers one element off 16-byte alignment: scalar loaders and epilogues, cuBLASLt with alignment 2/4. (Every
+// device's hand path is mma.sync here: TMA needs 16-byte aligned operands.)
 TYPED_TEST(GemmTest, MisalignedPointers) {
+  const std::vector<Variant> defaults = {{"", GemmTestHooks{}}};
   uint32_t seed = 900;
   for (int t = 0; t < 4; ++t) {
     for (GemmEpilogue ep : kEpilogues)
-      check_case<TypeParam>({136, 264, 72, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, kDefaultPaths, 1);
-    check_case<TypeParam>({136, 264, 72, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, kDefaultPaths,
-                          1);
+      check_case<TypeParam>({136, 264, 72, (t & 1) != 0, (t & 2) != 0, ep, false}, seed++, defaults, 1);
+    check_case<TypeParam>({136, 264, 72, (t & 1) != 0, (t & 2) != 0, GemmEpilogue::kNone, true}, seed++, defaults, 1);
   }
 }
 
@@ -437,12 +464,15 @@ void check_linear(GemmBackend be, int rows, int IC, int OC, bool gelu_after, uin
 }
 
 TYPED_TEST(GemmTest, Gpt2LinearLayersAt256Rows) {
-  for (GemmBackend be : kBackends) {
-    check_linear<TypeParam>(be, 256, kC, 3 * kC, false, 10);  // attention QKV
-    check_linear<TypeParam>(be, 256, kC, kC, false, 20);      // attention projection
-    check_linear<TypeParam>(be, 256, kC, 4 * kC, true, 30);   // MLP up (+GELU)
-    check_linear<TypeParam>(be, 256, 4 * kC, kC, false, 40);  // MLP down
-  }
+  for (const Variant& v : default_paths<TypeParam>())
+    for (GemmBackend be : kBackends) {
+      if (!variant_changes(v.hooks, be)) continue;
+      SCOPED_TRACE(v.tag);
+      check_linear<TypeParam>(be, 256, kC, 3 * kC, false, 10, v.hooks);  // attention QKV
+      check_linear<TypeParam>(be, 256, kC, kC, false, 20, v.hooks);      // attention projection
+      check_linear<TypeParam>(be, 256, kC, 4 * kC, true, 30, v.hooks);   // MLP up (+GELU)
+      check_linear<TypeParam>(be, 256, 4 * kC, kC, false, 40, v.hooks);  // MLP down
+    }
 }
 
 // The weight gradient with K = 4096 rows: the split-K path of the hand backend.
@@ -903,8 +933,9 @@ TEST_F(GemmWgmma, ByShapeRunsTheKernelItNames) {
   }
 }
 
-// GPT2_GEMM_SM90 picks the kernel (1 and 128x128: 128x128; 128x256; 128x128-pingpong; by-shape), the
-// test hook overrides it, and any other value is an error that names the variable.
+// GPT2_GEMM_SM90 picks the kernel (unset and 128x256: 128x256; 1 and 128x128: 128x128; 128x128-pingpong;
+// by-shape; 0: none, mma.sync), the test hook overrides it, and any other value is an error that names the
+// variable.
 TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
   struct Restore {  // the later tests' contexts see the caller's value again, whatever fails here
     const char* v = std::getenv("GPT2_GEMM_SM90");
@@ -917,16 +948,18 @@ TEST_F(GemmWgmma, EnvironmentPicksTheTile) {
     bool enabled;
     GemmWgmmaKernel kernel;
   };
-  for (const Case& c : {Case{"0", false, GemmWgmmaKernel::k128x128}, Case{"1", true, GemmWgmmaKernel::k128x128},
-                        Case{"128x128", true, GemmWgmmaKernel::k128x128}, Case{"128x256", true, GemmWgmmaKernel::k128x256},
+  for (const Case& c : {Case{nullptr, true, GemmWgmmaKernel::k128x256}, Case{"0", false, GemmWgmmaKernel::k128x128},
+                        Case{"1", true, GemmWgmmaKernel::k128x128}, Case{"128x128", true, GemmWgmmaKernel::k128x128},
+                        Case{"128x256", true, GemmWgmmaKernel::k128x256},
                         Case{"128x128-pingpong", true, GemmWgmmaKernel::k128x128PingPong},
                         Case{"by-shape", true, GemmWgmmaKernel::kByShape}}) {
-    ASSERT_EQ(setenv("GPT2_GEMM_SM90", c.env, 1), 0);
+    ASSERT_EQ(c.env != nullptr ? setenv("GPT2_GEMM_SM90", c.env, 1) : unsetenv("GPT2_GEMM_SM90"), 0);
+    const char* what = c.env != nullptr ? c.env : "(unset)";
     GemmContext ctx(GemmBackend::kHand);
-    EXPECT_EQ(ctx.hand_wgmma_enabled(), c.enabled) << c.env;
-    EXPECT_EQ(ctx.hand_wgmma_kernel(), c.kernel) << c.env;
-    ctx.test_hooks().wgmma_kernel = GemmWgmmaKernel::k128x256;
-    EXPECT_EQ(ctx.hand_wgmma_kernel(), GemmWgmmaKernel::k128x256) << c.env;
+    EXPECT_EQ(ctx.hand_wgmma_enabled(), c.enabled) << what;
+    EXPECT_EQ(ctx.hand_wgmma_kernel(), c.kernel) << what;
+    ctx.test_hooks().wgmma_kernel = GemmWgmmaKernel::k128x128PingPong;
+    EXPECT_EQ(ctx.hand_wgmma_kernel(), GemmWgmmaKernel::k128x128PingPong) << what;
   }
   ASSERT_EQ(setenv("GPT2_GEMM_SM90", "256", 1), 0);
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
@@ -1094,7 +1127,7 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
     if (must_fuse) {
       EXPECT_TRUE(fused) << "this kernel sums the bias gradient in the GEMM";
     }
-    if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && v.tag[0] == '\0')
+    if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && v.tag.empty())
       std::printf("cuBLASLt bias-gradient epilogue (BGRADA) for %s: %s\n", tag.c_str(),
                   fused ? "fused" : "no algorithm, GEMM + bias kernel");
     sync();
@@ -1133,6 +1166,7 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   variants[2].hooks.hand_force_scalar_loads = true;
   variants[3].tag = "[unfused] ";
   variants[3].hooks.unfused_bias_grad = true;
+  variants = with_mma_sync<T>(variants);
   uint32_t seed = 1200;
   for (const LShape& s : {LShape{1, 1, 1}, LShape{111, 72, 37}, LShape{300, 72, 2304}, LShape{513, 200, 3 * kC + 4},
                           LShape{4096, kC, kC}})
@@ -1150,12 +1184,7 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
 TEST_F(GemmWgmma, WeightBiasGradMatchesGemmAndCpu) {
   std::vector<Variant> variants = wgmma_tile_variants();
   const std::vector<Variant> split = wgmma_tile_variants(3);
-  static const std::vector<std::string> split_tags = [&] {
-    std::vector<std::string> t;
-    for (const Variant& v : split) t.push_back(std::string(v.tag) + "[split 3] ");
-    return t;
-  }();
-  for (size_t i = 0; i < split.size(); ++i) variants.push_back({split_tags[i].c_str(), split[i].hooks});
+  for (const Variant& v : split) variants.push_back({v.tag + "[split 3] ", v.hooks});
   Variant few = variants[0];
   few.tag = "[wgmma 128x128, 3 blocks] ";
   few.hooks.wgmma_max_blocks = 3;
@@ -1172,13 +1201,8 @@ TEST_F(GemmWgmma, WeightBiasGradMatchesGemmAndCpu) {
   // A split tail (GemmWgmma.SplitTail): dW is 2 x 19 tiles of 128x128 (2 x 10 of 128x256); from tile 7 on
   // split, so row tile 0's column tiles 4 and up are summed in the tail's
   // splits and the others in the first launch.
-  static const std::vector<std::string> tail_tags = [&] {
-    std::vector<std::string> t;
-    for (const Variant& v : split) t.push_back(std::string(v.tag) + "[split 3, tail from 7] ");
-    return t;
-  }();
-  for (size_t i = 0; i < split.size(); ++i) {
-    Variant tail{tail_tags[i].c_str(), split[i].hooks};
+  for (const Variant& v : split) {
+    Variant tail{v.tag + "[split 3, tail from 7] ", v.hooks};
     tail.hooks.hand_force_tail_from = 7;
     check_weight_bias_grad<bf16>(GemmBackend::kHand, tail, 520, 200, 3 * kC + 8, 0, seed, true);
     seed += 4;

@@ -6,10 +6,10 @@
 // is ~989 TFLOP/s; cuBLASLt reaches ~600-750 on these shapes).
 //   build/bin/bench_gpu_kernels --benchmark_filter='Gemm'
 // Names: Gemm/bf16/<hand|hand_wgmma|hand_wgmma256|hand_wgmma_pingpong|cublaslt>/<layer>/<fwd|dinp|dw>/BT:<rows>;
-// hand is mma.sync (the hand backend's default), hand_wgmma its opt-in Hopper kernel with 128x128 tiles
-// (GPT2_GEMM_SM90=1), hand_wgmma256 with 128x256 tiles (=128x256), hand_wgmma_pingpong with 128x128
-// tiles on the ping-pong schedule (=128x128-pingpong); an error row where the device is not compute
-// capability 9.0 or the operands are not TMA-describable.
+// hand is mma.sync (the hand backend's kernel on every GPU but compute capability 9.0), hand_wgmma the
+// Hopper kernel with 128x128 tiles (GPT2_GEMM_SM90=1), hand_wgmma256 with 128x256 tiles (the hand backend's
+// default on 9.0), hand_wgmma_pingpong with 128x128 tiles on the ping-pong schedule (=128x128-pingpong); an
+// error row where the device is not compute capability 9.0 or the operands are not TMA-describable.
 // The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
 // and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
@@ -124,7 +124,8 @@ Product product_for(const Layer& l, Pass p, int rows) {
   return {};
 }
 
-// wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
+// wgmma_kernel: kDefault for the backend's default kernel (the hand backend: mma.sync, so that `hand` names one
+// kernel on every device), else the hand wgmma kernel to run.
 // strip_epilogue: the same product with GemmEpilogue::kNone (GemmNoEpilogue rows); aux_from_global: the
 // test hook wgmma_aux_from_global (GemmAuxFromGlobal rows).
 void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, Layer layer, Pass pass,
@@ -152,6 +153,8 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
       return;
     }
+  } else {
+    ctx.test_hooks().hand_path = k::GemmHandPath::kMmaSync;
   }
   if (be == k::GemmBackend::kHand) {
     // the split of K, and where a wgmma product's split tail starts (0: none; gemm_cuda.hpp GemmSplitPlan)
@@ -171,7 +174,8 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
   gpt2::bench::error_row(state);
 }
 
-// wgmma_kernel: kDefault for the backend's default kernel, else the hand wgmma kernel to run.
+// wgmma_kernel: kDefault for the backend's default kernel (the hand backend: mma.sync), else the hand wgmma
+// kernel to run.
 void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, bool unfused,
                        Layer layer, int rows) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
@@ -185,10 +189,8 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaK
   DeviceBuffer<char> scratch(k::weight_bias_grad_scratch_bytes(rows, OC));
   k::GemmContext& ctx = context(be);
   const HooksCleared cleared(ctx);
-  if (wgmma) {
-    ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
-    ctx.test_hooks().wgmma_kernel = wgmma_kernel;
-  }
+  ctx.test_hooks().hand_path = wgmma ? k::GemmHandPath::kWgmma : k::GemmHandPath::kMmaSync;
+  ctx.test_hooks().wgmma_kernel = wgmma_kernel;
   ctx.test_hooks().unfused_bias_grad = unfused;
   // 1 when the bias gradient rode along the product (cuBLASLt: an algorithm for the BGRADA epilogue)
   state.counters["fused"] = k::weight_bias_grad_cuda<bf16>(ctx, dw.data(), dbias.data(), scratch.data(), inp.data(),
