@@ -511,16 +511,22 @@ TEST(AttentionWgmmaBackward, Deterministic) {
   expect_bit_identical(a, b, "dqkv (two runs)");
 }
 
-// Asking for the wgmma backward where it does not apply (head sizes other than 64; any device other than
-// 9.0) runs kRecomputeDq: the same bits as asking for it. Runs on every GPU.
-TEST(AttentionWgmmaBackward, FallsBackToRecomputeDqWhereItDoesNotApply) {
+// A wgmma backward asked for where it does not apply (head sizes other than 64; any device other than 9.0)
+// gives the bits of the path it falls back to. Runs on every GPU.
+void expect_backward_falls_back(kernels::AttentionBackwardPath asked, kernels::AttentionBackwardPath fallback,
+                                uint32_t seed) {
   for (const Shape& s : {Shape{2, 200, 320, 4}, Shape{1, 129, 512, 4}, Shape{2, 150, 256, 4}}) {
     if (s.C / s.NH == 64 && kernels::attention_bwd_wgmma_available()) continue;  // it applies there
     SCOPED_TRACE(name(s));
-    const std::vector<float> mma = backward_on_path(s, kernels::AttentionBackwardPath::kRecomputeDq, 102);
-    const std::vector<float> asked = backward_on_path(s, kernels::AttentionBackwardPath::kWgmma, 102);
-    expect_bit_identical(mma, asked, "dqkv (recompute-dq vs wgmma asked for)");
+    const std::vector<float> ran = backward_on_path(s, fallback, seed);
+    const std::vector<float> got = backward_on_path(s, asked, seed);
+    expect_bit_identical(ran, got, "dqkv (the fallback vs the path asked for)");
   }
+}
+
+// The wgmma backward falls back to recompute-dq.
+TEST(AttentionWgmmaBackward, FallsBackToRecomputeDqWhereItDoesNotApply) {
+  expect_backward_falls_back(kernels::AttentionBackwardPath::kWgmma, kernels::AttentionBackwardPath::kRecomputeDq, 102);
 }
 
 // The wgmma dK/dV kernel storing dS (causal tiles, as store-ds) for store-ds's dQ launch: the wgmma shapes
@@ -551,16 +557,10 @@ TEST(AttentionWgmmaStoreDs, AgreesWithWgmma) {
                    kernels::AttentionBackwardPath::kWgmmaStoreDs, 83);
 }
 
-// Asking for it where the wgmma kernel does not apply (head sizes other than 64; any device other than
-// 9.0) runs store-ds on mma.sync: the same bits as asking for store-ds. Runs on every GPU.
+// wgmma-store-ds falls back to store-ds on the mma.sync kernels.
 TEST(AttentionWgmmaStoreDs, FallsBackToStoreDsWhereItDoesNotApply) {
-  for (const Shape& s : {Shape{2, 200, 320, 4}, Shape{1, 129, 512, 4}, Shape{2, 150, 256, 4}}) {
-    if (s.C / s.NH == 64 && kernels::attention_bwd_wgmma_available()) continue;  // it applies there
-    SCOPED_TRACE(name(s));
-    const std::vector<float> mma = backward_on_path(s, kernels::AttentionBackwardPath::kStoreDs, 103);
-    const std::vector<float> asked = backward_on_path(s, kernels::AttentionBackwardPath::kWgmmaStoreDs, 103);
-    expect_bit_identical(mma, asked, "dqkv (store-ds vs wgmma-store-ds asked for)");
-  }
+  expect_backward_falls_back(kernels::AttentionBackwardPath::kWgmmaStoreDs, kernels::AttentionBackwardPath::kStoreDs,
+                             103);
 }
 
 TEST(AttentionFallback, GenericPathMatchesCpuAtTensorCoreHeadSizes) {
