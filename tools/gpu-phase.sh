@@ -326,6 +326,12 @@ train_124m() {
   while [[ $# -gt 0 && $1 != -- ]]; do vars+=("$1"); shift; done
   [[ ${1:-} == -- ]] && { shift; more=("$@"); }
   local expect=("gemm: ([^;]*, )?$([[ $gemm == hand ]] && echo hand || echo cublaslt)")
+  # The hand GEMM's default on compute capability 9.0 is its wgmma kernel with 128x256 tiles: a run that fell
+  # back (a binary without sm_90a code) would give mma.sync's figure under the default's name.
+  if [[ $gemm == hand && " ${vars[*]:-} " != *" GPT2_GEMM_SM90="* &&
+        $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1) == 9.0 ]]; then
+    expect+=("gemm: ([^;]*, )?hand wgmma 128x256(,|;|\$)")
+  fi
   for v in "${vars[@]}"; do
     case $v in
       GPT2_ATTENTION_FWD=mma-sync) expect+=("attention forward: mma\\.sync(;|\$)") ;;  # recorded as mma.sync
@@ -433,9 +439,10 @@ phase_A() {
       GPT2_CUBLASLT_REDUCTION=$r GPT2_CUBLASLT_LOG_PLANS=1 gtest test_gpu_gemm --gtest_filter="GemmRounding.*" 2>&1
       rc=$?; ((rc == 77)) && exit 77; ((rc > 1)) && exit $rc  # 1: a test failed, which is the figure; else a crash
     done; exit 0'
-  # The opt-in sm_90a kernels (wgmma + TMA, never run before the first lent GPU), each family in a
-  # process of its own: a kernel that traps (a barrier wait that never completes traps after ~10 s)
-  # leaves the CUDA context unusable for the rest of its process.
+  # The sm_90a kernels' own suites (wgmma + TMA), each family in a process of its own: a kernel that traps
+  # (a barrier wait that never completes traps after ~10 s) leaves the CUDA context unusable for the rest of
+  # its process. (kernels_gemm, above, is a process of its own too: on 9.0 the hand GEMM's default is its
+  # wgmma kernel with 128x256 tiles since 2026-12-02.)
   step kernels_gemm_wgmma 240 "== CPU, all transposes" gtest test_gpu_gemm --gtest_filter='GemmWgmma.*'
   step kernels_attention_wgmma 240 "== CPU and mma.sync" gtest test_gpu_attention \
     --gtest_filter='AttentionWgmmaForward.*:AttentionWgmmaBackward.*:AttentionWgmmaStoreDs.*'
@@ -451,7 +458,8 @@ phase_A() {
   train_124m train_124m_hand_mb16 "within 15% of cuBLASLt" 16 hand
   gpu_step ceilings 90 "~3.0 TB/s, ~800 TFLOP/s" "$bin/bench_gpu_kernels" --benchmark_filter='^Ceiling/' \
     --benchmark_out="$logs/ceilings.json" --benchmark_out_format=json --benchmark_min_time=0.2
-  # Every kernel on its default path; the opt-in Hopper kernels below, in processes of their own. (A
+  # Every kernel on its default path (the hand GEMM's `hand` rows on mma.sync: its 9.0 default is among the
+  # hand_wgmma256 rows below); the Hopper kernels below, in processes of their own. (A
   # leading '-' excludes what the rest matches: the bundle's Google Benchmark 1.7 has POSIX regexes, where
   # a (?!...) lookahead does not compile and selects nothing.)
   gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \

@@ -2,8 +2,8 @@
 // gradient.
 //
 //  * fp32: a tiled SIMT kernel (128x128 block tile, 8x8 outputs per thread, true fp32 FMA).
-//  * bf16: a tensor-core kernel on mma.sync.m16n8k16 (the sm_80 instruction, also fast enough on
-//    sm_90): 128x128x32 block tiles, 4 warps of 64x64, a 4-stage cp.async pipeline into swizzled shared
+//  * bf16: a tensor-core kernel on mma.sync.m16n8k16 (the sm_80 instruction; on sm_90 the fallback of the
+//    wgmma kernel below): 128x128x32 block tiles, 4 warps of 64x64, a 4-stage cp.async pipeline into swizzled shared
 //    memory, ldmatrix (.trans where the operand's memory layout is the transpose of the fragment's).
 //    Row/column/K bounds are predicated (zero-fill), so any M, N, K works; when a leading dimension is not
 //    a multiple of 8 or a pointer is not 16-byte aligned, the same kernel loads tiles with scalar loads.
@@ -20,8 +20,8 @@
 //    (every kernel but mma.sync's register-staged variant, which is at the 255-register limit).
 //  * On compute capability 9.0 the bf16 product runs on wgmma fed by TMA (gemm_sm90.cu), falling back to
 //    mma.sync for operands TMA cannot describe (choose_hand_path): 128x256 tiles unless GPT2_GEMM_SM90
-//    names another kernel (0: mma.sync). Verified on an H100 and an H200, where 128x256 ran the 124M step
-//    1.30x as fast as mma.sync (docs/performance.md).
+//    names another kernel (0: mma.sync). Verified on an H100 and an H200; on the H100 128x256 ran the 124M
+//    step 1.30x as fast as mma.sync (docs/performance.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -91,9 +91,17 @@ struct BwdLaunch {
 // 2 an SM: 16 warps with 4 rows each one after another (40% of copy). Now 16 rows: 512 blocks, 32 warps an
 // SM with 2 rows each, for 3 MB more of partial sums written and read (50 MB of rows). C = 1600 bf16 (7
 // packs) ran at 178 registers, one block an SM; now 128 registers, 2 blocks (112 KiB of sums each).
-template <int kPacks>
+// With kPrefetch (two rows in flight a warp) the most that compile without spills: 2 blocks at up to 3 packs
+// (C <= 768 bf16), else 1 (ptxas, nvcc 13.0, sm_90). Up to 8 packs a lane: two fp32 rows of 12 or 16 packs
+// spill even at 255 registers, so those widths run one row a warp.
+template <int kPacks, bool kPrefetch>
 constexpr int bwd_min_blocks() {
-  return kPacks <= 3 ? 4 : kPacks <= 4 ? 3 : kPacks <= 7 ? 2 : 1;
+  if constexpr (kPrefetch) {
+    static_assert(kPacks <= 8, "two rows of more than 8 packs a lane do not fit in registers");
+    return kPacks <= 3 ? 2 : 1;
+  } else {
+    return kPacks <= 3 ? 4 : kPacks <= 4 ? 3 : kPacks <= 7 ? 2 : 1;
+  }
 }
 
 // Fallback dparams: one thread per channel walks the rows of one chunk.
@@ -358,12 +366,100 @@ inline size_t bwd_smem_bytes(int P, int V) {
   return static_cast<size_t>(BwdLaunch::kWarps) * 2 * bwd_slice_floats(P, V) * sizeof(float);
 }
 
+// One row of the backward fast path in registers: dout, inp and the residual gradient it adds into, loaded
+// by bwd_load_row, all at once, so that the row waits for memory once. (Loading the residual gradient after
+// the first loop made it twice, at 117 registers and 2 blocks an SM: the H100 measured 74% of copy bandwidth
+// at 65536 rows and 49% at 8192, 2026-11-27.)
+template <class T, int kPacks>
+struct BwdRow {
+  Packed128<T> d[kPacks], x[kPacks], di[kPacks];
+  float m, s;
+};
+
+template <class T, int kPacks>
+__device__ __forceinline__ void bwd_load_row(BwdRow<T, kPacks>& r, const T* dout, const T* inp, const T* dinp,
+                                             const float* mean, const float* rstd, int row, int C, int lane) {
+  constexpr int V = Packed128<T>::kSize;
+  const int P = C / V;
+  const size_t off = static_cast<size_t>(row) * C;
+  r.m = mean[row], r.s = rstd[row];
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + k * kWarpSize;
+    if (p < P) {
+      r.d[k] = load128cs(dout + off + p * V);
+      r.x[k] = load128cs(inp + off + p * V);
+      r.di[k] = load128(dinp + off + p * V);
+    }
+  }
+}
+
+// dinp's row from a loaded row, and the row's dweight/dbias terms added into the warp's slices.
+template <class T, int kPacks>
+__device__ __forceinline__ void bwd_finish_row(BwdRow<T, kPacks>& r, T* dinp, float* acc_dw, float* acc_db,
+                                               const T* weight, int row, int C, int lane) {
+  constexpr int V = Packed128<T>::kSize;
+  const int P = C / V;
+  const size_t off = static_cast<size_t>(row) * C;
+  const float m = r.m, s = r.s;
+  float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + k * kWarpSize;
+    if (p < P) {
+      const Packed128<T> w = load128(weight + p * V);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xhat = (to_f32(r.x[k][e]) - m) * s;
+        const float dn = to_f32(w[e]) * to_f32(r.d[k][e]);
+        dn_sum += dn;
+        dn_xhat_sum += dn * xhat;
+      }
+    }
+  }
+  const float dn_mean = warp_sum(dn_sum) / C;
+  const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
+  // The row's fp32 values are converted again below rather than kept from the loop above: kept through
+  // the reductions, they took ptxas (nvcc 13.0, sm_90) to 124 registers at C = 768 bf16, 2 blocks of 8
+  // warps an SM; converted again, 80 registers and 3 blocks (64 and 4 under bwd_min_blocks, with 18
+  // bytes spilled). The empty asm makes the packs opaque, so the first conversions cannot be reused.
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    opaque(r.d[k]);
+    opaque(r.x[k]);
+  }
+
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + k * kWarpSize;
+    if (p < P) {
+      const Packed128<T> w = load128(weight + p * V);
+      Packed128<T> o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float g = to_f32(r.d[k][e]);
+        const float xhat = (to_f32(r.x[k][e]) - m) * s;
+        const float dn = to_f32(w[e]) * g;
+        o[e] = from_f32<T>(to_f32(r.di[k][e]) + (dn - dn_mean - xhat * dn_xhat_mean) * s);
+        const int slot = acc_slot<V>(k, e, lane);
+        acc_dw[slot] += xhat * g;
+        acc_db[slot] += g;
+      }
+      store128(dinp + off + p * V, o);
+    }
+  }
+}
+
 // One warp per row for dinp (row in registers); dweight/dbias accumulated per warp in shared
 // memory, then added over the block's warps in warp order into partials[blockIdx.x] (2C floats:
 // dweight partial, then dbias partial). Rows of block g: [g*R, min((g+1)*R, N)), warp w takes rows
 // g*R + w, g*R + w + kWarps, ...
-template <class T, int kPacks>
-__global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks>())
+// kPrefetch (layernorm_backward_prefetch_rows, not yet measured): a warp issues its next row's loads before
+// it finishes the current row, so its two rows' memory and arithmetic overlap within the warp, not only
+// across warps; the same arithmetic in the same order, so the same bits. For the next lent GPU to decide
+// (docs/performance.md, 2026-12-02): H200, 40% of copy at 8192 rows and 61% at 65536 without it.
+template <class T, int kPacks, bool kPrefetch>
+__global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks, kPrefetch>())
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                                    const float* mean, const float* rstd, int N, int C, int rows_per_block) {
   constexpr int V = Packed128<T>::kSize;
@@ -389,68 +485,21 @@ __global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks>())
 
   const int row_begin = blockIdx.x * rows_per_block;
   const int row_end = min(row_begin + rows_per_block, N);
-  for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
-    const size_t off = static_cast<size_t>(row) * C;
-    const float m = mean[row], s = rstd[row];
-    // Every load of the row goes out at once: dout, inp and the residual gradient it adds into, so the
-    // row waits for memory once. (Loading the residual gradient after the first loop made it twice, at
-    // 117 registers and 2 blocks an SM: the H100 measured 74% of copy bandwidth at 65536 rows and 49% at
-    // 8192, 2026-11-27.)
-    Packed128<T> d[kPacks], x[kPacks], di[kPacks];
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + k * kWarpSize;
-      if (p < P) {
-        d[k] = load128cs(dout + off + p * V);
-        x[k] = load128cs(inp + off + p * V);
-        di[k] = load128(dinp + off + p * V);
-      }
+  if constexpr (kPrefetch) {
+    BwdRow<T, kPacks> cur;
+    if (row_begin + warp < row_end) bwd_load_row(cur, dout, inp, dinp, mean, rstd, row_begin + warp, C, lane);
+    for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
+      const bool more = row + BwdLaunch::kWarps < row_end;
+      BwdRow<T, kPacks> next;
+      if (more) bwd_load_row(next, dout, inp, dinp, mean, rstd, row + BwdLaunch::kWarps, C, lane);
+      bwd_finish_row(cur, dinp, acc_dw, acc_db, weight, row, C, lane);
+      if (more) cur = next;
     }
-    float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + k * kWarpSize;
-      if (p < P) {
-        const Packed128<T> w = load128(weight + p * V);
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const float xhat = (to_f32(x[k][e]) - m) * s;
-          const float dn = to_f32(w[e]) * to_f32(d[k][e]);
-          dn_sum += dn;
-          dn_xhat_sum += dn * xhat;
-        }
-      }
-    }
-    const float dn_mean = warp_sum(dn_sum) / C;
-    const float dn_xhat_mean = warp_sum(dn_xhat_sum) / C;
-    // The row's fp32 values are converted again below rather than kept from the loop above: kept through
-    // the reductions, they took ptxas (nvcc 13.0, sm_90) to 124 registers at C = 768 bf16, 2 blocks of 8
-    // warps an SM; converted again, 80 registers and 3 blocks (64 and 4 under bwd_min_blocks, with 18
-    // bytes spilled). The empty asm makes the packs opaque, so the first conversions cannot be reused.
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      opaque(d[k]);
-      opaque(x[k]);
-    }
-
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + k * kWarpSize;
-      if (p < P) {
-        const Packed128<T> w = load128(weight + p * V);
-        Packed128<T> o;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const float g = to_f32(d[k][e]);
-          const float xhat = (to_f32(x[k][e]) - m) * s;
-          const float dn = to_f32(w[e]) * g;
-          o[e] = from_f32<T>(to_f32(di[k][e]) + (dn - dn_mean - xhat * dn_xhat_mean) * s);
-          const int slot = acc_slot<V>(k, e, lane);
-          acc_dw[slot] += xhat * g;
-          acc_db[slot] += g;
-        }
-        store128(dinp + off + p * V, o);
-      }
+  } else {
+    for (int row = row_begin + warp; row < row_end; row += BwdLaunch::kWarps) {
+      BwdRow<T, kPacks> r;
+      bwd_load_row(r, dout, inp, dinp, mean, rstd, row, C, lane);
+      bwd_finish_row(r, dinp, acc_dw, acc_db, weight, row, C, lane);
     }
   }
   __syncthreads();
@@ -583,6 +632,10 @@ __global__ void __launch_bounds__(PartialSumLaunch::kThreads)
 
 // ---- launchers ---------------------------------------------------------------------------------
 
+namespace {
+bool g_bwd_prefetch_rows = false;  // layernorm_backward_prefetch_rows
+}  // namespace
+
 template <class T>
 void layernorm_forward_cuda(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
                             int C, cudaStream_t stream) {
@@ -623,6 +676,10 @@ void layernorm_apply_cuda(T* out, const T* inp, const float* mean, const float* 
   CUDA_CHECK_LAUNCH();
 }
 
+void layernorm_backward_prefetch_rows(bool on) {
+  g_bwd_prefetch_rows = on;
+}
+
 size_t layernorm_backward_scratch_bytes(int N, int C) {
   GPT2_CHECK(N >= 0, "N = " << N);
   GPT2_CHECK(C >= 1, "C = " << C);
@@ -650,7 +707,11 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
     // C <= kMaxC: at most kMaxC / (32 V) packs per lane (8 for bf16, 16 for fp32).
     constexpr int kMaxPacks = BwdLaunch::kMaxC / (kWarpSize * V);
     with_packs_per_lane<kMaxPacks>(packs_per_lane, [&](auto packs) {
-      auto kernel = layernorm_bwd_warp_per_row_vec<T, decltype(packs)::value>;
+      constexpr int kPacks = decltype(packs)::value;
+      auto kernel = layernorm_bwd_warp_per_row_vec<T, kPacks, false>;
+      if constexpr (kPacks <= 8) {
+        if (g_bwd_prefetch_rows) kernel = layernorm_bwd_warp_per_row_vec<T, kPacks, true>;
+      }
       const size_t smem = bwd_smem_bytes(C / V, V);
       cuda::allow_dynamic_smem(kernel, smem);
       kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,

@@ -71,4 +71,10 @@ template <class T>
 void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
                              const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
 
+// Test and benchmark hook: while true, the backward's fast path has each warp load its next row before it
+// finishes the current one (two rows in flight a warp; rows of up to 8 packs of 16 bytes a lane: C <= 2048
+// bf16, C <= 1024 fp32); the same bits. Not yet measured on a GPU, so off by default (docs/performance.md).
+// Not thread-safe.
+void layernorm_backward_prefetch_rows(bool on);
+
 }  // namespace gpt2::kernels

@@ -275,6 +275,27 @@ bool variant_changes(const GemmTestHooks& h, GemmBackend be) {
   return be == GemmBackend::kCublasLt ? lt : hand;
 }
 
+// Each backend under each of default_paths<T>() that changes its path: the runs of a case on the paths the
+// shapes select (and mma.sync where that is not the default).
+template <class T>
+std::vector<std::pair<Variant, GemmBackend>> default_runs() {
+  std::vector<std::pair<Variant, GemmBackend>> runs;
+  for (const Variant& v : default_paths<T>())
+    for (GemmBackend be : kBackends)
+      if (variant_changes(v.hooks, be)) runs.emplace_back(v, be);
+  return runs;
+}
+
+// run_gpu on `be`'s shared context under `hooks` (cleared again after).
+template <class T>
+Outputs run_hooked(GemmBackend be, const GemmTestHooks& hooks, const GemmCase& g, const Inputs& in) {
+  GemmContext& ctx = shared_context(be);
+  ctx.test_hooks() = hooks;
+  const Outputs out = run_gpu<T>(ctx, g, in, 0);
+  ctx.test_hooks() = GemmTestHooks{};
+  return out;
+}
+
 // Every backend, under each variant that changes its path, on one case, against one reference.
 template <class T>
 void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& variants = default_paths<T>(),
@@ -464,20 +485,21 @@ void check_linear(GemmBackend be, int rows, int IC, int OC, bool gelu_after, uin
 }
 
 TYPED_TEST(GemmTest, Gpt2LinearLayersAt256Rows) {
-  for (const Variant& v : default_paths<TypeParam>())
-    for (GemmBackend be : kBackends) {
-      if (!variant_changes(v.hooks, be)) continue;
-      SCOPED_TRACE(v.tag);
-      check_linear<TypeParam>(be, 256, kC, 3 * kC, false, 10, v.hooks);  // attention QKV
-      check_linear<TypeParam>(be, 256, kC, kC, false, 20, v.hooks);      // attention projection
-      check_linear<TypeParam>(be, 256, kC, 4 * kC, true, 30, v.hooks);   // MLP up (+GELU)
-      check_linear<TypeParam>(be, 256, 4 * kC, kC, false, 40, v.hooks);  // MLP down
-    }
+  for (const auto& [v, be] : default_runs<TypeParam>()) {
+    SCOPED_TRACE(v.tag);
+    check_linear<TypeParam>(be, 256, kC, 3 * kC, false, 10, v.hooks);  // attention QKV
+    check_linear<TypeParam>(be, 256, kC, kC, false, 20, v.hooks);      // attention projection
+    check_linear<TypeParam>(be, 256, kC, 4 * kC, true, 30, v.hooks);   // MLP up (+GELU)
+    check_linear<TypeParam>(be, 256, 4 * kC, kC, false, 40, v.hooks);  // MLP down
+  }
 }
 
-// The weight gradient with K = 4096 rows: the split-K path of the hand backend.
+// The weight gradient with K = 4096 rows: the split-K path of the hand kernels.
 TYPED_TEST(GemmTest, WeightGradientK4096) {
-  for (GemmBackend be : kBackends) check_linear<TypeParam>(be, 4096, kC, kC, false, 50);
+  for (const auto& [v, be] : default_runs<TypeParam>()) {
+    SCOPED_TRACE(v.tag);
+    check_linear<TypeParam>(be, 4096, kC, kC, false, 50, v.hooks);
+  }
 }
 
 // Tied LM head: logits = lnf @ wte^T; dinp = dlogits @ wte; dwte += dlogits^T @ lnf.
@@ -492,9 +514,10 @@ TYPED_TEST(GemmTest, Gpt2LmHeadAt256Rows) {
   kernels::lm_head_forward_cpu(logits_ref.data(), lnf.data(), wte.data(), rows, kC, kVp);
   kernels::lm_head_backward_cpu(dinp_ref.data(), dwte_ref.data(), dlogits.data(), lnf.data(), wte.data(), rows, kC,
                                 kVp);
-  for (GemmBackend be : kBackends) {
+  for (const auto& [v, be] : default_runs<T>()) {
     GemmContext ctx(be);
-    const std::string tag = std::string(name_of(be)) + " lm_head ";
+    ctx.test_hooks() = v.hooks;
+    const std::string tag = std::string(name_of(be)) + " " + v.tag + "lm_head ";
     const auto logits = gpu_gemm<T>(ctx, std::vector<float>(logits_ref.size(), kNaN), lnf, wte, nullptr, nullptr, rows,
                                     kVp, kC, false, true, false, GemmEpilogue::kNone);
     expect_close<T>(logits, logits_ref, naive_of<T>(logits_ref), (tag + "logits").c_str());
@@ -507,18 +530,25 @@ TYPED_TEST(GemmTest, Gpt2LmHeadAt256Rows) {
   }
 }
 
-// Same inputs, same bits: the split-K weight gradient (hand splits it; the test checks that it does)
-// and a forward product, twice each, for both backends.
+// Same inputs, same bits: the split-K weight gradient (the hand kernels split it; the test checks that the
+// one that runs does) and a forward product, twice each, for both backends.
 TYPED_TEST(GemmTest, Deterministic) {
   using T = TypeParam;
   const int rows = 4096, IC = kC, OC = kC;  // the attention projection's dw: split on both types
   const auto inp = rnd_t<T>(static_cast<size_t>(rows) * IC, 70), dout = rnd_t<T>(static_cast<size_t>(rows) * OC, 71),
              dw0 = rnd_t<T>(static_cast<size_t>(IC) * OC, 72), w = rnd_t<T>(static_cast<size_t>(IC) * OC, 73),
              bias = rnd_t<T>(OC, 74);
-  for (GemmBackend be : kBackends) {
+  for (const auto& [v, be] : default_runs<T>()) {
+    SCOPED_TRACE(v.tag);
     GemmContext ctx(be);
+    ctx.test_hooks() = v.hooks;
     if (be == GemmBackend::kHand) {
-      EXPECT_GT(kernels::gemm_hand_splits<T>(ctx, IC, OC, rows), 1);
+      // 16-byte aligned operands (gpu_gemm's): wgmma wherever the context takes it for bf16
+      const bool wgmma =
+          std::is_same_v<T, bf16> && v.hooks.hand_path != kernels::GemmHandPath::kMmaSync && ctx.hand_wgmma_enabled();
+      EXPECT_GT(kernels::gemm_hand_splits<T>(
+                    ctx, IC, OC, rows, wgmma ? kernels::GemmHandPath::kWgmma : kernels::GemmHandPath::kMmaSync, true),
+                1);
     }
     std::vector<float> runs[2], fwd[2];
     for (int r = 0; r < 2; ++r) {
@@ -634,11 +664,11 @@ TEST(GemmRounding, Bf16ProductsAreRoundedOnce) {
     const std::vector<float> product = reference(plain, in, false).c;
     const TwiceRounded twice =
         g.accumulate ? rounded_twice(product, in.c0, fp32_sum_tol(g.K, product)) : TwiceRounded{};
-    for (GemmBackend be : kBackends) {
-      SCOPED_TRACE(std::string(name_of(be)) + " " + g.str());
-      const RoundingMisses r = rounding_misses(run_gpu<bf16>(shared_context(be), g, in, 0).c, exact,
-                                               fp32_sum_tol(g.K, exact), twice);
-      report_misses(name_of(be), g.str(), r);
+    for (const auto& [v, be] : default_runs<bf16>()) {
+      SCOPED_TRACE(std::string(name_of(be)) + " " + v.tag + g.str());
+      const RoundingMisses r =
+          rounding_misses(run_hooked<bf16>(be, v.hooks, g, in).c, exact, fp32_sum_tol(g.K, exact), twice);
+      report_misses(name_of(be), v.tag + g.str(), r);
       expect_rounded_once_or_product_first(be, r, exact.size(), "C");
     }
   }
@@ -678,9 +708,9 @@ TEST(GemmRounding, TrainingTestModelProductsAreRoundedOnce) {
     const float tol = fp32_sum_tol(g.K, product);
     const TwiceRounded twice = g.accumulate ? rounded_twice(product, in.c0, tol) : TwiceRounded{};
     const bool gelu = g.ep == GemmEpilogue::kBiasGelu || g.ep == GemmEpilogue::kDGelu;
-    for (GemmBackend be : kBackends) {
-      SCOPED_TRACE(std::string(name_of(be)) + " " + g.str());
-      const Outputs gpu = run_gpu<bf16>(shared_context(be), g, in, 0);
+    for (const auto& [v, be] : default_runs<bf16>()) {
+      SCOPED_TRACE(std::string(name_of(be)) + " " + v.tag + g.str());
+      const Outputs gpu = run_hooked<bf16>(be, v.hooks, g, in);
       // The GELU of the exact pre-activation (cuBLASLt's fused epilogue) or of the stored one, rounded to
       // bf16 (the hand kernels: the backward sees the value the forward used); each output against the
       // nearer of the two.
@@ -693,7 +723,7 @@ TEST(GemmRounding, TrainingTestModelProductsAreRoundedOnce) {
       // GELU's slope is below 1.13 and its gradient's below 1.2: the product's error, scaled, plus fp32's own
       const RoundingMisses r =
           rounding_misses(gpu.c, expected, gelu ? 1.2f * tol + 1e-6f * rms_of(exact.c) : tol, twice);
-      report_misses(name_of(be), g.str(), r);
+      report_misses(name_of(be), v.tag + g.str(), r);
       EXPECT_LE(r.max_ulps, 1.0) << "an output off by more than a rounding";
       if (gelu) {
         EXPECT_GT(r.counted, static_cast<long>(exact.c.size() / 4)) << "too few outputs away from a boundary";
@@ -731,17 +761,20 @@ TEST(GemmRounding, TrainingTestModelProductsAreRoundedOnce) {
     }
     const std::string what = "weight and bias gradients IC=" + std::to_string(IC) + " OC=" + std::to_string(OC) +
                              " rows=" + std::to_string(rows);
-    for (GemmBackend be : kBackends) {
-      SCOPED_TRACE(std::string(name_of(be)) + " " + what);
+    for (const auto& [v, be] : default_runs<bf16>()) {
+      SCOPED_TRACE(std::string(name_of(be)) + " " + v.tag + what);
       Dev<bf16> d_dw(dw0, 0), d_db(db0, 0), d_inp(inp, 0), d_dout(dout, 0);
       DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(rows, OC));
-      kernels::weight_bias_grad_cuda<bf16>(shared_context(be), d_dw.data(), d_db.data(), scratch.data(), d_inp.data(),
-                                           d_dout.data(), rows, IC, OC, nullptr);
+      GemmContext& ctx = shared_context(be);
+      ctx.test_hooks() = v.hooks;
+      kernels::weight_bias_grad_cuda<bf16>(ctx, d_dw.data(), d_db.data(), scratch.data(), d_inp.data(), d_dout.data(),
+                                           rows, IC, OC, nullptr);
+      ctx.test_hooks() = GemmTestHooks{};
       sync();
       const RoundingMisses dw = rounding_misses(d_dw.get(), dw_exact, dw_tol, rounded_twice(product, dw0, dw_tol));
       const RoundingMisses db = rounding_misses(d_db.get(), db_exact, fp32_sum_tol(rows, column_sums));
-      report_misses(name_of(be), what + " dw", dw);
-      report_misses(name_of(be), what + " dbias", db);
+      report_misses(name_of(be), v.tag + what + " dw", dw);
+      report_misses(name_of(be), v.tag + what + " dbias", db);
       expect_rounded_once_or_product_first(be, dw, dw_exact.size(), "dw");
       EXPECT_LE(dw.max_ulps, 1.0) << "dw off by more than a rounding";
       EXPECT_GT(db.counted, static_cast<long>(db_exact.size() / 4)) << "too few dbias outputs counted";
@@ -1173,6 +1206,7 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
     for (size_t offset : {size_t{0}, size_t{1}})
       for (const Variant& v : variants)
         for (GemmBackend be : kBackends) {
+          if (!variant_changes(v.hooks, be)) continue;
           check_weight_bias_grad<T>(be, v, s.rows, s.IC, s.OC, offset, seed, false);
           seed += 4;
         }

@@ -238,6 +238,23 @@ void check_backward(int N, int C, size_t offset) {
   EXPECT_TRUE(same_bits(d_dinp.download(), g_dinp)) << "dinp not deterministic";
   EXPECT_TRUE(same_bits(d_dw.download(), g_dw)) << "dweight not deterministic";
   EXPECT_TRUE(same_bits(d_db.download(), g_db)) << "dbias not deterministic";
+
+  // Each warp with its next row in flight (layernorm_backward_prefetch_rows): the same arithmetic in the
+  // same order, so the same bits (rows a warp: 1 to 5 here, and the chunks' last rows).
+  struct PrefetchRows {
+    PrefetchRows() { kernels::layernorm_backward_prefetch_rows(true); }
+    ~PrefetchRows() { kernels::layernorm_backward_prefetch_rows(false); }
+  };
+  d_dinp.upload(dinp0);
+  d_dw.upload(dw0);
+  d_db.upload(db0);
+  {
+    const PrefetchRows prefetch;
+    run();
+  }
+  EXPECT_TRUE(same_bits(d_dinp.download(), g_dinp)) << "dinp differs with two rows in flight a warp";
+  EXPECT_TRUE(same_bits(d_dw.download(), g_dw)) << "dweight differs with two rows in flight a warp";
+  EXPECT_TRUE(same_bits(d_db.download(), g_db)) << "dbias differs with two rows in flight a warp";
 }
 
 template <class T>

@@ -254,7 +254,8 @@ ATTENTION_BWD = {
                            "cuda::mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKvTileBytes + 16);")],
 }
 
-# ---- gemm.cu: the default hand GEMM (mma.sync, cp.async pipeline), through tests/gpu/test_gemm.cpp -------
+# ---- gemm.cu: the hand GEMM's mma.sync kernel (cp.async pipeline; the default off compute capability 9.0),
+# through tests/gpu/test_gemm.cpp (its [mma.sync] variants on the emulated 9.0 device) ----------------------
 GEMM_MMA = {
     # waits for one cp.async group too few: the tile about to be read has not landed
     "cp_wait_one_short": [("    cp_async_wait<kStages - 2>();\n    __syncthreads();  // tile kt visible",

@@ -13,7 +13,7 @@
 // The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
 // and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
-//   WeightBiasGrad/bf16/<hand|hand_unfused|cublaslt|cublaslt_unfused>/<layer>/BT:<rows>
+//   WeightBiasGrad/bf16/<hand|hand_wgmma|hand_wgmma256|cublaslt>[_unfused]/<layer>/BT:<rows>
 // What the epilogue costs: the products that have one (forward: bias, bias+GELU; mlp_down dinp: the GELU
 // gradient) again without it, at 8192 rows, for every kernel; phase A's table prints the time ratio.
 //   GemmNoEpilogue/bf16/<kernel>/<layer>/<fwd|dinp>/BT:8192
@@ -266,6 +266,8 @@ const bool kRegistered = [] {
                                 {"hand_unfused", k::GemmBackend::kHand, true, W::kDefault},
                                 {"hand_wgmma", k::GemmBackend::kHand, false, W::k128x128},
                                 {"hand_wgmma_unfused", k::GemmBackend::kHand, true, W::k128x128},
+                                {"hand_wgmma256", k::GemmBackend::kHand, false, W::k128x256},
+                                {"hand_wgmma256_unfused", k::GemmBackend::kHand, true, W::k128x256},
                                 {"cublaslt", k::GemmBackend::kCublasLt, false, W::kDefault},
                                 {"cublaslt_unfused", k::GemmBackend::kCublasLt, true, W::kDefault}};
   for (int rows : {8192, 65536})

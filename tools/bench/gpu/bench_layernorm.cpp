@@ -8,6 +8,9 @@
 //   pct_of_copy    100 * GB_per_s / copy_GB_per_s
 // The BM_copy_d2d rows report that copy on its own: /N/C/k copies k (N,C) bf16 tensors (k = 1 is the
 // forward's traffic, k = 2 the fused forward's and the backward's).
+// BM_layernorm_bwd_prefetch_bf16: the backward with each warp's next row in flight while it finishes the
+// current one (layernorm_backward_prefetch_rows, the same bits), for phase A's table to set against
+// BM_layernorm_bwd_bf16 (2026-12-02: which of the two the backward keeps).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -107,7 +110,7 @@ void BM_residual_layernorm_fwd_bf16(benchmark::State& state) try {
   gpt2::bench::error_row(state);
 }
 
-void BM_layernorm_bwd_bf16(benchmark::State& state) try {
+void layernorm_bwd_bf16(benchmark::State& state, bool prefetch_rows) try {
   const int N = static_cast<int>(state.range(0)), C = static_cast<int>(state.range(1));
   const size_t n = static_cast<size_t>(N) * C;
   DeviceBuffer<bf16> dinp, dw, db, dout, inp, w;
@@ -124,6 +127,10 @@ void BM_layernorm_bwd_bf16(benchmark::State& state) try {
   const double act = static_cast<double>(n) * sizeof(bf16);
   // reads dout, inp, dinp; writes dinp; weight read, dweight/dbias read and written; mean, rstd read
   const double bytes = 4 * act + 5.0 * C * sizeof(bf16) + 2.0 * N * sizeof(float);
+  struct PrefetchRows {  // off again however the benchmark ends
+    explicit PrefetchRows(bool on) { kernels::layernorm_backward_prefetch_rows(on); }
+    ~PrefetchRows() { kernels::layernorm_backward_prefetch_rows(false); }
+  } prefetch(prefetch_rows);
   bench::time_launches(
       state,
       [&](cudaStream_t s) {
@@ -134,6 +141,13 @@ void BM_layernorm_bwd_bf16(benchmark::State& state) try {
   compare_with_copy(state, 2 * n * sizeof(bf16));
 } catch (...) {
   gpt2::bench::error_row(state);
+}
+
+void BM_layernorm_bwd_bf16(benchmark::State& state) {
+  layernorm_bwd_bf16(state, false);
+}
+void BM_layernorm_bwd_prefetch_bf16(benchmark::State& state) {
+  layernorm_bwd_bf16(state, true);
 }
 
 void BM_copy_d2d(benchmark::State& state) try {
@@ -158,6 +172,7 @@ void copy_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_layernorm_fwd_bf16)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_residual_layernorm_fwd_bf16)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_layernorm_bwd_bf16)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_layernorm_bwd_prefetch_bf16)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_copy_d2d)->Apply(copy_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // The bandwidth ceiling every memory-bound kernel is judged against (issue 10: ~3.0 TB/s on the lent
 // H100): a 1 GiB device-to-device copy, far beyond L2, read + write counted.
