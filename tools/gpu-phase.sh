@@ -408,12 +408,14 @@ ncu_attention() {
 # forward 46% and 72%): is the backward's row loop issue-bound (its shared-memory dweight/dbias sums) or
 # latency-bound (a warp's rows one after another; 4 blocks of 8 warps an SM since 2026-11-28, 3
 # before)? And what its second kernel (the partial sums: 192 blocks at C = 768 since 2026-11-28, 48
-# before) adds at 8192 rows. The 124M step's 16384 rows sit between.
+# before) adds at 8192 rows. The 124M step's 16384 rows sit between. Last, the backward with two rows in
+# flight a warp (2026-12-02) at 65536 rows, against the line before it.
 ncu_layernorm() {
-  ncu_launches ncu_layernorm 90 layernorm_fwd_warp_per_row_vec='^BM_layernorm_fwd_bf16/65536/768/' \
+  ncu_launches ncu_layernorm 110 layernorm_fwd_warp_per_row_vec='^BM_layernorm_fwd_bf16/65536/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/8192/768/' \
     layernorm_bwd_sum_partials='^BM_layernorm_bwd_bf16/8192/768/' \
-    layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/65536/768/'
+    layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/65536/768/' \
+    layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_prefetch_bf16/65536/768/'
 }
 
 # ---- phase A: is it right, and how fast by default -------------------------------------------------
