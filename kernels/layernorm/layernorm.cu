@@ -457,7 +457,8 @@ __device__ __forceinline__ void bwd_finish_row(BwdRow<T, kPacks>& r, T* dinp, fl
 // kPrefetch (layernorm_backward_prefetch_rows, not yet measured): a warp issues its next row's loads before
 // it finishes the current row, so its two rows' memory and arithmetic overlap within the warp, not only
 // across warps; the same arithmetic in the same order, so the same bits. For the next lent GPU to decide
-// (docs/performance.md, 2026-12-02): H200, 40% of copy at 8192 rows and 61% at 65536 without it.
+// (docs/performance.md, 2026-12-02) against this kernel at 4 blocks an SM, not yet measured either (the
+// H200's 40% of copy at 8192 rows and 61% at 65536 were at 3 blocks and 32-row chunks).
 template <class T, int kPacks, bool kPrefetch>
 __global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks, kPrefetch>())
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,

@@ -38,6 +38,11 @@ const Shape kShapes[] = {
     {19, 1280},   // GPT-2 774M (bf16 5 packs a lane)
     {67, 1600},   // GPT-2 1.5B (bf16 7 packs); backward shared memory above the 48 KiB default
     {9, 2048},    // widest backward fast path
+    {29, 512},    // bf16 2 packs a lane, fp32 4
+    {13, 384},    // fp32 3 packs (bf16 2)
+    {11, 640},    // fp32 5 packs (bf16 3)
+    {7, 896},     // fp32 7 packs (bf16 4)
+    {5, 1536},    // bf16 6 packs (fp32 12): with the above, every pack count of both types on every path
     {333, 8},     // one pack per row (bf16)
     {17, 3},      // scalar for both types
     {5, 75},      // scalar for both types
