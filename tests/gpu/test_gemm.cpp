@@ -275,15 +275,18 @@ bool variant_changes(const GemmTestHooks& h, GemmBackend be) {
   return be == GemmBackend::kCublasLt ? lt : hand;
 }
 
-// Each backend under each of default_paths<T>() that changes its path: the runs of a case on the paths the
-// shapes select (and mma.sync where that is not the default).
-template <class T>
-std::vector<std::pair<Variant, GemmBackend>> default_runs() {
+// Each backend under each variant that changes its path (variant_changes), in variant order.
+std::vector<std::pair<Variant, GemmBackend>> runs_of(const std::vector<Variant>& variants) {
   std::vector<std::pair<Variant, GemmBackend>> runs;
-  for (const Variant& v : default_paths<T>())
+  for (const Variant& v : variants)
     for (GemmBackend be : kBackends)
       if (variant_changes(v.hooks, be)) runs.emplace_back(v, be);
   return runs;
+}
+// The runs of a case on the paths the shapes select (and mma.sync where that is not the default).
+template <class T>
+std::vector<std::pair<Variant, GemmBackend>> default_runs() {
+  return runs_of(default_paths<T>());
 }
 
 // run_gpu on `be`'s shared context under `hooks` (cleared again after).
@@ -309,20 +312,17 @@ void check_case(const GemmCase& g, uint32_t seed, const std::vector<Variant>& va
   // to the bound of the naive chain that rounds the product too, the looser one.
   const Outputs naive_stored = std::is_same_v<T, bf16> && g.ep == GemmEpilogue::kDGelu ? reference(g, in, true, true)
                                                                                       : Outputs{};
-  for (const Variant& v : variants)
-    for (GemmBackend be : kBackends) {
-      if (!variant_changes(v.hooks, be)) continue;
-      const bool lt_dgelu = !naive_stored.c.empty() && be == GemmBackend::kCublasLt;
-      GemmContext& ctx = shared_context(be);
-      ctx.test_hooks() = v.hooks;
-      long guard = 0;
-      const Outputs gpu = run_gpu<T>(ctx, g, in, offset, &guard);
-      ctx.test_hooks() = GemmTestHooks{};
-      const std::string what =
-          std::string(name_of(be)) + " " + v.tag + (offset ? "[offset 1] " : "") + g.str();
-      compare<T>(gpu, ref, lt_dgelu ? naive_stored : naive, what);
-      EXPECT_EQ(guard, 0) << what << ": elements outside C/aux were written";
-    }
+  for (const auto& [v, be] : runs_of(variants)) {
+    const bool lt_dgelu = !naive_stored.c.empty() && be == GemmBackend::kCublasLt;
+    GemmContext& ctx = shared_context(be);
+    ctx.test_hooks() = v.hooks;
+    long guard = 0;
+    const Outputs gpu = run_gpu<T>(ctx, g, in, offset, &guard);
+    ctx.test_hooks() = GemmTestHooks{};
+    const std::string what = std::string(name_of(be)) + " " + v.tag + (offset ? "[offset 1] " : "") + g.str();
+    compare<T>(gpu, ref, lt_dgelu ? naive_stored : naive, what);
+    EXPECT_EQ(guard, 0) << what << ": elements outside C/aux were written";
+  }
 }
 
 template <class T>
@@ -1204,12 +1204,10 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   for (const LShape& s : {LShape{1, 1, 1}, LShape{111, 72, 37}, LShape{300, 72, 2304}, LShape{513, 200, 3 * kC + 4},
                           LShape{4096, kC, kC}})
     for (size_t offset : {size_t{0}, size_t{1}})
-      for (const Variant& v : variants)
-        for (GemmBackend be : kBackends) {
-          if (!variant_changes(v.hooks, be)) continue;
-          check_weight_bias_grad<T>(be, v, s.rows, s.IC, s.OC, offset, seed, false);
-          seed += 4;
-        }
+      for (const auto& [v, be] : runs_of(variants)) {
+        check_weight_bias_grad<T>(be, v, s.rows, s.IC, s.OC, offset, seed, false);
+        seed += 4;
+      }
 }
 
 // The bias gradient fused into the wgmma weight gradient (gemm_sm90.cu): every kernel, with and without
