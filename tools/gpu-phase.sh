@@ -342,6 +342,8 @@ train_124m() {
       GPT2_GEMM_SM90=by-shape) expect+=("gemm: ([^;]*, )?hand wgmma 128x256(,|;|\$)"
                                         "gemm: ([^;]*, )?hand wgmma 128x128-pingpong(,|;|\$)") ;;
       GPT2_GEMM_SM90=*) expect+=("gemm: ([^;]*, )?hand wgmma ${v#*=}(,|;|\$)") ;;
+      # at least one weight gradient's bias gradient in cuBLASLt's epilogue (the others: the bias kernel)
+      GPT2_CUBLASLT_BIAS_GRAD=bf16) expect+=("bias gradient: ([^;]*, )?cublaslt epilogue bf16(,|;|\$)") ;;
     esac
   done
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
@@ -559,6 +561,9 @@ phase_C() {
   train_124m opt_gemm_wgmma_by_shape "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=by-shape
   # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
   train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
+  # The weight gradients' bias gradients in cuBLASLt's epilogue with bf16 sums, against the default's separate
+  # bias kernel (no algorithm for fp32 sums so far): its second read of dout, ~2.7 GB a step, goes away
+  train_124m opt_cublaslt_bias_grad_bf16 "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_BIAS_GRAD=bf16
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
   # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)
   gpu_step attention_order 60 "default <= 1.00x of each" "$bin/bench_gpu_kernels" \

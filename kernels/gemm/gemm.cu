@@ -571,14 +571,15 @@ __global__ void __launch_bounds__(kBiasThreadsX* kBiasThreadsY)
 }
 
 // dbias[col] += sum over chunks c = 0, 1, ... of scratch[c * ld + col], for col < OC (ld >= OC: the
-// chunks' row length, when dbias and scratch point into the last columns of wider ones).
-template <class T>
+// chunks' row length, when dbias and scratch point into the last columns of wider ones). S: fp32 partial
+// sums, or the bf16 sums of cuBLASLt's bias-gradient epilogue (weight_bias_grad_cuda).
+template <class T, class S = float>
 __global__ void __launch_bounds__(kElementwiseThreads)
-    bias_backward_add_chunks(T* __restrict__ dbias, const float* __restrict__ scratch, int chunks, int OC, int ld) {
+    bias_backward_add_chunks(T* __restrict__ dbias, const S* __restrict__ scratch, int chunks, int OC, int ld) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= OC) return;
   float s = 0.0f;
-  for (int c = 0; c < chunks; ++c) s += scratch[static_cast<size_t>(c) * ld + col];
+  for (int c = 0; c < chunks; ++c) s += to_f32(scratch[static_cast<size_t>(c) * ld + col]);
   dbias[col] = from_f32<T>(to_f32(dbias[col]) + s);
 }
 
@@ -891,6 +892,16 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     GPT2_CHECK(choice.empty() || choice == "fused" || choice == "unfused",
                "GPT2_CUBLASLT_EPILOGUES='" << choice << "': use fused (the default) or unfused");
     hooks_.lt_force_unfused_epilogue = hooks_.unfused_bias_grad = choice == "unfused";
+    // GPT2_CUBLASLT_BIAS_GRAD=bf16: the weight gradients' bias-gradient epilogue with bf16 sums (opt-in until a
+    // GPU has timed it against the bias kernel that runs today: docs/performance.md).
+    const char* bg_env = std::getenv("GPT2_CUBLASLT_BIAS_GRAD");
+    const std::string bias_grad = bg_env != nullptr ? bg_env : "";
+    GPT2_CHECK(bias_grad.empty() || bias_grad == "fp32" || bias_grad == "bf16",
+               "GPT2_CUBLASLT_BIAS_GRAD='" << bias_grad
+                                           << "': use fp32 (the default: cuBLASLt's bias-gradient epilogue with fp32 "
+                                              "sums where it has one, else GEMM + bias kernel) or bf16 (the epilogue "
+                                              "with bf16 sums, for bf16 training)");
+    hooks_.lt_bias_grad_bf16 = bias_grad == "bf16";
     lt_.reset(detail::create_cublaslt_state());
   }
 }
@@ -998,15 +1009,23 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   GPT2_CHECK(aligned_to(scratch, sizeof(float)), "weight_bias_grad scratch must be float-aligned");
   if (ctx.backend() == GemmBackend::kCublasLt && IC > 0 && !ctx.test_hooks().unfused_bias_grad) {
     GPT2_CHECK(dw != nullptr && inp != nullptr, "weight_bias_grad with a null pointer");
-    float* staged = static_cast<float*>(scratch);  // OC floats: the scratch holds at least that many
     record_kernel_path("gemm", "cublaslt");
-    if (detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream)) {
-      bias_backward_add_chunks<T>
-          <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged,
-                                                                                                       1, OC, OC);
+    // cuBLASLt's column sums go to the scratch (OC floats at least: it holds that many), then one pass adds
+    // them into dbias. With bf16 data they may be bf16 (lt_bias_grad_bf16).
+    const auto fused_into = [&](auto* staged, const char* path) {
+      if (!detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream)) return false;
+      record_kernel_path("bias gradient", path);
+      using S = std::remove_pointer_t<decltype(staged)>;
+      bias_backward_add_chunks<T, S><<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads,
+                                       0, stream>>>(dbias, staged, 1, OC, OC);
       CUDA_CHECK_LAUNCH();
       return true;
-    }
+    };
+    const bool bf16_sums = std::is_same_v<T, bf16> && ctx.test_hooks().lt_bias_grad_bf16;
+    if (bf16_sums ? fused_into(static_cast<T*>(scratch), "cublaslt epilogue bf16")
+                  : fused_into(static_cast<float*>(scratch), "cublaslt epilogue fp32"))
+      return true;
+    record_kernel_path("bias gradient", "bias kernel");
   }
   bool fused = ctx.backend() == GemmBackend::kHand && IC > 0 && !ctx.test_hooks().unfused_bias_grad;
   if constexpr (std::is_same_v<T, bf16>)

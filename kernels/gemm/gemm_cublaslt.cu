@@ -10,8 +10,8 @@
 // fused when cuBLASLt offers an algorithm for them (GELU ones for bf16 only, see gemm_cublaslt);
 // otherwise (or when the aux leading dimension is not a multiple of 8, which cuBLASLt requires) the
 // product runs plain and a small elementwise kernel finishes. A weight gradient can carry its bias
-// gradient (BGRADA: cuBLASLt's A is our dout, and its k is the rows), written in fp32 to a staging
-// vector that the caller adds into dbias (weight_bias_grad_cublaslt).
+// gradient (BGRADA: cuBLASLt's A is our dout, and its k is the rows), written in fp32 (or, asked for, bf16)
+// to a staging vector that the caller adds into dbias (weight_bias_grad_cublaslt).
 // The heuristic is asked once per (type, shape, transposes, epilogue, alignment) and the plan cached, so
 // repeated calls run the same algorithm (cuBLASLt with our own workspace is deterministic).
 #include <cublasLt.h>
@@ -142,11 +142,12 @@ struct LtPlan {
 struct LtPlanKey {
   int dtype, M, N, K;
   bool trans_a, trans_b;
-  int epilogue;  // cublasLtEpilogue_t
-  int align;     // min alignment (bytes) of every pointer the heuristic sees
+  int epilogue;    // cublasLtEpilogue_t
+  int align;       // min alignment (bytes) of every pointer the heuristic sees
+  int bgrad_type;  // BGRADA: the bias gradient's cudaDataType_t; -1 otherwise
   bool operator<(const LtPlanKey& o) const {
-    return std::tie(dtype, M, N, K, trans_a, trans_b, epilogue, align) <
-           std::tie(o.dtype, o.M, o.N, o.K, o.trans_a, o.trans_b, o.epilogue, o.align);
+    return std::tie(dtype, M, N, K, trans_a, trans_b, epilogue, align, bgrad_type) <
+           std::tie(o.dtype, o.M, o.N, o.K, o.trans_a, o.trans_b, o.epilogue, o.align, o.bgrad_type);
   }
 };
 
@@ -233,7 +234,9 @@ void log_plan(const LtPlanKey& key, const cublasLtMatmulHeuristicResult_t* resul
   std::ostringstream os;
   os << "cuBLASLt plan: " << (key.dtype == CUDA_R_32F ? "fp32" : "bf16") << " M=" << key.M << " N=" << key.N
      << " K=" << key.K << (key.trans_a ? " A^T" : "") << (key.trans_b ? " B^T" : "")
-     << " epilogue=" << epilogue_name(key.epilogue) << " align=" << key.align << ": ";
+     << " epilogue=" << epilogue_name(key.epilogue)
+     << (key.bgrad_type < 0 ? "" : key.bgrad_type == CUDA_R_32F ? " (fp32 sums)" : " (bf16 sums)")
+     << " align=" << key.align << ": ";
   if (result == nullptr) {
     os << "no algorithm";
   } else {
@@ -265,14 +268,18 @@ void log_plan(const LtPlanKey& key, const cublasLtMatmulHeuristicResult_t* resul
 
 // The plan for this call, built (and the heuristic asked) the first time the key is seen. bias/aux are
 // set on the descriptor for the heuristic (it reads their alignment); callers set them again per call.
+// bgrad_type: the type BGRADA stores the bias gradient in (ignored for the other epilogues).
 template <class T>
 LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool trans_b, cublasLtEpilogue_t epilogue,
-                 const T* a, const T* b, const T* c, const void* bias, const T* aux) {
+                 const T* a, const T* b, const T* c, const void* bias, const T* aux,
+                 cudaDataType_t bgrad_type = CUDA_R_32F) {
   int align = alignment_of(a);
   for (const void* p : {static_cast<const void*>(b), static_cast<const void*>(c), static_cast<const void*>(bias),
                         static_cast<const void*>(aux)})
     align = alignment_of(p) < align ? alignment_of(p) : align;
-  const LtPlanKey key{static_cast<int>(lt_type<T>()), M, N, K, trans_a, trans_b, static_cast<int>(epilogue), align};
+  const bool bgrad = epilogue == CUBLASLT_EPILOGUE_BGRADA;
+  const LtPlanKey key{static_cast<int>(lt_type<T>()), M, N, K, trans_a, trans_b, static_cast<int>(epilogue), align,
+                      bgrad ? static_cast<int>(bgrad_type) : -1};
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return *it->second;
 
@@ -287,9 +294,9 @@ LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool tran
   if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
       epilogue == CUBLASLT_EPILOGUE_BGRADA)
     set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  // The bias gradient is summed and stored in fp32 whatever T is: one rounding, when the caller adds it.
-  if (epilogue == CUBLASLT_EPILOGUE_BGRADA)
-    set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  // The bias gradient is stored in fp32 (one rounding, when the caller adds it), unless the caller asks
+  // for bf16: cuBLASLt 13 had no algorithm for an fp32 one beside bf16 data (2026-11-27, H100 and H200).
+  if (bgrad) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(bgrad_type));
   if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU) {
     set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
     set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(N));  // rows of C^T
@@ -399,21 +406,25 @@ template void gemm_cublaslt<float>(GemmContext&, float*, const float*, const flo
 template void gemm_cublaslt<bf16>(GemmContext&, bf16*, const bf16*, const bf16*, const bf16*, bf16*, int, int, int,
                                   bool, bool, bool, GemmEpilogue, cudaStream_t);
 
-template <class T>
-bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, float* dbias_f32, const T* inp, const T* dout, int rows, int IC,
+template <class T, class S>
+bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout, int rows, int IC,
                                int OC, cudaStream_t stream) {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, T>, "bias sums in fp32 or in the data's type");
   CublasLtState* st = ctx.cublaslt();
   GPT2_CHECK(st != nullptr, "cuBLASLt GEMM on a context made for the hand backend");
   // dw (IC,OC) += inp^T dout: gemm_cuda's M = IC, N = OC, K = rows, trans_a, C +=.
-  LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADA, inp, dout, dw, dbias_f32, nullptr);
+  LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADA, inp, dout, dw, dbias_sums,
+                             nullptr, lt_type<S>());
   if (!plan.ok) return false;
-  run_plan<T>(*st, plan, dw, inp, dout, dbias_f32, nullptr, 1.0f, stream);
+  run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
   return true;
 }
-template bool weight_bias_grad_cublaslt<float>(GemmContext&, float*, float*, const float*, const float*, int, int, int,
-                                               cudaStream_t);
-template bool weight_bias_grad_cublaslt<bf16>(GemmContext&, bf16*, float*, const bf16*, const bf16*, int, int, int,
-                                              cudaStream_t);
+template bool weight_bias_grad_cublaslt<float, float>(GemmContext&, float*, float*, const float*, const float*, int,
+                                                      int, int, cudaStream_t);
+template bool weight_bias_grad_cublaslt<bf16, float>(GemmContext&, bf16*, float*, const bf16*, const bf16*, int, int,
+                                                     int, cudaStream_t);
+template bool weight_bias_grad_cublaslt<bf16, bf16>(GemmContext&, bf16*, bf16*, const bf16*, const bf16*, int, int,
+                                                    int, cudaStream_t);
 
 }  // namespace detail
 

@@ -85,6 +85,9 @@ struct GemmTestHooks {
   GemmWgmmaKernel wgmma_kernel = GemmWgmmaKernel::kDefault;  // the wgmma kernel's tiles and schedule
   int wgmma_max_blocks = 0;  // wgmma: at most this many persistent blocks (> 0), so each takes many units
   bool unfused_bias_grad = false;                // weight_bias_grad_cuda as GEMM + bias_backward_cuda
+  // cuBLASLt, bf16: the bias-gradient epilogue stores its sums in bf16 (cuBLASLt's own type for them)
+  // instead of fp32, which cuBLASLt 13 has no algorithm for (GPT2_CUBLASLT_BIAS_GRAD=bf16 sets it)
+  bool lt_bias_grad_bf16 = false;
   // wgmma 128x128 kDGelu: the epilogue reads the pre-activations from global memory, as the other wgmma
   // kernels do, instead of TMA loading them while the products run (the benchmarks' A/B of that tile)
   bool wgmma_aux_from_global = false;
@@ -202,8 +205,11 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
 // columns of the dout tiles they already stage in shared memory, in K order (fp32 with Kahan's
 // compensation; with split-K per split, then in split order), so the separate bias kernel and its read of
 // dout go away. dw has exactly gemm_cuda's bits; dbias is deterministic but sums in another order than
-// bias_backward_cuda. cuBLASLt: its BGRADA epilogue writes the column sums in fp32 to scratch and a small
-// kernel adds them into dbias; dw may differ from gemm_cuda's in the last bit (another algorithm).
+// bias_backward_cuda. cuBLASLt: its BGRADA epilogue writes the column sums to scratch, in fp32 or (bf16 data
+// with the hook lt_bias_grad_bf16, GPT2_CUBLASLT_BIAS_GRAD=bf16) rounded to bf16, and a small kernel adds
+// them into dbias; dw may differ from gemm_cuda's in the last bit (another algorithm). A bf16 sum is
+// rounded twice where dbias already holds a gradient (accumulation over micro-steps): once to bf16 by
+// cuBLASLt, once more when added.
 // Otherwise (no cuBLASLt algorithm for the epilogue, the wgmma kernel, bf16 operands that mma.sync
 // stages through registers, the test hook unfused_bias_grad): gemm_cuda, then bias_backward_cuda.
 size_t weight_bias_grad_scratch_bytes(int rows, int OC);
@@ -219,10 +225,11 @@ size_t cublaslt_workspace_bytes();
 template <class T>
 void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K,
                    bool trans_a, bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
-// dw (IC,OC) += inp^T dout with the column sums of dout written (not added) to dbias_f32 (OC floats);
-// false, having done nothing, when cuBLASLt has no algorithm for that epilogue.
-template <class T>
-bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, float* dbias_f32, const T* inp, const T* dout, int rows, int IC,
+// dw (IC,OC) += inp^T dout with the column sums of dout written (not added) to dbias_sums (OC values of
+// S: float, or T where T is bf16, cuBLASLt's own type for them); false, having done nothing, when cuBLASLt
+// has no algorithm for that epilogue.
+template <class T, class S>
+bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout, int rows, int IC,
                                int OC, cudaStream_t stream);
 }  // namespace detail
 

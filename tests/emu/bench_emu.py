@@ -6,7 +6,7 @@ tools/gpu/bench_table.py, on a lent GPU's one device call, so both run here firs
 
 One run, on a device of 4 GiB (EMU_DEVICE_MEMORY_MIB), of benchmarks cheap to emulate: the LM head's forward
 at B*T = 65536, whose 6.6 GB of logits the device cannot hold, and three others (a cuBLASLt weight gradient
-with its fused bias gradient, a layernorm forward, the copy ceiling), at least one of which the binary
+with its bias gradient fused in bf16 sums, a layernorm forward, the copy ceiling), at least one of which the binary
 registers after the LM head. The LM head must become an error row saying how much it asked for, while the
 others still measure; the process must exit 1, its --benchmark_out JSON be whole, and bench_table.py judge
 the rows and name the error. Timings are the emulator's (meaningless): what is checked is that the harness
@@ -22,7 +22,7 @@ bench, repo, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 out_json = os.path.join(work, "bench.json")
 wanted = ["Ceiling/copy_d2d/1GiB", "Gemm/bf16/cublaslt/lm_head/fwd/BT:65536",
-          "WeightBiasGrad/bf16/cublaslt/attn_proj/BT:8192", "BM_layernorm_fwd_bf16/8192/768"]
+          "WeightBiasGrad/bf16/cublaslt_bgrad_bf16/attn_proj/BT:8192", "BM_layernorm_fwd_bf16/8192/768"]
 failing = wanted[1]
 env = dict(os.environ, EMU_FIBERS="1", EMU_DEVICE_MEMORY_MIB="4096")
 try:

@@ -267,7 +267,7 @@ std::vector<Variant> default_paths() {
 // backend whose paths a variant leaves alone would only repeat its default run: device time that the
 // lent GPU's phase A, under a deadline, has better uses for.
 bool variant_changes(const GemmTestHooks& h, GemmBackend be) {
-  const bool lt = h.lt_force_unfused_epilogue;
+  const bool lt = h.lt_force_unfused_epilogue || h.lt_bias_grad_bf16;
   const bool hand = h.hand_force_scalar_loads || h.hand_force_splits > 0 ||
                     h.hand_path != kernels::GemmHandPath::kAuto || h.wgmma_kernel != GemmWgmmaKernel::kDefault ||
                     h.wgmma_max_blocks > 0;
@@ -818,7 +818,8 @@ TEST(GemmCublasLtEnvironment, UnknownValuesAreErrors) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
   const std::pair<const char*, const char*> cases[] = {{"GPT2_CUBLASLT_REDUCTION", "fp16"},
                                                        {"GPT2_CUBLASLT_LOG_PLANS", "yes"},
-                                                       {"GPT2_CUBLASLT_EPILOGUES", "none"}};
+                                                       {"GPT2_CUBLASLT_EPILOGUES", "none"},
+                                                       {"GPT2_CUBLASLT_BIAS_GRAD", "fp16"}};
   for (const auto& [var, bad] : cases) {
     const char* was = std::getenv(var);
     const std::string saved = was != nullptr ? was : "";
@@ -826,6 +827,20 @@ TEST(GemmCublasLtEnvironment, UnknownValuesAreErrors) {
     EXPECT_DEATH(GemmContext ctx(GemmBackend::kCublasLt), std::string(var) + "='" + bad + "'");
     was != nullptr ? setenv(var, saved.c_str(), 1) : unsetenv(var);
   }
+}
+
+// GPT2_CUBLASLT_BIAS_GRAD=bf16 asks a cuBLASLt context for the bias-gradient epilogue's bf16 sums (the test
+// hook it sets); fp32 and unset leave the default.
+TEST(GemmCublasLtEnvironment, BiasGradSums) {
+  const char* was = std::getenv("GPT2_CUBLASLT_BIAS_GRAD");
+  const std::string saved = was != nullptr ? was : "";
+  for (const char* value : {"bf16", "fp32", ""}) {
+    SCOPED_TRACE(std::string("GPT2_CUBLASLT_BIAS_GRAD='") + value + "'");
+    ASSERT_EQ(*value ? setenv("GPT2_CUBLASLT_BIAS_GRAD", value, 1) : unsetenv("GPT2_CUBLASLT_BIAS_GRAD"), 0);
+    const GemmContext ctx(GemmBackend::kCublasLt);
+    EXPECT_EQ(ctx.test_hooks().lt_bias_grad_bf16, std::string(value) == "bf16");
+  }
+  was != nullptr ? setenv("GPT2_CUBLASLT_BIAS_GRAD", saved.c_str(), 1) : unsetenv("GPT2_CUBLASLT_BIAS_GRAD");
 }
 
 TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
@@ -1160,8 +1175,9 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
     if (must_fuse) {
       EXPECT_TRUE(fused) << "this kernel sums the bias gradient in the GEMM";
     }
-    if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && v.tag.empty())
-      std::printf("cuBLASLt bias-gradient epilogue (BGRADA) for %s: %s\n", tag.c_str(),
+    if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && (v.tag.empty() || v.hooks.lt_bias_grad_bf16))
+      std::printf("cuBLASLt bias-gradient epilogue (BGRADA, %s sums) for %s: %s\n",
+                  std::is_same_v<T, bf16> && v.hooks.lt_bias_grad_bf16 ? "bf16" : "fp32", tag.c_str(),
                   fused ? "fused" : "no algorithm, GEMM + bias kernel");
     sync();
     dw[run] = d_dw.get();
@@ -1185,7 +1201,7 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
 // runs fused on its default path (fp32: also at offset 1), with a forced split-K of 3 (per-split sums
 // added in order), and unfused through the hook and on bf16's register-staged loaders (offset 1, the
 // scalar-load hook), which leave the bias to bias_backward_cuda; cuBLASLt runs its bias-gradient
-// epilogue where it has one.
+// epilogue where it has one, with fp32 sums and (bf16, the hook lt_bias_grad_bf16) with bf16 sums.
 TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   using T = TypeParam;
   struct LShape {
@@ -1200,6 +1216,11 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   variants[3].tag = "[unfused] ";
   variants[3].hooks.unfused_bias_grad = true;
   variants = with_mma_sync<T>(variants);
+  if constexpr (std::is_same_v<T, bf16>) {  // cuBLASLt only (variant_changes): its epilogue's bf16 sums
+    variants.emplace_back();
+    variants.back().tag = "[bf16 bias sums] ";
+    variants.back().hooks.lt_bias_grad_bf16 = true;
+  }
   uint32_t seed = 1200;
   for (const LShape& s : {LShape{1, 1, 1}, LShape{111, 72, 37}, LShape{300, 72, 2304}, LShape{513, 200, 3 * kC + 4},
                           LShape{4096, kC, kC}})

@@ -13,9 +13,11 @@
 //   DGELU          D *= gelu'(aux)                        (aux: the forward's pre-activation)
 //   BGRADA         bias[i] = sum over k of op(A)[i][k]    (stored, not added; BIAS_DATA_TYPE or D's type)
 // Assumed where the documentation is silent (the lent GPU settles them): GELU is the tanh form (GPT-2's; PyTorch
-// relies on cuBLASLt's being that); a fused kernel takes the GELU of its fp32 value, not of the stored aux; a
-// bias gradient may be fp32 beside bf16 data (cublasLt.h says "the same type as the output elements"; the
-// wrapper asks for fp32, and on a GPU the heuristic may refuse it, sending the wrapper to its fallback).
+// relies on cuBLASLt's being that); a fused kernel takes the GELU of its fp32 value, not of the stored aux.
+// Answered as the lent GPUs' cuBLASLt 13 answered (2026-11-27, H100 and H200): no algorithm for a bias gradient
+// in fp32 beside bf16 data (cublasLt.h: "the same type as the output elements"), so the wrapper falls back to
+// its bias kernel; EMU_CUBLASLT_BGRAD_FP32=1 offers one anyway. A bias gradient in the data's type is offered
+// (whether a GPU has one is the lent GPU's to say).
 // The heuristic answers one algorithm for every supported problem, which records the alignment the caller
 // promised (MIN_ALIGNMENT_*, default 256): a matmul whose pointers break that promise, or whose aux leading
 // dimension is not a multiple of 8 or below m, fails. The workspace must be device memory when given.
@@ -84,6 +86,13 @@ bool fused_offered() {
   static const bool offered = [] {
     const char* v = std::getenv("EMU_CUBLASLT_FUSED");
     return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return offered;
+}
+bool bgrad_fp32_on_bf16_offered() {
+  static const bool offered = [] {
+    const char* v = std::getenv("EMU_CUBLASLT_BGRAD_FP32");
+    return v && std::strcmp(v, "1") == 0;
   }();
   return offered;
 }
@@ -262,6 +271,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cub
                                         *reinterpret_cast<const Layout*>(c), *reinterpret_cast<const Layout*>(d), &m, &n, &k);
   if (!why.empty()) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm: " + why);
   if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !fused_offered()) return CUBLAS_STATUS_SUCCESS;  // none returned
+  const Layout& la = *reinterpret_cast<const Layout*>(a);
+  if (desc.epilogue == CUBLASLT_EPILOGUE_BGRADA && la.type == CUDA_R_16BF && desc.bias_type == CUDA_R_32F &&
+      !bgrad_fp32_on_bf16_offered())
+    return CUBLAS_STATUS_SUCCESS;  // none returned, as on the lent GPUs
   const Preference& p = *reinterpret_cast<const Preference*>(pref);
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = kAlgoMagic;

@@ -175,9 +175,9 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
 }
 
 // wgmma_kernel: kDefault for the backend's default kernel (the hand backend: mma.sync), else the hand wgmma
-// kernel to run.
+// kernel to run. bgrad_bf16: cuBLASLt's bias-gradient epilogue with bf16 sums (GPT2_CUBLASLT_BIAS_GRAD=bf16).
 void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, bool unfused,
-                       Layer layer, int rows) try {
+                       bool bgrad_bf16, Layer layer, int rows) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
@@ -192,6 +192,7 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaK
   ctx.test_hooks().hand_path = wgmma ? k::GemmHandPath::kWgmma : k::GemmHandPath::kMmaSync;
   ctx.test_hooks().wgmma_kernel = wgmma_kernel;
   ctx.test_hooks().unfused_bias_grad = unfused;
+  ctx.test_hooks().lt_bias_grad_bf16 = bgrad_bf16;
   // 1 when the bias gradient rode along the product (cuBLASLt: an algorithm for the BGRADA epilogue)
   state.counters["fused"] = k::weight_bias_grad_cuda<bf16>(ctx, dw.data(), dbias.data(), scratch.data(), inp.data(),
                                                            dout.data(), rows, IC, OC, nullptr);
@@ -260,6 +261,7 @@ const bool kRegistered = [] {
     k::GemmBackend be;
     bool unfused;
     k::GemmWgmmaKernel wgmma_kernel;
+    bool bgrad_bf16 = false;
   };
   using W = k::GemmWgmmaKernel;
   const WbVariant variants[] = {{"hand", k::GemmBackend::kHand, false, W::kDefault},
@@ -269,14 +271,16 @@ const bool kRegistered = [] {
                                 {"hand_wgmma256", k::GemmBackend::kHand, false, W::k128x256},
                                 {"hand_wgmma256_unfused", k::GemmBackend::kHand, true, W::k128x256},
                                 {"cublaslt", k::GemmBackend::kCublasLt, false, W::kDefault},
-                                {"cublaslt_unfused", k::GemmBackend::kCublasLt, true, W::kDefault}};
+                                {"cublaslt_unfused", k::GemmBackend::kCublasLt, true, W::kDefault},
+                                {"cublaslt_bgrad_bf16", k::GemmBackend::kCublasLt, false, W::kDefault, true}};
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers) {
       if (l.lm_head) continue;  // the tied LM head has no bias
       for (const WbVariant& v : variants) {
         const std::string name =
             std::string("WeightBiasGrad/bf16/") + v.name + "/" + l.name + "/BT:" + std::to_string(rows);
-        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.wgmma_kernel, v.unfused, l, rows)
+        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.wgmma_kernel, v.unfused, v.bgrad_bf16, l,
+                                     rows)
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
       }
