@@ -380,8 +380,9 @@ ncu_hot_kernels() {
 # metrics that say what holds a kernel back; tools/gpu/ncu_summary.py makes one line of each
 # (docs/performance.md, "Attention's block order", says how to read them).
 ncu_launches() {
-  local name=$1 limit=$2 gpu_skip="" stalls="" r
+  local name=$1 limit=$2 gpu_skip="" stalls="" r specs
   shift 2
+  specs=$(printf '%q ' "$@")  # quoted for the script below (a kernel regex may hold '|')
   command -v ncu >/dev/null || gpu_skip="ncu not installed"
   [[ $sandbox == gvisor ]] && gpu_skip="ncu has no counters on gVisor"
   for r in long_scoreboard short_scoreboard barrier mio_throttle math_pipe_throttle wait not_selected lg_throttle \
@@ -391,7 +392,7 @@ ncu_launches() {
   # One log per launch ($logs/STEP_N.csv), summarised under the benchmark it ran in.
   gpu_step "$name" "$limit" "one line a kernel" bash -c "
     i=0
-    for k in $*; do
+    for k in $specs; do
       i=\$((i + 1))
       ncu --clock-control none -k regex:\${k%%=*} --launch-count 1 --section SpeedOfLight --section LaunchStats \
         --section Occupancy --section SchedulerStats --section ComputeWorkloadAnalysis \
@@ -420,6 +421,20 @@ ncu_layernorm() {
     layernorm_bwd_sum_partials='^BM_layernorm_bwd_bf16/8192/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/65536/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_prefetch_bf16/65536/768/'
+}
+# ncu_gemm_epilogue: why the hand GEMM's GELU epilogues cost what they do (H200, 2026-11-27: mlp_up's forward
+# 1.51x the same product without its epilogue on 128x128 tiles, mlp_down's input gradient 1.63x, and 2.61x on
+# the 128x256 default; cuBLASLt 1.34x and 1.40x): each with and without its epilogue, the 128x256 kernel's
+# input gradient, and cuBLASLt's forward for what its epilogue does. Issue slots, stalls and the tensor pipe
+# say whether the epilogue waits on latency (a warpgroup's dependent chains while the tensor cores idle) or
+# on issue, and so whether more vectors in flight or fewer instructions is the fix.
+ncu_gemm_epilogue() {
+  ncu_launches ncu_gemm_epilogue 120 gemm_bf16_wgmma_tma_persistent='^Gemm/bf16/hand_wgmma/mlp_up/fwd/BT:8192/' \
+    gemm_bf16_wgmma_tma_persistent='^GemmNoEpilogue/bf16/hand_wgmma/mlp_up/fwd/BT:8192/' \
+    gemm_bf16_wgmma_tma_persistent='^Gemm/bf16/hand_wgmma/mlp_down/dinp/BT:8192/' \
+    gemm_bf16_wgmma_tma_persistent='^GemmNoEpilogue/bf16/hand_wgmma/mlp_down/dinp/BT:8192/' \
+    gemm_bf16_wgmma_tma_persistent='^Gemm/bf16/hand_wgmma256/mlp_down/dinp/BT:8192/' \
+    'nvjet|xmma|gemm|cutlass=^Gemm/bf16/cublaslt/mlp_up/fwd/BT:8192/'
 }
 
 # ---- phase A: is it right, and how fast by default -------------------------------------------------
@@ -603,6 +618,7 @@ phase_C() {
   ncu_hot_kernels
   ncu_attention
   ncu_layernorm
+  ncu_gemm_epilogue
 }
 
 # ---- phase D: memory (what recompute costs and saves; the largest preset fits) ---------------------
