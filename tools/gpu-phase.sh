@@ -488,13 +488,13 @@ phase_A() {
   # leading '-' excludes what the rest matches: the bundle's Google Benchmark 1.7 has POSIX regexes, where
   # a (?!...) lookahead does not compile and selects nothing.)
   gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='-^(Ceiling/|(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/[24]/)' \
+    --benchmark_filter='-^(Ceiling/|(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|GemmNoAuxPrefetch|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/[24]/)' \
     --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05
   # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong), and the
   # 128x128 weight gradient with its bias gradient fused and not, the products with an epilogue again
   # without it, and the GELU gradient's pre-activations read in the epilogue instead of by TMA ...
   gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='^(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|WeightBiasGrad)/bf16/hand_wgmma' \
+    --benchmark_filter='^(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|GemmNoAuxPrefetch|WeightBiasGrad)/bf16/hand_wgmma' \
     --benchmark_out="$logs/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05
   # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2; storing dS /0/4) on wgmma
   gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \

@@ -233,6 +233,15 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, u
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+// Prefetches the 2-D box at (c0, c1) of the tensor into L2 (no shared memory, no barrier, nothing to wait
+// for): for data that ordinary loads read later, which then come from L2 instead of DRAM (the wgmma GEMM's
+// GELU-gradient pre-activations where its shared memory has no room for them).
+__device__ __forceinline__ void tma_prefetch_l2_2d(const void* tensor_map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tensor_map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
 // Fetches the tensor map into the descriptor cache ahead of the first copy.
 __device__ __forceinline__ void tma_prefetch_descriptor(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensor_map)) : "memory");

@@ -774,18 +774,26 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       if (used > 1 && plan.tail_from > 0 && plan.tail_from < tiles) tail_from = plan.tail_from;
       const int max_blocks = ctx.test_hooks().wgmma_max_blocks;
       const bool tma_aux = !ctx.test_hooks().wgmma_aux_from_global;
-      bool aux_by_tma = false;
+      const bool prefetch_aux = !ctx.test_hooks().wgmma_no_aux_prefetch;
+      using gemm_detail::WgmmaAuxRead;
+      WgmmaAuxRead aux_read = WgmmaAuxRead::kEpilogue;
+      const auto note_aux = [&](WgmmaAuxRead r) {
+        if (r != WgmmaAuxRead::kEpilogue) aux_read = r;
+      };
       if (tail_from > 0) {  // the whole tiles, finished here (their bias-gradient columns into dbias)
         const int k_whole = static_cast<int>(ceil_div(K, gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
-        aux_by_tma = gemm_detail::gemm_bf16_wgmma(wgmma_kernel, max_blocks, tma_aux, a, b, M, N, K, trans_a, trans_b,
-                                                  k_whole, 1, 0, tail_from, nullptr, epp, ep, dbias, nullptr, stream);
+        note_aux(gemm_detail::gemm_bf16_wgmma(wgmma_kernel, max_blocks, tma_aux, prefetch_aux, a, b, M, N, K, trans_a,
+                                              trans_b, k_whole, 1, 0, tail_from, nullptr, epp, ep, dbias, nullptr,
+                                              stream));
       }
       // Every tile, or the tail: partials into the workspace when split, the epilogue applied after.
-      aux_by_tma |= gemm_detail::gemm_bf16_wgmma(
-          wgmma_kernel, max_blocks, tma_aux, a, b, M, N, K, trans_a, trans_b, k_per_split, used, tail_from,
-          tiles - tail_from, used > 1 ? ctx.splitk_workspace() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : ep,
-          used > 1 ? nullptr : dbias, used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream);
-      if (aux_by_tma) ++ctx.test_hooks().wgmma_aux_tma_launches;
+      note_aux(gemm_detail::gemm_bf16_wgmma(
+          wgmma_kernel, max_blocks, tma_aux, prefetch_aux, a, b, M, N, K, trans_a, trans_b, k_per_split, used,
+          tail_from, tiles - tail_from, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
+          used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
+          used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream));
+      if (aux_read == WgmmaAuxRead::kTma) ++ctx.test_hooks().wgmma_aux_tma_launches;
+      if (aux_read == WgmmaAuxRead::kPrefetchL2) ++ctx.test_hooks().wgmma_aux_prefetch_launches;
       if (tail_from > 0) ++ctx.test_hooks().wgmma_split_tails;
     }
 #endif

@@ -11,7 +11,7 @@
 //  * Three configurations (WgmmaTile, gemm_cuda.hpp GemmWgmmaKernel): 128x128 tiles (4 stages), 128x256
 //    (3 stages; CUTLASS's fastest Hopper bf16 shape: wgmma m64n256 reads fewer shared-memory bytes per
 //    flop than m64n128), and 128x128 on a ping-pong schedule. The context picks one (GPT2_GEMM_SM90);
-//    until a GPU has timed them, 128x128 is the default.
+//    128x256, the fastest 124M step on the H100 and the H200, is the default.
 //  * Warpgroup 0 is the producer: one thread waits for an empty stage, announces its bytes on the
 //    stage's full barrier and issues the TMA copies. Warpgroups 1 and 2 are consumers. Cooperative: each
 //    owns 64 rows of every tile. Ping-pong: each takes every other tile of the block whole, so one's
@@ -26,6 +26,10 @@
 //    unit with TMA when the consumer starts it, on the consumer's aux_full barrier, so the load runs under
 //    the products and the epilogue reads shared memory (WgmmaTile::kAuxFits says where they fit; read
 //    from global memory in the epilogue they cost the H100's mlp_down input gradient 44% of cuBLASLt).
+//    Where they do not fit (128x256), the same thread prefetches its rows into L2 instead (TMA's L2
+//    prefetch: no shared memory, nothing to wait for), so the epilogue's loads find them there rather than
+//    in DRAM: its 2 vectors in flight a thread could not cover DRAM's latency (H200: 2.61x the product
+//    without the epilogue, against 1.63x for the 128x128 kernel's TMA tiles).
 //  * The bias gradient fused into a weight gradient (A transposed, B not, no epilogue: dW += inp^T dout
 //    with dbias += dout's column sums): on the units of row tile 0, every consumer thread of the unit sums
 //    a pair of columns over a slice of the K rows of each B stage (WgmmaTile::kBiasGroups slices), after
@@ -36,8 +40,10 @@
 //    summing one column per thread over all 64 rows, 64 dependent loads a stage, ran the fused weight and
 //    bias gradient at 0.71-0.92x of the GEMM plus the separate bias kernel on the H100, 2026-11-27.)
 //
-// NOT VERIFIED ON A GPU YET (written without one; docs/performance.md). It runs only when asked for:
-// GPT2_GEMM_SM90 or the test hooks (gemm_cuda.hpp GemmHandPath, GemmWgmmaKernel).
+// Verified on an H100 and an H200 (2026-11-27: its GPU suite and synccheck; docs/performance.md); the hand
+// backend's bf16 kernel on compute capability 9.0 since 2026-12-02 (GPT2_GEMM_SM90=0: mma.sync; the test hooks:
+// gemm_cuda.hpp GemmHandPath, GemmWgmmaKernel). Changes since are checked on the emulator (tests/emu) until a
+// GPU runs them.
 //
 // Layout facts, and where they come from (see kernels/common/ptx.cuh for the wrappers' own sources):
 //  * TMA box: 64 x 64 bf16 with CU_TENSOR_MAP_SWIZZLE_128B: the inner extent is 128 bytes, the most that
@@ -189,6 +195,9 @@ struct WgmmaParams {
   // kDGelu without split-K, where the kernel has the room (kStagesAux): the consumers load their tiles
   // of ep.aux with TMA (tmap_aux) while their products run. False where TMA cannot describe ep.aux.
   bool aux_by_tma;
+  // kDGelu without split-K and without aux_by_tma: the consumers prefetch their tiles of ep.aux into L2
+  // (tmap_aux) as they start a unit, for the epilogue's loads.
+  bool aux_prefetch;
 };
 
 // A consumer's 64 x kBN tile of pre-activations as TMA leaves it: 64 x 64 boxes 8 KB apart, each row 128
@@ -332,7 +341,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const bool aux_by_tma = kAux && p.aux_by_tma && p.partial == nullptr;
   // Row block rb of it: kBN / 64 boxes.
   auto aux_tile_rows = [&](int rb) { return aux_tiles + c * Cfg::kAuxBytes + rb * (Cfg::kBN / kBox) * Cfg::kBoxBytes; };
-  if (aux_by_tma && tid_wg == 0) cuda::tma_prefetch_descriptor(&tmap_aux);
+  const bool aux_prefetch = kEp == GemmEpilogue::kDGelu && p.aux_prefetch && !aux_by_tma && p.partial == nullptr;
+  if ((aux_by_tma || aux_prefetch) && tid_wg == 0) cuda::tma_prefetch_descriptor(&tmap_aux);
   // Descriptor pieces that do not depend on the stage (ptx.cuh wgmma_desc; facts in the file comment).
   constexpr uint32_t kSbo = 1024;
   constexpr uint32_t kLboA = kTransA ? Cfg::kBoxBytes : 16;  // K-major: unused (encodes as 1)
@@ -391,6 +401,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                               u.m0 + (rb0 + rb) * Cfg::kWgRows);
       }
       __syncwarp();  // warp 0 whole again before the wgmma (.aligned) that follow
+    }
+    if constexpr (kEp == GemmEpilogue::kDGelu) {
+      // The epilogue reads the unit's pre-activations from global memory: into L2 with them now, under the
+      // products. Boxes wholly past C's tails hold nothing to fetch.
+      if (aux_prefetch && tid_wg == 0) {
+#pragma unroll
+        for (int rb = 0; rb < Cfg::kRowBlocks; ++rb) {
+          const int row = u.m0 + (rb0 + rb) * Cfg::kWgRows;
+#pragma unroll
+          for (int j = 0; j < Cfg::kBN / kBox; ++j)
+            if (row < p.M && u.n0 + j * kBox < p.N) cuda::tma_prefetch_l2_2d(&tmap_aux, u.n0 + j * kBox, row);
+        }
+      }
+      __syncwarp();
     }
     const bool bias_grad = bias_grad_wanted && u.m0 == 0;  // the same for all of the unit's threads
     float2 bias_sum = make_float2(0.0f, 0.0f), bias_c = make_float2(0.0f, 0.0f);
@@ -556,10 +580,10 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
-                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, int tile0,
-                     int tile_count, float* partial, const EpilogueParams<bf16>& ep, GemmEpilogue epilogue,
-                     bf16* dbias, float* dbias_partial, cudaStream_t stream) {
+WgmmaAuxRead gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, bool aux_prefetch, const bf16* a,
+                             const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
+                             int splits, int tile0, int tile_count, float* partial, const EpilogueParams<bf16>& ep,
+                             GemmEpilogue epilogue, bf16* dbias, float* dbias_partial, cudaStream_t stream) {
   GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault && kernel != GemmWgmmaKernel::kByShape,
              "gemm_bf16_wgmma needs a resolved kernel (gemm_wgmma_kernel_for)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
@@ -587,9 +611,12 @@ bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
   // 16-byte aligned base, rows of a multiple of 8 elements).
   const bool room = kernel == GemmWgmmaKernel::k128x128 || kernel == GemmWgmmaKernel::k128x128PingPong;
   static_assert(WgmmaTile<128>::kAuxFits && WgmmaTile<128, true>::kAuxFits && !WgmmaTile<256>::kAuxFits, "room");
-  p.aux_by_tma = aux_by_tma && room && epilogue == GemmEpilogue::kDGelu && partial == nullptr && ep.vec4 &&
-                 ep.aux != nullptr && wgmma_takes(ep.aux, ep.aux, N, N);
-  const CUtensorMap taux = p.aux_by_tma ? make_tensor_map(ep.aux, N, M, N) : ta;  // else never read
+  const bool aux_tma_able = epilogue == GemmEpilogue::kDGelu && partial == nullptr && ep.vec4 && ep.aux != nullptr &&
+                            wgmma_takes(ep.aux, ep.aux, N, N);
+  p.aux_by_tma = aux_by_tma && room && aux_tma_able;
+  // Where they do not come by TMA, into L2 while the products run (the epilogue reads them from global memory)
+  p.aux_prefetch = aux_prefetch && !p.aux_by_tma && aux_tma_able;
+  const CUtensorMap taux = p.aux_by_tma || p.aux_prefetch ? make_tensor_map(ep.aux, N, M, N) : ta;  // else never read
   // The configuration as a type, then the transposes and the epilogue as template arguments.
   auto with_cfg = [&](auto cfg) {
     using Cfg = decltype(cfg);
@@ -607,7 +634,7 @@ bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, co
     case GemmWgmmaKernel::k128x128PingPong: with_cfg(WgmmaTile<128, true>{}); break;
     default: with_cfg(WgmmaTile<128>{}); break;
   }
-  return p.aux_by_tma;
+  return p.aux_by_tma ? WgmmaAuxRead::kTma : p.aux_prefetch ? WgmmaAuxRead::kPrefetchL2 : WgmmaAuxRead::kEpilogue;
 }
 
 }  // namespace gpt2::kernels::gemm_detail

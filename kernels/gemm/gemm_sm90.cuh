@@ -39,12 +39,16 @@ inline int wgmma_tiles(GemmWgmmaKernel kernel, int M, int N) {
 // The bias gradient fused into a weight gradient (A transposed, B not, epilogue kNone; otherwise both
 // nullptr): dbias += B's column sums with splits == 1, or with split-K each split's sums into
 // dbias_partial [splits][N] fp32, for the caller to add into dbias in split order.
+// How a launch's epilogue got kDGelu's pre-activations: read from global memory by the epilogue alone, loaded
+// by TMA into shared memory during the products, or read by the epilogue after TMA prefetched them into L2
+// during the products.
+enum class WgmmaAuxRead { kEpilogue, kTma, kPrefetchL2 };
 // aux_by_tma: kDGelu's pre-activations may be loaded by TMA during the products (where the kernel has the
-// room and TMA can describe ep.aux); false: read in the epilogue. Returns whether they were.
-bool gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, const bf16* a, const bf16* b, int M,
-                     int N, int K, bool trans_a, bool trans_b, int k_per_split, int splits, int tile0,
-                     int tile_count, float* partial,
-                     const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, bf16* dbias, float* dbias_partial,
-                     cudaStream_t stream);
+// room and TMA can describe ep.aux); aux_prefetch: where they are not, they may be prefetched into L2 during
+// the products (TMA can describe ep.aux); otherwise the epilogue reads them. Returns which it was.
+WgmmaAuxRead gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, bool aux_prefetch, const bf16* a,
+                             const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
+                             int splits, int tile0, int tile_count, float* partial, const EpilogueParams<bf16>& ep,
+                             GemmEpilogue epilogue, bf16* dbias, float* dbias_partial, cudaStream_t stream);
 
 }  // namespace gpt2::kernels::gemm_detail

@@ -901,31 +901,42 @@ TEST_F(GemmWgmma, ManyUnitsPerBlock) {
   check_case<bf16>({1160, 1288, 520, true, true, GemmEpilogue::kNone, true}, 1291, v);
 }
 
-// The 128x128 kernels' GELU gradient with its pre-activation tiles loaded by TMA during the products (the
-// default) against the same kernel reading them in the epilogue (the hook wgmma_aux_from_global): the same
-// bits, and against the CPU. 12 units on 3 blocks, so each consumer reloads its tile 2-4 times (the tile's
-// barrier phases and its reuse after the previous epilogue; ping-pong's every other unit); row and column
-// tails (zero-filled boxes); 3 k-steps, fewer than the stages. The launch counter says which way ran.
+// The GELU gradient's pre-activations three ways: loaded by TMA during the products (the 128x128 kernels'
+// default), prefetched into L2 by TMA during the products and read by the epilogue (the 128x256 kernel's
+// default, and the 128x128 kernels' under the hook wgmma_aux_from_global), and read by the epilogue alone (the
+// hook wgmma_no_aux_prefetch as well): the same bits every way, and against the CPU. 12 units on 3 blocks
+// (6 on 128x256), so each consumer reloads its tile 2-4 times (the tile's barrier phases and its reuse after
+// the previous epilogue; ping-pong's every other unit); row and column tails (zero-filled boxes, and boxes
+// wholly past N that the prefetch skips: the emulator fails one that lies outside the tensor); 3 k-steps,
+// fewer than the stages. The launch counters say which way ran.
 TEST_F(GemmWgmma, DGeluPreActivationsByTmaMatchGlobalReads) {
   const int M = 392, N = 264, K = 136;
   const auto a = rnd_t<bf16>(static_cast<size_t>(M) * K, 1700), b = rnd_t<bf16>(static_cast<size_t>(N) * K, 1701);
   auto pre = rnd_t<bf16>(static_cast<size_t>(M) * N, 1702);
-  for (GemmWgmmaKernel kernel : {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x128PingPong}) {
+  for (GemmWgmmaKernel kernel : {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x128PingPong,
+                                 GemmWgmmaKernel::k128x256}) {
     SCOPED_TRACE(kernels::gemm_wgmma_kernel_name(kernel));
+    const bool room = kernel != GemmWgmmaKernel::k128x256;  // shared memory for the pre-activation tiles
     GemmContext ctx(GemmBackend::kHand);
-    std::vector<float> runs[2];
-    for (int from_global = 0; from_global < 2; ++from_global) {
+    std::vector<float> runs[3];
+    for (int way = 0; way < 3; ++way) {  // 0: the default; 1: not by TMA into shared memory; 2: nor prefetched
+      SCOPED_TRACE("way " + std::to_string(way));
       ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma, 0, kernel);
       ctx.test_hooks().wgmma_max_blocks = 3;
-      ctx.test_hooks().wgmma_aux_from_global = from_global != 0;
-      runs[from_global] = gpu_gemm<bf16>(ctx, std::vector<float>(static_cast<size_t>(M) * N, kNaN), a, b, nullptr,
-                                         &pre, M, N, K, false, true, false, GemmEpilogue::kDGelu);
-      EXPECT_EQ(ctx.test_hooks().wgmma_aux_tma_launches, from_global != 0 ? 0 : 1) << "from_global " << from_global;
+      ctx.test_hooks().wgmma_aux_from_global = way >= 1;
+      ctx.test_hooks().wgmma_no_aux_prefetch = way == 2;
+      runs[way] = gpu_gemm<bf16>(ctx, std::vector<float>(static_cast<size_t>(M) * N, kNaN), a, b, nullptr, &pre, M,
+                                 N, K, false, true, false, GemmEpilogue::kDGelu);
+      const bool by_tma = way == 0 && room, prefetched = way < 2 && !by_tma;
+      EXPECT_EQ(ctx.test_hooks().wgmma_aux_tma_launches, by_tma ? 1 : 0);
+      EXPECT_EQ(ctx.test_hooks().wgmma_aux_prefetch_launches, prefetched ? 1 : 0);
     }
     EXPECT_EQ(bit_mismatches(runs[0], runs[1]), 0);
+    EXPECT_EQ(bit_mismatches(runs[0], runs[2]), 0);
     GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma, 0, kernel);
     h.wgmma_max_blocks = 3;
-    check_case<bf16>({M, N, K, false, true, GemmEpilogue::kDGelu, false}, 1703, {{"[wgmma, aux by TMA] ", h}});
+    check_case<bf16>({M, N, K, false, true, GemmEpilogue::kDGelu, false}, 1703,
+                     {{room ? "[wgmma, aux by TMA] " : "[wgmma, aux prefetched into L2] ", h}});
   }
 }
 

@@ -157,6 +157,9 @@ DIAGNOSES = [
     ("GemmAuxFromGlobal/", lambda n: n.replace("GemmAuxFromGlobal/", "Gemm/", 1), True, True,
      "GELU gradient's pre-activations by TMA during the products (time when the epilogue reads them / time by TMA; "
      "> 1.00x: TMA is faster)"),
+    ("GemmNoAuxPrefetch/", lambda n: n.replace("GemmNoAuxPrefetch/", "Gemm/", 1), True, True,
+     "GELU gradient's pre-activations prefetched into L2 during the products, 128x256 (time without the prefetch / "
+     "time with it; > 1.00x: the prefetch pays)"),
     ("AttentionTileOrder/", attention_default_row, False, True,
      "attention block order (time in this order / time in the default: the forward's groups of heads sized for L2, "
      "the backward's one group; "

@@ -94,6 +94,13 @@ MMA_128 = "cuda::wgmma_m64n128k16_bf16<kTransA ? 1 : 0, kTransB ? 0 : 1>(acc[rb]
 MMA_256 = MMA_128.replace("m64n128k16", "m64n256k16")
 
 GEMM = {
+    # the L2 prefetch of the GELU gradient's pre-activations (128x256) also for boxes wholly past C's tails: the
+    # emulator fails a prefetch outside the tensor (a wrong coordinate would be one)
+    "aux_prefetch_past_tail": [("if (row < p.M && u.n0 + j * kBox < p.N) cuda::tma_prefetch_l2_2d(",
+                                "if (true) cuda::tma_prefetch_l2_2d(")],
+    # ... and with its coordinates swapped (rows inner)
+    "aux_prefetch_swapped": [("cuda::tma_prefetch_l2_2d(&tmap_aux, u.n0 + j * kBox, row);",
+                              "cuda::tma_prefetch_l2_2d(&tmap_aux, row, u.n0 + j * kBox);")],
     # B's transpose immediate inverted: the bug the emulator found on 2026-11-25, before any GPU ran it
     "b_transpose_inverted": [(m, m.replace("kTransB ? 0 : 1", "kTransB ? 1 : 0")) for m in (MMA_128, MMA_256)],
     # A's descriptor says 64-byte swizzle while TMA wrote the 128-byte pattern

@@ -1408,6 +1408,17 @@ void tma_load(uint32_t dst, const void* tmap, uint32_t bar, int rank, const int*
   ++g_stats.tma_copies;
 }
 
+void tma_prefetch_l2(const void* tmap, int rank, const int* c) {
+  const TensorMapRec& t = tensor_map_rec(tmap);
+  if (t.rank != rank) fail("cp.async.bulk.prefetch.tensor.%dd with a rank-%d tensor map", rank, t.rank);
+  for (int i = 0; i < rank; ++i)
+    if (static_cast<int64_t>(c[i]) + t.box[i] <= 0 || static_cast<int64_t>(c[i]) >= static_cast<int64_t>(t.dims[i]))
+      fail("cp.async.bulk.prefetch.tensor: the box at coordinate %d = %d (box %u) lies outside the tensor's %llu",
+           i, c[i], t.box[i], static_cast<unsigned long long>(t.dims[i]));
+  std::lock_guard<std::mutex> sg(g_stats_mu);
+  ++g_stats.tma_prefetches;
+}
+
 void fence_proxy_async() {}
 
 // Named barrier `id` for an arrival of `op` (bar.sync or bar.arrive) over `threads` threads; b.mu held.

@@ -293,10 +293,10 @@ Result run_case(const Case& g, uint32_t seed) {
   Dev<float> dbias_ws(std::vector<float>(g.bias_grad && used > 1 ? static_cast<size_t>(used) * g.N : 0, kNaN), kNaN);
   if (tail_from > 0) {  // gemm.cu gemm_hand's split tail: the whole tiles first, finished by the kernel
     const int k_whole = static_cast<int>(gpt2::cuda::ceil_div(g.K, gd::kWgmmaBK) * gd::kWgmmaBK);
-    gd::gemm_bf16_wgmma(g.kernel, 0, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_whole, 1, 0, tail_from,
+    gd::gemm_bf16_wgmma(g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_whole, 1, 0, tail_from,
                         nullptr, epp, g.ep, g.bias_grad ? dbias.data() : nullptr, nullptr, nullptr);
   }
-  gd::gemm_bf16_wgmma(g.kernel, 0, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used, tail_from,
+  gd::gemm_bf16_wgmma(g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used, tail_from,
                       tiles - tail_from, used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
                       g.bias_grad && used == 1 ? dbias.data() : nullptr,
                       g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);

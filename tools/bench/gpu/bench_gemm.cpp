@@ -20,6 +20,9 @@
 // The 128x128 wgmma kernel's GELU-gradient epilogue with the pre-activations read in the epilogue instead of
 // loaded by TMA during the products (the test hook wgmma_aux_from_global): the A/B of that tile.
 //   GemmAuxFromGlobal/bf16/hand_wgmma/mlp_down/dinp/BT:<rows>
+// The 128x256 wgmma kernel (the hand default on 9.0), whose shared memory has no room for them, without its
+// TMA prefetch of them into L2 during the products (the test hook wgmma_no_aux_prefetch): the A/B of that.
+//   GemmNoAuxPrefetch/bf16/hand_wgmma256/mlp_down/dinp/BT:<rows>
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -127,9 +130,10 @@ Product product_for(const Layer& l, Pass p, int rows) {
 // wgmma_kernel: kDefault for the backend's default kernel (the hand backend: mma.sync, so that `hand` names one
 // kernel on every device), else the hand wgmma kernel to run.
 // strip_epilogue: the same product with GemmEpilogue::kNone (GemmNoEpilogue rows); aux_from_global: the
-// test hook wgmma_aux_from_global (GemmAuxFromGlobal rows).
+// test hook wgmma_aux_from_global (GemmAuxFromGlobal rows); no_aux_prefetch: wgmma_no_aux_prefetch
+// (GemmNoAuxPrefetch rows).
 void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, Layer layer, Pass pass,
-             int rows, bool strip_epilogue, bool aux_from_global) try {
+             int rows, bool strip_epilogue, bool aux_from_global, bool no_aux_prefetch) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
@@ -149,6 +153,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
     ctx.test_hooks().hand_path = k::GemmHandPath::kWgmma;
     ctx.test_hooks().wgmma_kernel = wgmma_kernel;
     ctx.test_hooks().wgmma_aux_from_global = aux_from_global;
+    ctx.test_hooks().wgmma_no_aux_prefetch = no_aux_prefetch;
     if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
       return;
@@ -245,14 +250,19 @@ const bool kRegistered = [] {
                                                 : name_of(be);
             const std::string name = std::string(strip ? "GemmNoEpilogue" : "Gemm") + "/bf16/" + kernel + "/" +
                                      l.name + "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
-            benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows, strip, false)
+            benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows, strip, false, false)
                 ->UseManualTime()
                 ->Unit(benchmark::kMicrosecond);
           }
   for (int rows : {8192, 65536}) {
     const std::string name = "GemmAuxFromGlobal/bf16/hand_wgmma/mlp_down/dinp/BT:" + std::to_string(rows);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k::GemmBackend::kHand, k::GemmWgmmaKernel::k128x128,
-                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, true)
+                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, true, false)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    const std::string np = "GemmNoAuxPrefetch/bf16/hand_wgmma256/mlp_down/dinp/BT:" + std::to_string(rows);
+    benchmark::RegisterBenchmark(np.c_str(), BM_Gemm, k::GemmBackend::kHand, k::GemmWgmmaKernel::k128x256,
+                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, false, true)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }

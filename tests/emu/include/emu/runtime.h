@@ -71,6 +71,10 @@ uint64_t stalled_ns(uint64_t since_ns);
 // ---- TMA -----------------------------------------------------------------------------------------
 void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, int rank, const int* coords);
 void tma_prefetch(const void* tensor_map);
+// cp.async.bulk.prefetch.tensor: nothing lands anywhere the program can see, so it checks the map's rank and
+// that the box holds at least one element of the tensor (a box wholly outside it is a wrong coordinate: the
+// kernels skip the boxes past their tails), and counts (LaunchStats::tma_prefetches).
+void tma_prefetch_l2(const void* tensor_map, int rank, const int* coords);
 void fence_proxy_async();
 void named_barrier(int id, int threads, const char* file, int line);  // file:line, the bar.sync call site
 void named_barrier_arrive(int id, int threads);  // bar.arrive: counts, does not wait
@@ -137,7 +141,7 @@ int spin_load_acquire(const int* flag);
 
 // ---- launch --------------------------------------------------------------------------------------
 struct LaunchStats {
-  long blocks = 0, wgmma_ops = 0, tma_copies = 0;
+  long blocks = 0, wgmma_ops = 0, tma_copies = 0, tma_prefetches = 0;
 };
 LaunchStats& stats();
 void set_max_dynamic_smem(const void* func, int bytes);

@@ -119,6 +119,10 @@ inline void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar, int c0
   emu::tma_load(smem_u32(dst), tensor_map, smem_u32(bar), 3, c);
 }
 inline void tma_prefetch_descriptor(const void* tensor_map) { emu::tma_prefetch(tensor_map); }
+inline void tma_prefetch_l2_2d(const void* tensor_map, int c0, int c1) {
+  const int c[2] = {c0, c1};
+  emu::tma_prefetch_l2(tensor_map, 2, c);
+}
 inline void fence_proxy_async_shared() { emu::fence_proxy_async(); }
 inline void fence_proxy_async_global() { emu::fence_proxy_async(); }
 inline void bulk_store_global(void* dst, const void* src, uint32_t bytes) {
