@@ -394,7 +394,7 @@ ncu_launches() {
     i=0
     for k in $specs; do
       i=\$((i + 1))
-      ncu --clock-control none -k regex:\${k%%=*} --launch-count 1 --section SpeedOfLight --section LaunchStats \
+      ncu --clock-control none -k \"regex:\${k%%=*}\" --launch-count 1 --section SpeedOfLight --section LaunchStats \
         --section Occupancy --section SchedulerStats --section ComputeWorkloadAnalysis \
         --metrics $stalls,smsp__warps_eligible.avg.per_cycle_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum \
         --csv --page details '$bin/bench_gpu_kernels' --benchmark_filter=\"\${k#*=}\" \
@@ -425,7 +425,8 @@ ncu_layernorm() {
 # ncu_gemm_epilogue: why the hand GEMM's GELU epilogues cost what they do (H200, 2026-11-27: mlp_up's forward
 # 1.51x the same product without its epilogue on 128x128 tiles, mlp_down's input gradient 1.63x, and 2.61x on
 # the 128x256 default; cuBLASLt 1.34x and 1.40x): each with and without its epilogue, the 128x256 kernel's
-# input gradient, and cuBLASLt's forward for what its epilogue does. Issue slots, stalls and the tensor pipe
+# input gradient also without its L2 prefetch of the pre-activations (2026-12-06), and cuBLASLt's forward for
+# what its epilogue does. Issue slots, stalls and the tensor pipe
 # say whether the epilogue waits on latency (a warpgroup's dependent chains while the tensor cores idle) or
 # on issue, and so whether more vectors in flight or fewer instructions is the fix.
 ncu_gemm_epilogue() {
@@ -434,6 +435,8 @@ ncu_gemm_epilogue() {
     gemm_bf16_wgmma_tma_persistent='^Gemm/bf16/hand_wgmma/mlp_down/dinp/BT:8192/' \
     gemm_bf16_wgmma_tma_persistent='^GemmNoEpilogue/bf16/hand_wgmma/mlp_down/dinp/BT:8192/' \
     gemm_bf16_wgmma_tma_persistent='^Gemm/bf16/hand_wgmma256/mlp_down/dinp/BT:8192/' \
+    gemm_bf16_wgmma_tma_persistent='^GemmNoEpilogue/bf16/hand_wgmma256/mlp_down/dinp/BT:8192/' \
+    gemm_bf16_wgmma_tma_persistent='^GemmNoAuxPrefetch/bf16/hand_wgmma256/mlp_down/dinp/BT:8192/' \
     'nvjet|xmma|gemm|cutlass=^Gemm/bf16/cublaslt/mlp_up/fwd/BT:8192/'
 }
 
@@ -580,6 +583,8 @@ phase_C() {
   train_124m opt_gemm_wgmma "vs 128x256 (the hand default)" 16 hand GPT2_GEMM_SM90=1
   train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong
   train_124m opt_gemm_wgmma_by_shape "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=by-shape
+  # The hand default without the 128x256 kernel's L2 prefetch of the GELU gradient's pre-activations (2026-12-06)
+  train_124m opt_gemm_no_aux_prefetch "slower than train_124m_hand_mb16" 16 hand GPT2_GEMM_AUX_PREFETCH=0
   # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
   train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
   # The weight gradients' bias gradients in cuBLASLt's epilogue with bf16 sums, against the default's separate

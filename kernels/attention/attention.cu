@@ -36,6 +36,7 @@
 #include "kernels/attention/tile_order.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/env_choice.hpp"
 #include "kernels/common/kernel_paths.hpp"
 #include "kernels/common/ptx.cuh"
 #if defined(GPT2_HAVE_SM90A)
@@ -1463,23 +1464,8 @@ namespace {
 bool g_force_generic = false;
 int g_tile_group_heads = 0;  // attention_set_tile_group_heads: 0 = groups sized by what L2 holds
 
-// A path named by an environment variable: unset or empty gives the first choice (the default), a
-// choice's name gives its path, anything else is fatal (naming the variable and every choice).
-template <class Path>
-Path path_from_env(const char* var, const char* what, std::initializer_list<std::pair<const char*, Path>> choices) {
-  const char* env = std::getenv(var);
-  if (env == nullptr || *env == '\0') return choices.begin()->second;
-  std::string names;
-  for (const auto& [name, path] : choices) {
-    if (std::strcmp(env, name) == 0) return path;
-    names += names.empty() ? std::string(name) + " (the default)" : std::string(", ") + name;
-  }
-  GPT2_CHECK(false, "" << var << "='" << env << "' is not a " << what << ": use " << names);
-  return choices.begin()->second;
-}
-
 AttentionForwardPath& forward_path() {
-  static AttentionForwardPath path = path_from_env<AttentionForwardPath>(
+  static AttentionForwardPath path = choice_from_env<AttentionForwardPath>(
       "GPT2_ATTENTION_FWD", "forward path",
       {{"mma-sync", AttentionForwardPath::kMmaSync},
        {"wgmma", AttentionForwardPath::kWgmma},
@@ -1489,12 +1475,12 @@ AttentionForwardPath& forward_path() {
 
 AttentionBackwardPath& backward_path() {
   static AttentionBackwardPath path =
-      path_from_env<AttentionBackwardPath>("GPT2_ATTENTION_BWD", "backward path",
-                                           {{"recompute-dq", AttentionBackwardPath::kRecomputeDq},
-                                            {"accumulate-dq", AttentionBackwardPath::kAccumulateDq},
-                                            {"wgmma", AttentionBackwardPath::kWgmma},
-                                            {"store-ds", AttentionBackwardPath::kStoreDs},
-                                            {"wgmma-store-ds", AttentionBackwardPath::kWgmmaStoreDs}});
+      choice_from_env<AttentionBackwardPath>("GPT2_ATTENTION_BWD", "backward path",
+                                             {{"recompute-dq", AttentionBackwardPath::kRecomputeDq},
+                                              {"accumulate-dq", AttentionBackwardPath::kAccumulateDq},
+                                              {"wgmma", AttentionBackwardPath::kWgmma},
+                                              {"store-ds", AttentionBackwardPath::kStoreDs},
+                                              {"wgmma-store-ds", AttentionBackwardPath::kWgmmaStoreDs}});
   return path;
 }
 

@@ -32,6 +32,7 @@
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/env_choice.hpp"
 #include "kernels/common/kernel_paths.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
@@ -889,27 +890,24 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
                                      "128x256 tiles), 1 or 128x128 (its 128x128 tiles), 128x128-pingpong (those on "
                                      "a ping-pong schedule), by-shape (one of them for each product) or 0 (mma.sync)");
     hand_wgmma_kernel_ = gemm_hand_wgmma_available() ? kernel : GemmWgmmaKernel::kDefault;
+    // GPT2_GEMM_AUX_PREFETCH=0: the wgmma kernels that read the GELU gradient's pre-activations in the
+    // epilogue (128x256) do so without prefetching them into L2 first (the end-to-end A/B of that prefetch)
+    hooks_.wgmma_no_aux_prefetch = !choice_from_env<bool>(
+        "GPT2_GEMM_AUX_PREFETCH", "setting of the wgmma GEMM's L2 prefetch of the GELU gradient's pre-activations",
+        {{"1", true}, {"0", false}});
     splitk_ws_bytes_ = kSplitKWorkspaceBytes;
     splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
   } else {
     // A diagnosis (docs/performance.md, the first lent GPU): GPT2_CUBLASLT_EPILOGUES=unfused runs every
     // cuBLASLt product plain and finishes bias, GELU and the bias gradient in our kernels, as the test hooks
     // do.
-    const char* env = std::getenv("GPT2_CUBLASLT_EPILOGUES");
-    const std::string choice = env != nullptr ? env : "";
-    GPT2_CHECK(choice.empty() || choice == "fused" || choice == "unfused",
-               "GPT2_CUBLASLT_EPILOGUES='" << choice << "': use fused (the default) or unfused");
-    hooks_.lt_force_unfused_epilogue = hooks_.unfused_bias_grad = choice == "unfused";
+    hooks_.lt_force_unfused_epilogue = hooks_.unfused_bias_grad = choice_from_env<bool>(
+        "GPT2_CUBLASLT_EPILOGUES", "cuBLASLt epilogue setting", {{"fused", false}, {"unfused", true}});
     // GPT2_CUBLASLT_BIAS_GRAD=bf16: the weight gradients' bias-gradient epilogue with bf16 sums (opt-in until a
-    // GPU has timed it against the bias kernel that runs today: docs/performance.md).
-    const char* bg_env = std::getenv("GPT2_CUBLASLT_BIAS_GRAD");
-    const std::string bias_grad = bg_env != nullptr ? bg_env : "";
-    GPT2_CHECK(bias_grad.empty() || bias_grad == "fp32" || bias_grad == "bf16",
-               "GPT2_CUBLASLT_BIAS_GRAD='" << bias_grad
-                                           << "': use fp32 (the default: cuBLASLt's bias-gradient epilogue with fp32 "
-                                              "sums where it has one, else GEMM + bias kernel) or bf16 (the epilogue "
-                                              "with bf16 sums, for bf16 training)");
-    hooks_.lt_bias_grad_bf16 = bias_grad == "bf16";
+    // GPU has timed it against what runs today, fp32 sums where cuBLASLt has them, else GEMM + bias kernel:
+    // docs/performance.md).
+    hooks_.lt_bias_grad_bf16 = choice_from_env<bool>("GPT2_CUBLASLT_BIAS_GRAD", "type of the bias-gradient sums",
+                                                     {{"fp32", false}, {"bf16", true}});
     lt_.reset(detail::create_cublaslt_state());
   }
 }

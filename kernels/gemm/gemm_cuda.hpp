@@ -92,7 +92,8 @@ struct GemmTestHooks {
   // kernels do, instead of TMA loading them while the products run (the benchmarks' A/B of that tile)
   bool wgmma_aux_from_global = false;
   // wgmma kDGelu, where the pre-activations are read in the epilogue (128x256 tiles, or the hook above): no
-  // TMA prefetch of them into L2 during the products (the benchmarks' GemmNoAuxPrefetch A/B)
+  // TMA prefetch of them into L2 during the products (the benchmarks' GemmNoAuxPrefetch A/B;
+  // GPT2_GEMM_AUX_PREFETCH=0 sets it, for the 124M step's)
   bool wgmma_no_aux_prefetch = false;
   int wgmma_aux_tma_launches = 0;  // out: wgmma launches that loaded the pre-activations by TMA (tests count them)
   int wgmma_aux_prefetch_launches = 0;  // out: wgmma launches that prefetched them into L2 (tests count them)

@@ -843,6 +843,23 @@ TEST(GemmCublasLtEnvironment, BiasGradSums) {
   was != nullptr ? setenv("GPT2_CUBLASLT_BIAS_GRAD", saved.c_str(), 1) : unsetenv("GPT2_CUBLASLT_BIAS_GRAD");
 }
 
+// GPT2_GEMM_AUX_PREFETCH=0 turns the wgmma kernels' L2 prefetch of the GELU gradient's pre-activations off (the
+// hook it sets), 1 and unset leave it on, anything else is an error naming the variable.
+TEST(GemmHandEnvironment, AuxPrefetchSetting) {
+  const char* was = std::getenv("GPT2_GEMM_AUX_PREFETCH");
+  const std::string saved = was != nullptr ? was : "";
+  for (const char* value : {"0", "1", ""}) {
+    SCOPED_TRACE(std::string("GPT2_GEMM_AUX_PREFETCH='") + value + "'");
+    ASSERT_EQ(*value ? setenv("GPT2_GEMM_AUX_PREFETCH", value, 1) : unsetenv("GPT2_GEMM_AUX_PREFETCH"), 0);
+    const GemmContext ctx(GemmBackend::kHand);
+    EXPECT_EQ(ctx.test_hooks().wgmma_no_aux_prefetch, std::string(value) == "0");
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
+  ASSERT_EQ(setenv("GPT2_GEMM_AUX_PREFETCH", "off", 1), 0);
+  EXPECT_DEATH(GemmContext ctx(GemmBackend::kHand), "GPT2_GEMM_AUX_PREFETCH='off'");
+  was != nullptr ? setenv("GPT2_GEMM_AUX_PREFETCH", saved.c_str(), 1) : unsetenv("GPT2_GEMM_AUX_PREFETCH");
+}
+
 TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
   const std::vector<Variant> v = {{"[mma.sync] ", path_hooks(kernels::GemmHandPath::kMmaSync)}};
   GemmContext& ctx = shared_context(GemmBackend::kHand);
@@ -905,7 +922,7 @@ TEST_F(GemmWgmma, ManyUnitsPerBlock) {
 // default), prefetched into L2 by TMA during the products and read by the epilogue (the 128x256 kernel's
 // default, and the 128x128 kernels' under the hook wgmma_aux_from_global), and read by the epilogue alone (the
 // hook wgmma_no_aux_prefetch as well): the same bits every way, and against the CPU. 12 units on 3 blocks
-// (6 on 128x256), so each consumer reloads its tile 2-4 times (the tile's barrier phases and its reuse after
+// (8 on 128x256), so each consumer reloads its tile 2-4 times (the tile's barrier phases and its reuse after
 // the previous epilogue; ping-pong's every other unit); row and column tails (zero-filled boxes, and boxes
 // wholly past N that the prefetch skips: the emulator fails one that lies outside the tensor); 3 k-steps,
 // fewer than the stages. The launch counters say which way ran.
@@ -1178,6 +1195,7 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
     Dev<T> d_dw(dw0, offset), d_db(db0, offset);
     DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(rows, OC));
     CUDA_CHECK(cudaMemset(scratch.data(), 0xff, scratch.bytes()));  // NaN: the sums must not read it unwritten
+    kernels::reset_kernel_paths();
     const bool fused = kernels::weight_bias_grad_cuda<T>(ctx, d_dw.data(), d_db.data(), scratch.data(), d_inp.data(),
                                                          d_dout.data(), rows, IC, OC, nullptr);
     if (v.hooks.unfused_bias_grad) {
@@ -1185,6 +1203,14 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
     }
     if (must_fuse) {
       EXPECT_TRUE(fused) << "this kernel sums the bias gradient in the GEMM";
+    }
+    if (be == GemmBackend::kCublasLt && std::is_same_v<T, bf16>) {  // what ran is what the kernels line says
+      const std::string paths = kernels::kernel_paths_used();
+      const char* fused_path = v.hooks.lt_bias_grad_bf16 ? "cublaslt epilogue bf16" : "cublaslt epilogue fp32";
+      if (!v.hooks.unfused_bias_grad) {
+        EXPECT_NE(paths.find(std::string("bias gradient: ") + (fused ? fused_path : "bias kernel")), std::string::npos)
+            << paths;
+      }
     }
     if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && (v.tag.empty() || v.hooks.lt_bias_grad_bf16))
       std::printf("cuBLASLt bias-gradient epilogue (BGRADA, %s sums) for %s: %s\n",

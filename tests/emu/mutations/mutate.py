@@ -98,6 +98,9 @@ GEMM = {
     # emulator fails a prefetch outside the tensor (a wrong coordinate would be one)
     "aux_prefetch_past_tail": [("if (row < p.M && u.n0 + j * kBox < p.N) cuda::tma_prefetch_l2_2d(",
                                 "if (true) cuda::tma_prefetch_l2_2d(")],
+    # ... never issued (the driver counts every box once), or the second consumer's rows fetched by the first
+    "aux_prefetch_dropped": [("      if (aux_prefetch && tid_wg == 0) {", "      if (false && tid_wg == 0) {")],
+    "aux_prefetch_rows_of_c0": [("const int row = u.m0 + (rb0 + rb) * Cfg::kWgRows;", "const int row = u.m0 + rb * Cfg::kWgRows;")],
     # ... and with its coordinates swapped (rows inner)
     "aux_prefetch_swapped": [("cuda::tma_prefetch_l2_2d(&tmap_aux, u.n0 + j * kBox, row);",
                               "cuda::tma_prefetch_l2_2d(&tmap_aux, row, u.n0 + j * kBox);")],

@@ -452,6 +452,7 @@ std::map<const void*, int> g_max_dyn_smem;  // under g_max_dyn_smem_mu (the host
 std::mutex g_max_dyn_smem_mu;
 LaunchStats g_stats;
 std::mutex g_stats_mu;
+std::vector<PrefetchRec> g_prefetches;  // under g_stats_mu (tma_prefetch_l2, take_prefetches)
 
 std::string ctx_string() {
   char buf[128];
@@ -1417,6 +1418,16 @@ void tma_prefetch_l2(const void* tmap, int rank, const int* c) {
            i, c[i], t.box[i], static_cast<unsigned long long>(t.dims[i]));
   std::lock_guard<std::mutex> sg(g_stats_mu);
   ++g_stats.tma_prefetches;
+  PrefetchRec r{t.base, rank, {0, 0, 0, 0, 0}};
+  for (int i = 0; i < rank; ++i) r.coords[i] = c[i];
+  g_prefetches.push_back(r);
+}
+
+std::vector<PrefetchRec> take_prefetches() {
+  std::lock_guard<std::mutex> sg(g_stats_mu);
+  std::vector<PrefetchRec> out;
+  out.swap(g_prefetches);
+  return out;
 }
 
 void fence_proxy_async() {}

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -291,12 +292,14 @@ Result run_case(const Case& g, uint32_t seed) {
   // sums into the bias scratch, which bias_backward_add_chunks adds into it in split order.
   Dev<bf16> dbias(in.dbias0);
   Dev<float> dbias_ws(std::vector<float>(g.bias_grad && used > 1 ? static_cast<size_t>(used) * g.N : 0, kNaN), kNaN);
+  (void)emu::take_prefetches();  // from here on, this case's
   if (tail_from > 0) {  // gemm.cu gemm_hand's split tail: the whole tiles first, finished by the kernel
     const int k_whole = static_cast<int>(gpt2::cuda::ceil_div(g.K, gd::kWgmmaBK) * gd::kWgmmaBK);
     gd::gemm_bf16_wgmma(g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_whole, 1, 0, tail_from,
                         nullptr, epp, g.ep, g.bias_grad ? dbias.data() : nullptr, nullptr, nullptr);
   }
-  gd::gemm_bf16_wgmma(g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used, tail_from,
+  const gd::WgmmaAuxRead aux_read = gd::gemm_bf16_wgmma(
+      g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used, tail_from,
                       tiles - tail_from, used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
                       g.bias_grad && used == 1 ? dbias.data() : nullptr,
                       g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);
@@ -356,6 +359,33 @@ Result run_case(const Case& g, uint32_t seed) {
     r.err_db = max_abs_diff(dbias.get(), ref.dbias);
     r.allowed_db = 2.0 * max_abs_diff(naive.dbias, ref.dbias) + max_abs(ref.dbias) / 512.0;
     r.pass = r.pass && r.err_db <= r.allowed_db;
+  }
+  // The L2 prefetch of the GELU gradient's pre-activations (gemm_sm90.cu, where they are read in the epilogue):
+  // every 64 x 64 box of them that holds an element, each exactly once (a consumer's own rows of each unit),
+  // and nothing else; no prefetch at all where the launch says it made none.
+  const std::vector<emu::PrefetchRec> prefetched = emu::take_prefetches();
+  if (tail_from == 0) {
+    std::map<std::pair<int, int>, int> boxes;  // (column, row) -> times prefetched
+    bool stray = false;
+    for (const emu::PrefetchRec& p : prefetched) {
+      if (p.base != aux.data() || p.rank != 2) stray = true;
+      else ++boxes[{p.coords[0], p.coords[1]}];
+    }
+    long missing = 0, twice = 0;
+    if (aux_read == gd::WgmmaAuxRead::kPrefetchL2) {
+      for (int r0 = 0; r0 < g.M; r0 += 64)
+        for (int c0 = 0; c0 < g.N; c0 += 64) {
+          const auto it = boxes.find({c0, r0});
+          if (it == boxes.end()) ++missing;
+          else if (it->second != 1) ++twice;
+          if (it != boxes.end()) boxes.erase(it);
+        }
+    }
+    if (stray || missing || twice || !boxes.empty()) {
+      printf("  L2 prefetch of the pre-activations: %ld box(es) missing, %ld prefetched more than once, %zu not "
+             "theirs%s\n", missing, twice, boxes.size(), stray ? ", and prefetches of another tensor" : "");
+      r.pass = false;
+    }
   }
   r.guard = guard;
   r.pass = r.pass && guard == 0;

@@ -75,6 +75,14 @@ void tma_prefetch(const void* tensor_map);
 // that the box holds at least one element of the tensor (a box wholly outside it is a wrong coordinate: the
 // kernels skip the boxes past their tails), and counts (LaunchStats::tma_prefetches).
 void tma_prefetch_l2(const void* tensor_map, int rank, const int* coords);
+// The prefetches issued since the last call (every block's, in no particular order): the tensor's base
+// and the box's coordinates. Drivers check that a kernel prefetched exactly what its epilogue reads.
+struct PrefetchRec {
+  const void* base;
+  int rank;
+  int coords[5];
+};
+std::vector<PrefetchRec> take_prefetches();
 void fence_proxy_async();
 void named_barrier(int id, int threads, const char* file, int line);  // file:line, the bar.sync call site
 void named_barrier_arrive(int id, int threads);  // bar.arrive: counts, does not wait
