@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -812,52 +813,57 @@ const WgmmaTile kWgmmaTiles[] = {{GemmWgmmaKernel::k128x128, "[wgmma 128x128] "}
 // ManyUnitsPerBlock) makes persistent blocks take several tiles.
 const Shape kTmaShapes[] = {{136, 72, 72}, {8, 8, 8}, {200, 136, 104}, {72, 104, 4104}, {1160, 1288, 200}};
 
-// The cuBLASLt diagnosis switches take only their documented values: a typo is an error that names the
-// variable, not a run of the default that looks like the diagnosis.
+// The cuBLASLt diagnosis switches (and the hand GEMM's A/B switch) take only their documented values: a typo
+// is an error that names the variable, not a run of the default that looks like the diagnosis.
 TEST(GemmCublasLtEnvironment, UnknownValuesAreErrors) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
-  const std::pair<const char*, const char*> cases[] = {{"GPT2_CUBLASLT_REDUCTION", "fp16"},
-                                                       {"GPT2_CUBLASLT_LOG_PLANS", "yes"},
-                                                       {"GPT2_CUBLASLT_EPILOGUES", "none"},
-                                                       {"GPT2_CUBLASLT_BIAS_GRAD", "fp16"}};
-  for (const auto& [var, bad] : cases) {
+  struct Case {
+    const char* var;
+    const char* bad;
+    GemmBackend backend;  // the context that reads it
+  };
+  const Case cases[] = {{"GPT2_CUBLASLT_REDUCTION", "fp16", GemmBackend::kCublasLt},
+                        {"GPT2_CUBLASLT_LOG_PLANS", "yes", GemmBackend::kCublasLt},
+                        {"GPT2_CUBLASLT_EPILOGUES", "none", GemmBackend::kCublasLt},
+                        {"GPT2_CUBLASLT_BIAS_GRAD", "fp16", GemmBackend::kCublasLt},
+                        {"GPT2_GEMM_AUX_PREFETCH", "off", GemmBackend::kHand}};
+  for (const auto& [var, bad, backend] : cases) {
     const char* was = std::getenv(var);
     const std::string saved = was != nullptr ? was : "";
     ASSERT_EQ(setenv(var, bad, 1), 0);
-    EXPECT_DEATH(GemmContext ctx(GemmBackend::kCublasLt), std::string(var) + "='" + bad + "'");
+    EXPECT_DEATH(GemmContext ctx(backend), std::string(var) + "='" + bad + "'");
     was != nullptr ? setenv(var, saved.c_str(), 1) : unsetenv(var);
   }
+}
+
+// A new context of `be` under each of `values` of the environment variable `var` in turn ("": unset): the
+// test hook `hook_of` reads must be set for the value `on` alone. The variable is restored after.
+template <class HookOf>
+void expect_env_sets_hook(const char* var, GemmBackend be, std::initializer_list<const char*> values, const char* on,
+                          HookOf hook_of) {
+  const char* was = std::getenv(var);
+  const std::string saved = was != nullptr ? was : "";
+  for (const char* value : values) {
+    SCOPED_TRACE(std::string(var) + "='" + value + "'");
+    ASSERT_EQ(*value ? setenv(var, value, 1) : unsetenv(var), 0);
+    const GemmContext ctx(be);
+    EXPECT_EQ(hook_of(ctx.test_hooks()), std::string(value) == on);
+  }
+  was != nullptr ? setenv(var, saved.c_str(), 1) : unsetenv(var);
 }
 
 // GPT2_CUBLASLT_BIAS_GRAD=bf16 asks a cuBLASLt context for the bias-gradient epilogue's bf16 sums (the test
 // hook it sets); fp32 and unset leave the default.
 TEST(GemmCublasLtEnvironment, BiasGradSums) {
-  const char* was = std::getenv("GPT2_CUBLASLT_BIAS_GRAD");
-  const std::string saved = was != nullptr ? was : "";
-  for (const char* value : {"bf16", "fp32", ""}) {
-    SCOPED_TRACE(std::string("GPT2_CUBLASLT_BIAS_GRAD='") + value + "'");
-    ASSERT_EQ(*value ? setenv("GPT2_CUBLASLT_BIAS_GRAD", value, 1) : unsetenv("GPT2_CUBLASLT_BIAS_GRAD"), 0);
-    const GemmContext ctx(GemmBackend::kCublasLt);
-    EXPECT_EQ(ctx.test_hooks().lt_bias_grad_bf16, std::string(value) == "bf16");
-  }
-  was != nullptr ? setenv("GPT2_CUBLASLT_BIAS_GRAD", saved.c_str(), 1) : unsetenv("GPT2_CUBLASLT_BIAS_GRAD");
+  expect_env_sets_hook("GPT2_CUBLASLT_BIAS_GRAD", GemmBackend::kCublasLt, {"bf16", "fp32", ""}, "bf16",
+                       [](const GemmTestHooks& h) { return h.lt_bias_grad_bf16; });
 }
 
 // GPT2_GEMM_AUX_PREFETCH=0 turns the wgmma kernels' L2 prefetch of the GELU gradient's pre-activations off (the
-// hook it sets), 1 and unset leave it on, anything else is an error naming the variable.
+// hook it sets), 1 and unset leave it on (another value: UnknownValuesAreErrors).
 TEST(GemmHandEnvironment, AuxPrefetchSetting) {
-  const char* was = std::getenv("GPT2_GEMM_AUX_PREFETCH");
-  const std::string saved = was != nullptr ? was : "";
-  for (const char* value : {"0", "1", ""}) {
-    SCOPED_TRACE(std::string("GPT2_GEMM_AUX_PREFETCH='") + value + "'");
-    ASSERT_EQ(*value ? setenv("GPT2_GEMM_AUX_PREFETCH", value, 1) : unsetenv("GPT2_GEMM_AUX_PREFETCH"), 0);
-    const GemmContext ctx(GemmBackend::kHand);
-    EXPECT_EQ(ctx.test_hooks().wgmma_no_aux_prefetch, std::string(value) == "0");
-  }
-  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
-  ASSERT_EQ(setenv("GPT2_GEMM_AUX_PREFETCH", "off", 1), 0);
-  EXPECT_DEATH(GemmContext ctx(GemmBackend::kHand), "GPT2_GEMM_AUX_PREFETCH='off'");
-  was != nullptr ? setenv("GPT2_GEMM_AUX_PREFETCH", saved.c_str(), 1) : unsetenv("GPT2_GEMM_AUX_PREFETCH");
+  expect_env_sets_hook("GPT2_GEMM_AUX_PREFETCH", GemmBackend::kHand, {"0", "1", ""}, "0",
+                       [](const GemmTestHooks& h) { return h.wgmma_no_aux_prefetch; });
 }
 
 TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
