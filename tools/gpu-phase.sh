@@ -344,8 +344,10 @@ train_124m() {
       GPT2_GEMM_SM90=by-shape) expect+=("gemm: ([^;]*, )?hand wgmma 128x256(,|;|\$)"
                                         "gemm: ([^;]*, )?hand wgmma 128x128-pingpong(,|;|\$)") ;;
       GPT2_GEMM_SM90=*) expect+=("gemm: ([^;]*, )?hand wgmma ${v#*=}(,|;|\$)") ;;
-      # at least one weight gradient's bias gradient in cuBLASLt's epilogue (the others: the bias kernel)
-      GPT2_CUBLASLT_BIAS_GRAD=bf16) expect+=("bias gradient: ([^;]*, )?cublaslt epilogue bf16(,|;|\$)") ;;
+      # at least one bias gradient in a cuBLASLt epilogue, a weight gradient's (BGRADA, or BGRADB on row-major
+      # layouts) or MLP down's GELU gradient's (DGELU_BGRAD: MLP up's); the others: the bias kernel
+      GPT2_CUBLASLT_BIAS_GRAD=bf16)
+        expect+=("bias gradient: ([^;]*, )?cublaslt (dgelu |row-major )?epilogue bf16(,|;|\$)") ;;
     esac
   done
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
@@ -587,8 +589,9 @@ phase_C() {
   train_124m opt_gemm_no_aux_prefetch "slower than train_124m_hand_mb16" 16 hand GPT2_GEMM_AUX_PREFETCH=0
   # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
   train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
-  # The weight gradients' bias gradients in cuBLASLt's epilogue with bf16 sums, against the default's separate
-  # bias kernel (no algorithm for fp32 sums so far): its second read of dout, ~2.7 GB a step, goes away
+  # The bias gradients in cuBLASLt's epilogues with bf16 sums (the weight gradients' BGRADA, and MLP up's on MLP
+  # down's GELU gradient, DGELU_BGRAD), against the default's separate bias kernel (no algorithm for fp32 sums
+  # so far): its second read of dout, ~2.7 GB a step, goes away (MLP up's alone: ~1.2 GB)
   train_124m opt_cublaslt_bias_grad_bf16 "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_BIAS_GRAD=bf16
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
   # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)

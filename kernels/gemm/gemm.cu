@@ -1019,8 +1019,11 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
     // cuBLASLt's column sums go to the scratch (OC floats at least: it holds that many), then one pass adds
     // them into dbias. With bf16 data they may be bf16 (lt_bias_grad_bf16).
     const auto fused_into = [&](auto* staged, const char* path) {
-      if (!detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream)) return false;
-      record_kernel_path("bias gradient", path);
+      const detail::LtBiasGradEpilogue ep =
+          detail::weight_bias_grad_cublaslt<T>(ctx, dw, staged, inp, dout, rows, IC, OC, stream);
+      if (ep == detail::LtBiasGradEpilogue::kNone) return false;
+      record_kernel_path("bias gradient",
+                         ep == detail::LtBiasGradEpilogue::kBgradBRowMajor ? "cublaslt row-major epilogue bf16" : path);
       using S = std::remove_pointer_t<decltype(staged)>;
       bias_backward_add_chunks<T, S><<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads,
                                        0, stream>>>(dbias, staged, 1, OC, OC);
@@ -1048,6 +1051,33 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   return true;
 }
 
+template <class T>
+bool gemm_dgelu_bias_grad_cuda(GemmContext& ctx, T* c, T* dbias, void* scratch, const T* a, const T* b, T* pre, int M,
+                               int N, int K, bool trans_a, bool trans_b, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const GemmTestHooks& h = ctx.test_hooks();
+    if (ctx.backend() == GemmBackend::kCublasLt && h.lt_bias_grad_bf16 && !h.lt_force_unfused_epilogue &&
+        !h.unfused_bias_grad && M > 0 && N > 0 && K > 0) {
+      GPT2_CHECK(c != nullptr && a != nullptr && b != nullptr && pre != nullptr && dbias != nullptr &&
+                     scratch != nullptr,
+                 "gemm_dgelu_bias_grad with a null pointer");
+      // cuBLASLt's column sums (bf16, the output's type) go to the scratch (N of them), then one pass adds
+      // them into dbias, as weight_bias_grad_cuda's do
+      T* staged = static_cast<T*>(scratch);
+      if (detail::dgelu_bias_grad_cublaslt<T>(ctx, c, staged, a, b, pre, M, N, K, trans_a, trans_b, stream)) {
+        record_kernel_path("gemm", "cublaslt");
+        record_kernel_path("bias gradient", "cublaslt dgelu epilogue bf16");
+        bias_backward_add_chunks<T, T><<<static_cast<unsigned>(ceil_div(N, kElementwiseThreads)), kElementwiseThreads,
+                                         0, stream>>>(dbias, staged, 1, N, N);
+        CUDA_CHECK_LAUNCH();
+        return true;
+      }
+    }
+  }
+  gemm_cuda<T>(ctx, c, a, b, nullptr, pre, M, N, K, trans_a, trans_b, false, GemmEpilogue::kDGelu, stream);
+  return false;
+}
+
 #define GPT2_GEMM_INSTANTIATE(T)                                                                                  \
   template void gemm_cuda<T>(GemmContext&, T*, const T*, const T*, const T*, T*, int, int, int, bool, bool, bool, \
                              GemmEpilogue, cudaStream_t);                                                         \
@@ -1055,7 +1085,9 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
   template GemmSplitPlan gemm_hand_split_plan<T>(const GemmContext&, int, int, int, GemmHandPath, bool,            \
                                                  GemmEpilogue);                                                   \
   template void bias_backward_cuda<T>(T*, void*, const T*, int, int, cudaStream_t);                               \
-  template bool weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t);
+  template bool weight_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, int, int, int, cudaStream_t); \
+  template bool gemm_dgelu_bias_grad_cuda<T>(GemmContext&, T*, T*, void*, const T*, const T*, T*, int, int, int, bool, \
+                                             bool, cudaStream_t);
 GPT2_GEMM_INSTANTIATE(float)
 GPT2_GEMM_INSTANTIATE(bf16)
 #undef GPT2_GEMM_INSTANTIATE

@@ -11,7 +11,9 @@
 // otherwise (or when the aux leading dimension is not a multiple of 8, which cuBLASLt requires) the
 // product runs plain and a small elementwise kernel finishes. A weight gradient can carry its bias
 // gradient (BGRADA: cuBLASLt's A is our dout, and its k is the rows), written in fp32 (or, asked for, bf16)
-// to a staging vector that the caller adds into dbias (weight_bias_grad_cublaslt).
+// to a staging vector that the caller adds into dbias (weight_bias_grad_cublaslt; with bf16 sums, where
+// BGRADA has none, BGRADB on row-ordered layouts); and the GELU gradient's product can carry the column sums
+// of its result (DGELU_BGRAD: the previous layer's bias gradient, dgelu_bias_grad_cublaslt), likewise staged.
 // The heuristic is asked once per (type, shape, transposes, epilogue, alignment) and the plan cached, so
 // repeated calls run the same algorithm (cuBLASLt with our own workspace is deterministic).
 #include <cublasLt.h>
@@ -106,11 +108,17 @@ using MatmulDescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t
 using LayoutPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
 using PreferencePtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
 
-LayoutPtr make_layout(cudaDataType_t type, int rows, int cols, int ld) {
+// row_major: CUBLASLT_ORDER_ROW (ld: the stride between rows), else cuBLASLt's column-major default.
+LayoutPtr make_layout(cudaDataType_t type, int rows, int cols, int ld, bool row_major = false) {
   cublasLtMatrixLayout_t l = nullptr;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
                                           static_cast<int64_t>(ld)));
-  return LayoutPtr(l);
+  LayoutPtr layout(l);
+  if (row_major) {
+    const int32_t order = CUBLASLT_ORDER_ROW;
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof(order)));
+  }
+  return layout;
 }
 
 template <class V>
@@ -134,9 +142,10 @@ namespace detail {
 // A cached matmul: descriptors, the heuristic's algorithm, and whether there was one.
 struct LtPlan {
   MatmulDescPtr op;
-  LayoutPtr a, b, c;  // cuBLASLt's A (= our B), B (= our A), C = D
+  LayoutPtr a, b, c;  // cuBLASLt's A (= our B), B (= our A), C = D; row_major: our A, our B, C = D
   cublasLtMatmulAlgo_t algo{};
   bool ok = false;
+  bool row_major = false;  // the product in our own terms on row-ordered layouts (BGRADB's weight gradient)
 };
 
 struct LtPlanKey {
@@ -144,10 +153,11 @@ struct LtPlanKey {
   bool trans_a, trans_b;
   int epilogue;    // cublasLtEpilogue_t
   int align;       // min alignment (bytes) of every pointer the heuristic sees
-  int bgrad_type;  // BGRADA: the bias gradient's cudaDataType_t; -1 otherwise
+  int bgrad_type;  // BGRADA, BGRADB, DGELU_BGRAD: the bias gradient's cudaDataType_t; -1 otherwise
+  bool row_major;  // LtPlan::row_major
   bool operator<(const LtPlanKey& o) const {
-    return std::tie(dtype, M, N, K, trans_a, trans_b, epilogue, align, bgrad_type) <
-           std::tie(o.dtype, o.M, o.N, o.K, o.trans_a, o.trans_b, o.epilogue, o.align, o.bgrad_type);
+    return std::tie(dtype, M, N, K, trans_a, trans_b, epilogue, align, bgrad_type, row_major) <
+           std::tie(o.dtype, o.M, o.N, o.K, o.trans_a, o.trans_b, o.epilogue, o.align, o.bgrad_type, o.row_major);
   }
 };
 
@@ -224,6 +234,10 @@ const char* epilogue_name(int ep) {
       return "DGELU";
     case CUBLASLT_EPILOGUE_BGRADA:
       return "BGRADA";
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return "BGRADB";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+      return "DGELU_BGRAD";
   }
   return "other";
 }
@@ -235,8 +249,8 @@ void log_plan(const LtPlanKey& key, const cublasLtMatmulHeuristicResult_t* resul
   os << "cuBLASLt plan: " << (key.dtype == CUDA_R_32F ? "fp32" : "bf16") << " M=" << key.M << " N=" << key.N
      << " K=" << key.K << (key.trans_a ? " A^T" : "") << (key.trans_b ? " B^T" : "")
      << " epilogue=" << epilogue_name(key.epilogue)
-     << (key.bgrad_type < 0 ? "" : key.bgrad_type == CUDA_R_32F ? " (fp32 sums)" : " (bf16 sums)")
-     << " align=" << key.align << ": ";
+ << (key.bgrad_type < 0 ? "" : key.bgrad_type == CUDA_R_32F ? " (fp32 sums)" : " (bf16 sums)")
+     << (key.row_major ? " row-major" : "") << " align=" << key.align << ": ";
   if (result == nullptr) {
     os << "no algorithm";
   } else {
@@ -268,18 +282,22 @@ void log_plan(const LtPlanKey& key, const cublasLtMatmulHeuristicResult_t* resul
 
 // The plan for this call, built (and the heuristic asked) the first time the key is seen. bias/aux are
 // set on the descriptor for the heuristic (it reads their alignment); callers set them again per call.
-// bgrad_type: the type BGRADA stores the bias gradient in (ignored for the other epilogues).
+// bgrad_type: the type BGRADA, BGRADB and DGELU_BGRAD store the bias gradient in (ignored for the other
+// epilogues). row_major: the product described in our own terms, C = op(A) op(B) on row-ordered layouts,
+// where the row-major trick would put the operand whose columns BGRADB sums on the wrong side (no aux).
 template <class T>
 LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool trans_b, cublasLtEpilogue_t epilogue,
                  const T* a, const T* b, const T* c, const void* bias, const T* aux,
-                 cudaDataType_t bgrad_type = CUDA_R_32F) {
+                 cudaDataType_t bgrad_type = CUDA_R_32F, bool row_major = false) {
   int align = alignment_of(a);
   for (const void* p : {static_cast<const void*>(b), static_cast<const void*>(c), static_cast<const void*>(bias),
                         static_cast<const void*>(aux)})
     align = alignment_of(p) < align ? alignment_of(p) : align;
-  const bool bgrad = epilogue == CUBLASLT_EPILOGUE_BGRADA;
+  const bool bgrad = epilogue == CUBLASLT_EPILOGUE_BGRADA || epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+                     epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  GPT2_CHECK(!row_major || aux == nullptr, "a row-major cuBLASLt plan with an aux matrix");
   const LtPlanKey key{static_cast<int>(lt_type<T>()), M, N, K, trans_a, trans_b, static_cast<int>(epilogue), align,
-                      bgrad ? static_cast<int>(bgrad_type) : -1};
+                      bgrad ? static_cast<int>(bgrad_type) : -1, row_major};
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return *it->second;
 
@@ -288,24 +306,34 @@ LtPlan& get_plan(CublasLtState& st, int M, int N, int K, bool trans_a, bool tran
   cublasLtMatmulDesc_t op = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   plan->op.reset(op);
-  set_desc(op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-  set_desc(op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  plan->row_major = row_major;
+  const bool lt_trans_a = row_major ? trans_a : trans_b, lt_trans_b = row_major ? trans_b : trans_a;
+  set_desc(op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(lt_trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set_desc(op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(lt_trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(epilogue));
-  if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-      epilogue == CUBLASLT_EPILOGUE_BGRADA)
+  if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || bgrad)
     set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   // The bias gradient is stored in fp32 (one rounding, when the caller adds it), unless the caller asks
   // for bf16: cuBLASLt 13 had no algorithm for an fp32 one beside bf16 data (2026-11-27, H100 and H200).
   if (bgrad) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(bgrad_type));
-  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU) {
+  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU ||
+      epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
     set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
     set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(N));  // rows of C^T
   }
-  // Stored (column-major) shapes: our B (K,N) row-major is (N,K) col-major, ld N; transposed (N,K) is
-  // (K,N) col-major, ld K. Likewise our A. C^T is (N,M), ld N.
-  plan->a = trans_b ? make_layout(type, K, N, K) : make_layout(type, N, K, N);
-  plan->b = trans_a ? make_layout(type, M, K, M) : make_layout(type, K, M, K);
-  plan->c = make_layout(type, N, M, N);
+  if (row_major) {
+    // Stored (row-major) shapes, ours: A (M,K) ld K, transposed (K,M) ld M; B (K,N) ld N, transposed (N,K)
+    // ld K; C (M,N) ld N.
+    plan->a = trans_a ? make_layout(type, K, M, M, true) : make_layout(type, M, K, K, true);
+    plan->b = trans_b ? make_layout(type, N, K, K, true) : make_layout(type, K, N, N, true);
+    plan->c = make_layout(type, M, N, N, true);
+  } else {
+    // Stored (column-major) shapes: our B (K,N) row-major is (N,K) col-major, ld N; transposed (N,K) is
+    // (K,N) col-major, ld K. Likewise our A. C^T is (N,M), ld N.
+    plan->a = trans_b ? make_layout(type, K, N, K) : make_layout(type, N, K, N);
+    plan->b = trans_a ? make_layout(type, M, K, M) : make_layout(type, K, M, K);
+    plan->c = make_layout(type, N, M, N);
+  }
 
   cublasLtMatmulPreference_t pref_raw = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
@@ -346,7 +374,9 @@ void run_plan(CublasLtState& st, LtPlan& plan, T* c, const T* a, const T* b, con
   if (bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(st.handle, op, &alpha, b, plan.a.get(), a, plan.b.get(), &beta, c, plan.c.get(), c,
+  const T* lt_a = plan.row_major ? a : b;  // cuBLASLt's A and B (the row-major trick swaps ours)
+  const T* lt_b = plan.row_major ? b : a;
+  CUBLAS_CHECK(cublasLtMatmul(st.handle, op, &alpha, lt_a, plan.a.get(), lt_b, plan.b.get(), &beta, c, plan.c.get(), c,
                               plan.c.get(), &plan.algo, st.workspace, st.workspace_bytes, stream));
 }
 
@@ -407,24 +437,58 @@ template void gemm_cublaslt<bf16>(GemmContext&, bf16*, const bf16*, const bf16*,
                                   bool, bool, bool, GemmEpilogue, cudaStream_t);
 
 template <class T, class S>
-bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout, int rows, int IC,
-                               int OC, cudaStream_t stream) {
+LtBiasGradEpilogue weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout,
+                                             int rows, int IC, int OC, cudaStream_t stream) {
   static_assert(std::is_same_v<S, float> || std::is_same_v<S, T>, "bias sums in fp32 or in the data's type");
   CublasLtState* st = ctx.cublaslt();
   GPT2_CHECK(st != nullptr, "cuBLASLt GEMM on a context made for the hand backend");
-  // dw (IC,OC) += inp^T dout: gemm_cuda's M = IC, N = OC, K = rows, trans_a, C +=.
-  LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADA, inp, dout, dw, dbias_sums,
-                             nullptr, lt_type<S>());
+  // dw (IC,OC) += inp^T dout: gemm_cuda's M = IC, N = OC, K = rows, trans_a, C +=. In the row-major trick dout
+  // is cuBLASLt's A: BGRADA.
+  if (!ctx.test_hooks().lt_bias_grad_row_major) {
+    LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADA, inp, dout, dw, dbias_sums,
+                               nullptr, lt_type<S>());
+    if (plan.ok) {
+      run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
+      return LtBiasGradEpilogue::kBgradA;
+    }
+  }
+  // bf16 sums (the opt-in) where BGRADA has none: the same product on row-ordered layouts, in our own terms,
+  // makes dout cuBLASLt's B, whose sums over k are BGRADB's (the case Transformer Engine and PyTorch fuse,
+  // their weight gradient being stored transposed to ours). Whether cuBLASLt orders rows with this epilogue is
+  // the lent GPU's to say.
+  if constexpr (std::is_same_v<S, T> && !std::is_same_v<T, float>) {
+    LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADB, inp, dout, dw, dbias_sums,
+                               nullptr, lt_type<S>(), true);
+    if (plan.ok) {
+      run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
+      return LtBiasGradEpilogue::kBgradBRowMajor;
+    }
+  }
+  return LtBiasGradEpilogue::kNone;
+}
+template LtBiasGradEpilogue weight_bias_grad_cublaslt<float, float>(GemmContext&, float*, float*, const float*,
+                                                                    const float*, int, int, int, cudaStream_t);
+template LtBiasGradEpilogue weight_bias_grad_cublaslt<bf16, float>(GemmContext&, bf16*, float*, const bf16*,
+                                                                   const bf16*, int, int, int, cudaStream_t);
+template LtBiasGradEpilogue weight_bias_grad_cublaslt<bf16, bf16>(GemmContext&, bf16*, bf16*, const bf16*,
+                                                                  const bf16*, int, int, int, cudaStream_t);
+
+template <class T>
+bool dgelu_bias_grad_cublaslt(GemmContext& ctx, T* c, T* dbias_sums, const T* a, const T* b, const T* aux, int M,
+                              int N, int K, bool trans_a, bool trans_b, cudaStream_t stream) {
+  CublasLtState* st = ctx.cublaslt();
+  GPT2_CHECK(st != nullptr, "cuBLASLt GEMM on a context made for the hand backend");
+  if (N % 8 != 0) return false;  // cuBLASLt: the aux leading dimension must be a multiple of 8
+  // C^T (N,M) = op(B)^T op(A)^T, then * gelu'(aux); the bias gradient has one value per row of C^T, the sum
+  // over its M columns: our C's column sums.
+  LtPlan& plan = get_plan<T>(*st, M, N, K, trans_a, trans_b, CUBLASLT_EPILOGUE_DGELU_BGRAD, a, b, c, dbias_sums, aux,
+                             lt_type<T>());
   if (!plan.ok) return false;
-  run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
+  run_plan<T>(*st, plan, c, a, b, dbias_sums, aux, 0.0f, stream);
   return true;
 }
-template bool weight_bias_grad_cublaslt<float, float>(GemmContext&, float*, float*, const float*, const float*, int,
-                                                      int, int, cudaStream_t);
-template bool weight_bias_grad_cublaslt<bf16, float>(GemmContext&, bf16*, float*, const bf16*, const bf16*, int, int,
-                                                     int, cudaStream_t);
-template bool weight_bias_grad_cublaslt<bf16, bf16>(GemmContext&, bf16*, bf16*, const bf16*, const bf16*, int, int,
-                                                    int, cudaStream_t);
+template bool dgelu_bias_grad_cublaslt<bf16>(GemmContext&, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int,
+                                             int, int, bool, bool, cudaStream_t);
 
 }  // namespace detail
 

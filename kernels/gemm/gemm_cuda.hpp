@@ -86,8 +86,12 @@ struct GemmTestHooks {
   int wgmma_max_blocks = 0;  // wgmma: at most this many persistent blocks (> 0), so each takes many units
   bool unfused_bias_grad = false;                // weight_bias_grad_cuda as GEMM + bias_backward_cuda
   // cuBLASLt, bf16: the bias-gradient epilogue stores its sums in bf16 (cuBLASLt's own type for them)
-  // instead of fp32, which cuBLASLt 13 has no algorithm for (GPT2_CUBLASLT_BIAS_GRAD=bf16 sets it)
+  // instead of fp32, which cuBLASLt 13 has no algorithm for, and the GELU gradient's product carries MLP up's
+  // bias gradient (DGELU_BGRAD, gemm_dgelu_bias_grad_cuda; GPT2_CUBLASLT_BIAS_GRAD=bf16 sets it)
   bool lt_bias_grad_bf16 = false;
+  // cuBLASLt, bf16 sums: skip BGRADA and ask only for BGRADB on row-ordered layouts, the fallback where BGRADA
+  // has no algorithm (its tests, and the benchmarks' A/B of the two)
+  bool lt_bias_grad_row_major = false;
   // wgmma 128x128 kDGelu: the epilogue reads the pre-activations from global memory, as the other wgmma
   // kernels do, instead of TMA loading them while the products run (the benchmarks' A/B of that tile)
   bool wgmma_aux_from_global = false;
@@ -223,6 +227,18 @@ template <class T>
 bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, const T* inp, const T* dout, int rows,
                            int IC, int OC, cudaStream_t stream);
 
+// The GELU gradient's product with the previous layer's bias gradient (MLP down's dinp, MLP up's dbias):
+//   c (M,N)     = (op(a) op(b)) * gelu'(pre)      (gemm_cuda with kDGelu)
+//   dbias (N)  += sum_i c[i,:]                     where it returns true
+//   scratch: weight_bias_grad_scratch_bytes(M, N) bytes, float-aligned.
+// dbias rides along only on cuBLASLt in bf16 with the opt-in bias sums (GPT2_CUBLASLT_BIAS_GRAD=bf16, the
+// hook lt_bias_grad_bf16), where cuBLASLt has its DGELU_BGRAD epilogue: the sums of the fp32 results,
+// rounded to bf16 (the output's type) and then added into dbias. Otherwise only the product runs, dbias is
+// untouched, and it returns false: the caller takes dbias from c (weight_bias_grad_cuda).
+template <class T>
+bool gemm_dgelu_bias_grad_cuda(GemmContext& ctx, T* c, T* dbias, void* scratch, const T* a, const T* b, T* pre, int M,
+                               int N, int K, bool trans_a, bool trans_b, cudaStream_t stream);
+
 namespace detail {
 // The cuBLASLt backend (gemm_cublaslt.cu); gemm_cuda dispatches to it after checking the arguments.
 CublasLtState* create_cublaslt_state();
@@ -231,11 +247,18 @@ template <class T>
 void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T* aux, int M, int N, int K,
                    bool trans_a, bool trans_b, bool accumulate, GemmEpilogue ep, cudaStream_t stream);
 // dw (IC,OC) += inp^T dout with the column sums of dout written (not added) to dbias_sums (OC values of
-// S: float, or T where T is bf16, cuBLASLt's own type for them); false, having done nothing, when cuBLASLt
-// has no algorithm for that epilogue.
+// S: float, or T where T is bf16, cuBLASLt's own type for them), by the epilogue it returns: BGRADA (in the
+// row-major trick), or, for bf16 sums where BGRADA has no algorithm (or the hook lt_bias_grad_row_major skips
+// it), BGRADB on row-ordered layouts; kNone, having done nothing, when cuBLASLt has no algorithm for either.
+enum class LtBiasGradEpilogue { kNone, kBgradA, kBgradBRowMajor };
 template <class T, class S>
-bool weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout, int rows, int IC,
+LtBiasGradEpilogue weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout, int rows, int IC,
                                int OC, cudaStream_t stream);
+// c (M,N) = (op(a) op(b)) * gelu'(aux) with c's column sums written (not added) to dbias_sums (N values, T);
+// false, having done nothing, when cuBLASLt has no algorithm for DGELU_BGRAD (or N is not a multiple of 8).
+template <class T>
+bool dgelu_bias_grad_cublaslt(GemmContext& ctx, T* c, T* dbias_sums, const T* a, const T* b, const T* aux, int M,
+                              int N, int K, bool trans_a, bool trans_b, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace gpt2::kernels

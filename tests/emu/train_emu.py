@@ -285,23 +285,39 @@ check(f"a device of {small} MiB refuses the run with the estimate", rc != 0 and 
 def lt_calls():
     """The emulated cuBLASLt's matmul calls by epilogue in the last run (its report at exit), or None."""
     m = re.search(r"cuBLASLt: matmul calls by epilogue: default (\d+), bias (\d+), gelu_aux_bias (\d+), "
-                  r"dgelu (\d+), bgrada (\d+)", train.log)
+                  r"dgelu (\d+), bgrada (\d+), dgelu_bgrad (\d+), bgradb (\d+)", train.log)
     return [int(x) for x in m.groups()] if m else None
 
 
 # Offered every fused epilogue but the bias gradient with fp32 sums beside bf16 data (the emulator's default: the
 # lent GPUs' cuBLASLt 13 has none), the wrapper takes each one and runs its bias kernel; asked for bf16 sums
-# (GPT2_CUBLASLT_BIAS_GRAD=bf16) it takes the bias-gradient epilogue too; offered none (as a cuBLASLt without
+# (GPT2_CUBLASLT_BIAS_GRAD=bf16) it takes the bias-gradient epilogues too (BGRADA for the weight gradients but
+# MLP up's, whose bias gradient rides on MLP down's GELU gradient: DGELU_BGRAD); offered none (as a cuBLASLt without
 # them would answer), its own bias, GELU and bias-gradient passes give the same training to 2e-2.
 calls = lt_calls()
 check("the bf16 cuBLASLt run used every fused epilogue it was offered, and the bias kernel",
       "gemm: cublaslt" in train.log and re.search(r"bias gradient: bias kernel(;|$)", train.log, re.M) and calls is not None and
-      all(x > 0 for x in calls[:4]) and calls[4] == 0, f": calls by epilogue {calls}")
+      all(x > 0 for x in calls[:4]) and calls[4:] == [0, 0, 0], f": calls by epilogue {calls}")
 bgrad16, _ = train("bf16_cublaslt_bgrad_bf16", steps, lt, extra_env={"GPT2_CUBLASLT_BIAS_GRAD": "bf16"})
 compare("GPU bf16, cuBLASLt with the bias-gradient epilogue's bf16 sums ~ CPU", bgrad16, cpu, 2e-2)
 calls = lt_calls()
-check("... and it ran that epilogue for every weight gradient", calls is not None and calls[4] > 0 and
-      re.search(r"bias gradient: cublaslt epilogue bf16(;|$)", train.log, re.M), f": calls by epilogue {calls}")
+bias_paths = re.search(r"bias gradient: ([^;\n]*)", train.log)
+check("... and it ran those epilogues for every bias gradient of a linear layer: DGELU_BGRAD in place of DGELU, "
+      "BGRADA for 3 of a layer's 4", calls is not None and calls[3] == 0 and calls[5] > 0 and calls[4] == 3 * calls[5]
+      and bias_paths is not None and
+      sorted(bias_paths[1].split(", ")) == ["cublaslt dgelu epilogue bf16", "cublaslt epilogue bf16"],
+      f": calls by epilogue {calls}, bias gradient paths {bias_paths[1] if bias_paths else None}")
+# A cuBLASLt without BGRADA (EMU_CUBLASLT_BGRADA=0): the weight gradients' bf16 sums come from BGRADB on
+# row-ordered layouts instead, the same training
+bgradb16, _ = train("bf16_cublaslt_bgradb_row_major", steps, lt,
+                    extra_env={"GPT2_CUBLASLT_BIAS_GRAD": "bf16", "EMU_CUBLASLT_BGRADA": "0"})
+compare("GPU bf16, cuBLASLt with BGRADB's bf16 sums on row-major layouts ~ CPU", bgradb16, cpu, 2e-2)
+calls = lt_calls()
+bias_paths = re.search(r"bias gradient: ([^;\n]*)", train.log)
+check("... and it ran BGRADB where it had no BGRADA", calls is not None and calls[4] == 0 and calls[5] > 0 and
+      calls[6] == 3 * calls[5] and bias_paths is not None and
+      sorted(bias_paths[1].split(", ")) == ["cublaslt dgelu epilogue bf16", "cublaslt row-major epilogue bf16"],
+      f": calls by epilogue {calls}, bias gradient paths {bias_paths[1] if bias_paths else None}")
 unfused16, _ = train("bf16_cublaslt_unfused", steps, lt, extra_env={"EMU_CUBLASLT_FUSED": "0"})
 compare("GPU bf16, cuBLASLt without fused epilogues (the wrapper's fallbacks) ~ CPU", unfused16, cpu, 2e-2)
 calls = lt_calls()

@@ -268,7 +268,7 @@ std::vector<Variant> default_paths() {
 // backend whose paths a variant leaves alone would only repeat its default run: device time that the
 // lent GPU's phase A, under a deadline, has better uses for.
 bool variant_changes(const GemmTestHooks& h, GemmBackend be) {
-  const bool lt = h.lt_force_unfused_epilogue || h.lt_bias_grad_bf16;
+  const bool lt = h.lt_force_unfused_epilogue || h.lt_bias_grad_bf16 || h.lt_bias_grad_row_major;
   const bool hand = h.hand_force_scalar_loads || h.hand_force_splits > 0 ||
                     h.hand_path != kernels::GemmHandPath::kAuto || h.wgmma_kernel != GemmWgmmaKernel::kDefault ||
                     h.wgmma_max_blocks > 0;
@@ -1212,14 +1212,17 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
     }
     if (be == GemmBackend::kCublasLt && std::is_same_v<T, bf16>) {  // what ran is what the kernels line says
       const std::string paths = kernels::kernel_paths_used();
-      const char* fused_path = v.hooks.lt_bias_grad_bf16 ? "cublaslt epilogue bf16" : "cublaslt epilogue fp32";
+      const char* fused_path = !v.hooks.lt_bias_grad_bf16       ? "cublaslt epilogue fp32"
+                               : v.hooks.lt_bias_grad_row_major ? "cublaslt row-major epilogue bf16"
+                                                                : "cublaslt epilogue bf16";
       if (!v.hooks.unfused_bias_grad) {
         EXPECT_NE(paths.find(std::string("bias gradient: ") + (fused ? fused_path : "bias kernel")), std::string::npos)
             << paths;
       }
     }
     if (run == 0 && be == GemmBackend::kCublasLt && offset == 0 && (v.tag.empty() || v.hooks.lt_bias_grad_bf16))
-      std::printf("cuBLASLt bias-gradient epilogue (BGRADA, %s sums) for %s: %s\n",
+      std::printf("cuBLASLt bias-gradient epilogue (%s, %s sums) for %s: %s\n",
+                  v.hooks.lt_bias_grad_row_major ? "BGRADB, row-major" : "BGRADA",
                   std::is_same_v<T, bf16> && v.hooks.lt_bias_grad_bf16 ? "bf16" : "fp32", tag.c_str(),
                   fused ? "fused" : "no algorithm, GEMM + bias kernel");
     sync();
@@ -1244,7 +1247,8 @@ void check_weight_bias_grad(GemmBackend be, const Variant& v, int rows, int IC, 
 // runs fused on its default path (fp32: also at offset 1), with a forced split-K of 3 (per-split sums
 // added in order), and unfused through the hook and on bf16's register-staged loaders (offset 1, the
 // scalar-load hook), which leave the bias to bias_backward_cuda; cuBLASLt runs its bias-gradient
-// epilogue where it has one, with fp32 sums and (bf16, the hook lt_bias_grad_bf16) with bf16 sums.
+// epilogue where it has one, with fp32 sums and (bf16, the hook lt_bias_grad_bf16) with bf16 sums, BGRADA's or
+// (the hook lt_bias_grad_row_major, its fallback) BGRADB's on row-ordered layouts.
 TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
   using T = TypeParam;
   struct LShape {
@@ -1263,6 +1267,9 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
     variants.emplace_back();
     variants.back().tag = "[bf16 bias sums] ";
     variants.back().hooks.lt_bias_grad_bf16 = true;
+    variants.push_back(variants.back());
+    variants.back().tag = "[bf16 bias sums, row-major BGRADB] ";
+    variants.back().hooks.lt_bias_grad_row_major = true;
   }
   uint32_t seed = 1200;
   for (const LShape& s : {LShape{1, 1, 1}, LShape{111, 72, 37}, LShape{300, 72, 2304}, LShape{513, 200, 3 * kC + 4},
@@ -1271,6 +1278,99 @@ TYPED_TEST(GemmTest, WeightBiasGradMatchesGemmAndCpu) {
       for (const auto& [v, be] : runs_of(variants)) {
         check_weight_bias_grad<T>(be, v, s.rows, s.IC, s.OC, offset, seed, false);
         seed += 4;
+      }
+}
+
+// gemm_dgelu_bias_grad_cuda on one shape and variant: c must be the GELU gradient's product (the reference of
+// the kDGelu case) and, where the call says it summed the bias gradient (cuBLASLt's DGELU_BGRAD, bf16 with the
+// hook lt_bias_grad_bf16), dbias += c's column sums against the CPU; where it says not, dbias untouched and c
+// gemm_cuda's bits. Two runs the same bits, nothing written outside, the kernels line naming the path.
+template <class T>
+void check_dgelu_bias_grad(GemmBackend be, const Variant& v, int M, int N, int K, size_t offset, uint32_t seed) {
+  const GemmCase g{M, N, K, false, true, GemmEpilogue::kDGelu, false};
+  const std::string tag = std::string(name_of(be)) + " " + v.tag + g.str() + (offset ? " [offset 1]" : "");
+  SCOPED_TRACE(tag);
+  const Inputs in = make_inputs<T>(g, seed);
+  const Outputs ref = reference(g, in, false);
+  // cuBLASLt's fallback (no DGELU_BGRAD) may be its unfused dgelu: the naive chain that stores the product
+  const Outputs naive = std::is_same_v<T, bf16> ? reference(g, in, true, be == GemmBackend::kCublasLt) : Outputs{};
+  const auto db0 = rnd_t<T>(N, seed + 7);
+  // dbias: the exact column sums of c added; naive bf16: c's stored values summed in fp32, the sum rounded to
+  // bf16 (cuBLASLt's bias-gradient type), then added and rounded again
+  std::vector<float> db_ref(N), db_naive(N);
+  for (int j = 0; j < N; ++j) {
+    double s = 0;
+    float sn = 0;
+    for (int i = 0; i < M; ++i) {
+      s += ref.c[static_cast<size_t>(i) * N + j];
+      if (!naive.c.empty()) sn += naive.c[static_cast<size_t>(i) * N + j];
+    }
+    db_ref[j] = static_cast<float>(db0[j] + s);
+    db_naive[j] = naive.c.empty() ? db_ref[j] : round_bf16(db0[j] + round_bf16(sn));
+  }
+  GemmContext& ctx = shared_context(be);
+  ctx.test_hooks() = v.hooks;
+  Dev<T> plain(in.c0, offset), d_a(in.a, offset), d_b(in.b, offset), d_pre(in.aux, offset);
+  kernels::gemm_cuda<T>(ctx, plain.data(), d_a.data(), d_b.data(), nullptr, d_pre.data(), M, N, K, false, true, false,
+                        GemmEpilogue::kDGelu, nullptr);
+  const bool can_fuse = be == GemmBackend::kCublasLt && std::is_same_v<T, bf16> && v.hooks.lt_bias_grad_bf16;
+  std::vector<float> c[2], db[2];
+  bool fused[2] = {false, false};
+  for (int run = 0; run < 2; ++run) {
+    Dev<T> d_c(in.c0, offset), d_db(db0, offset);
+    DeviceBuffer<char> scratch(kernels::weight_bias_grad_scratch_bytes(M, N));
+    CUDA_CHECK(cudaMemset(scratch.data(), 0xff, scratch.bytes()));  // NaN: the sums must not read it unwritten
+    kernels::reset_kernel_paths();
+    fused[run] = kernels::gemm_dgelu_bias_grad_cuda<T>(ctx, d_c.data(), d_db.data(), scratch.data(), d_a.data(),
+                                                       d_b.data(), d_pre.data(), M, N, K, false, true, nullptr);
+    const std::string paths = kernels::kernel_paths_used();
+    EXPECT_EQ(paths.find("bias gradient: cublaslt dgelu epilogue bf16") != std::string::npos, fused[run]) << paths;
+    if (!can_fuse) {
+      EXPECT_FALSE(fused[run]) << "only cuBLASLt's bf16 sums, asked for, ride on the GELU gradient";
+    }
+    if (run == 0 && can_fuse && offset == 0)
+      std::printf("cuBLASLt GELU gradient with the bias gradient (DGELU_BGRAD, bf16 sums) for %s: %s\n", tag.c_str(),
+                  fused[run] ? "fused" : "no algorithm, the product alone");
+    sync();
+    c[run] = d_c.get();
+    db[run] = d_db.get();
+    EXPECT_EQ(d_c.guard_writes(), 0) << "c: writes outside";
+    EXPECT_EQ(d_db.guard_writes(), 0) << "dbias: writes outside";
+  }
+  ctx.test_hooks() = GemmTestHooks{};
+  EXPECT_EQ(fused[0], fused[1]) << "two runs took different paths";
+  expect_close<T>(c[0], ref.c, naive.c, "c (the GELU gradient's product)");
+  if (fused[0]) {
+    expect_close<T>(db[0], db_ref, db_naive, "dbias += column sums of c");
+  } else {
+    EXPECT_EQ(bit_mismatches(c[0], plain.get()), 0) << "c differs from gemm_cuda's kDGelu";
+    EXPECT_EQ(bit_mismatches(db[0], db0), 0) << "dbias changed where the call says it did nothing";
+  }
+  EXPECT_EQ(bit_mismatches(c[0], c[1]), 0) << "c: two runs differ";
+  EXPECT_EQ(bit_mismatches(db[0], db[1]), 0) << "dbias: two runs differ";
+}
+
+// MLP down's input gradient carrying MLP up's bias gradient (gemm_dgelu_bias_grad_cuda): cuBLASLt with bf16
+// sums (the hook lt_bias_grad_bf16) sums the columns of its GELU gradient's result in the epilogue where it
+// has DGELU_BGRAD; every other run (fp32, the hand kernels, cuBLASLt without the hook, N not a multiple of 8)
+// is gemm_cuda's kDGelu alone, dbias left to the caller.
+TYPED_TEST(GemmTest, DGeluBiasGradMatchesGemmAndCpu) {
+  using T = TypeParam;
+  std::vector<Variant> variants = default_paths<T>();
+  if constexpr (std::is_same_v<T, bf16>) {
+    variants.emplace_back();
+    variants.back().tag = "[bf16 bias sums] ";
+    variants.back().hooks.lt_bias_grad_bf16 = true;
+  }
+  struct DShape {
+    int M, N, K;  // rows, MLP up's outputs (N % 8 != 0: no DGELU_BGRAD, cuBLASLt's aux rule), MLP down's outputs
+  };
+  uint32_t seed = 1300;
+  for (const DShape& s : {DShape{1, 8, 1}, DShape{111, 72, 37}, DShape{300, 1024, 192}, DShape{513, 3 * kC + 4, 64}})
+    for (size_t offset : {size_t{0}, size_t{1}})
+      for (const auto& [v, be] : runs_of(variants)) {
+        check_dgelu_bias_grad<T>(be, v, s.M, s.N, s.K, offset, seed);
+        seed += 8;
       }
 }
 

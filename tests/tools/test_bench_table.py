@@ -45,8 +45,14 @@ kernels = write("kernels.json", [
     {"name": "WeightBiasGrad/bf16/cublaslt_unfused/qkv/BT:8192/manual_time", "GB_per_s": 900.0, "real_time": 99.0},
     {"name": "WeightBiasGrad/bf16/cublaslt_bgrad_bf16/qkv/BT:8192/manual_time", "GB_per_s": 1000.0,
      "real_time": 72.0},
+    {"name": "WeightBiasGrad/bf16/cublaslt_bgrad_bf16_row_major/qkv/BT:8192/manual_time", "GB_per_s": 1000.0,
+     "real_time": 60.0},
     {"name": "WeightBiasGrad/bf16/hand_wgmma/qkv/BT:8192/manual_time", "GB_per_s": 1000.0, "real_time": 80.0},
     {"name": "WeightBiasGrad/bf16/hand_wgmma_unfused/qkv/BT:8192/manual_time", "GB_per_s": 900.0, "real_time": 100.0},
+    {"name": "DGeluBiasGrad/bf16/cublaslt/mlp_down/dinp/BT:8192/manual_time", "TFLOP_per_s": 400.0,
+     "real_time": 120.0},
+    {"name": "DGeluBiasGrad/bf16/cublaslt_bgrad_bf16/mlp_down/dinp/BT:8192/manual_time", "TFLOP_per_s": 480.0,
+     "real_time": 100.0},
     {"name": "BM_AdamWModel<bf16>/multi:0/manual_time", "GB_per_s": 1000.0, "real_time": 300.0},
     {"name": "BM_AdamWModel<bf16>/multi:1/manual_time", "GB_per_s": 2500.0, "real_time": 120.0},
     {"name": "BM_layernorm_bwd_bf16/8192/768/manual_time", "GB_per_s": 1800.0, "real_time": 30.0},
@@ -127,11 +133,17 @@ expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt/") and "1.10x" in l for l 
 expect(any(l.startswith("WeightBiasGrad/bf16/hand_wgmma/") and "1.25x" in l for l in optin), "wgmma bias grad 100/80")
 expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt_bgrad_bf16/") and "1.25x vs cuBLASLt's default bias gradient" in l
            for l in optin), "bf16 bias sums 90/72")
+expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt_bgrad_bf16_row_major/") and
+           "1.50x vs cuBLASLt's default bias gradient" in l for l in optin), "row-major BGRADB 90/60")
+expect(any(l.startswith("WeightBiasGrad/bf16/cublaslt_bgrad_bf16_row_major/") and "1.20x vs BGRADA's bf16 sums" in l
+           for l in optin), "row-major BGRADB against BGRADA 72/60")
+expect(any(l.startswith("DGeluBiasGrad/bf16/cublaslt_bgrad_bf16/") and "1.20x vs GELU gradient + bias kernel" in l
+           for l in optin), "DGELU_BGRAD 120/100")
 expect(any(l.startswith("BM_AdamWModel<bf16>/multi:1") and "2.50x" in l for l in optin), "AdamW 300/120")
 expect(any(l.startswith("BM_layernorm_bwd_prefetch_bf16/") and "1.25x vs one row in flight a warp" in l
            for l in optin), "layernorm backward 30/24")
 optin = optin[:optin.index("")] if "" in optin else optin
-expect(len(optin) == 15, f"15 opt-in rows, got {len(optin)}")
+expect(len(optin) == 18, f"18 opt-in rows, got {len(optin)}")
 # The epilogue's cost: 75 us with it, 50 without; an error row named; no GemmNoEpilogue line among the kernels.
 cost = lines[lines.index(next(l for l in lines if l.startswith("epilogue cost"))) + 1:]
 expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "1.50x" in l for l in cost), "epilogue 75/50")

@@ -205,6 +205,15 @@ OPT_INS = [
     # GEMM + bias kernel (no algorithm for fp32 sums beside bf16 data)
     (r"^WeightBiasGrad/bf16/cublaslt_bgrad_bf16/", lambda n: n.replace("/cublaslt_bgrad_bf16/", "/cublaslt/", 1),
      "vs cuBLASLt's default bias gradient"),
+    # its fallback, BGRADB on row-ordered layouts, against the same default and against BGRADA's bf16 sums
+    (r"^WeightBiasGrad/bf16/cublaslt_bgrad_bf16_row_major/",
+     lambda n: n.replace("/cublaslt_bgrad_bf16_row_major/", "/cublaslt/", 1), "vs cuBLASLt's default bias gradient"),
+    (r"^WeightBiasGrad/bf16/cublaslt_bgrad_bf16_row_major/",
+     lambda n: n.replace("/cublaslt_bgrad_bf16_row_major/", "/cublaslt_bgrad_bf16/", 1), "vs BGRADA's bf16 sums"),
+    # MLP up's bias gradient on MLP down's GELU gradient (DGELU_BGRAD, bf16 sums) against that product, then the
+    # bias kernel over its result (the default's second read)
+    (r"^DGeluBiasGrad/bf16/cublaslt_bgrad_bf16/", lambda n: n.replace("/cublaslt_bgrad_bf16/", "/cublaslt/", 1),
+     "vs GELU gradient + bias kernel"),
     (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),
     (r"^BM_layernorm_bwd_prefetch_bf16/", lambda n: n.replace("_prefetch_bf16/", "_bf16/", 1),
      "vs one row in flight a warp"),

@@ -5,15 +5,20 @@
 // pointers, alignment promises and workspace. What it does not read is not modelled: batches, other data or
 // compute types, other epilogues and attributes (each an error that names it, never a silent answer).
 //
-// cublasLtMatmul, column-major throughout: D = epilogue(alpha op(A) op(B) + beta C), op(A) m x k, op(B) k x n,
-// D m x n, queued on the stream (a kernel node when captured) with the descriptor's values of the call;
+// cublasLtMatmul: D = epilogue(alpha op(A) op(B) + beta C), op(A) m x k, op(B) k x n, D m x n, each matrix
+// column-major or (CUBLASLT_MATRIX_LAYOUT_ORDER) row-major, all four in one order (assumed: the wrapper never
+// mixes them), queued on the stream (a kernel node when captured) with the descriptor's values of the call;
 // products in double, the epilogue in double, one rounding to D's type:
 //   BIAS           D += bias[i]                           (bias: D's type, or BIAS_DATA_TYPE)
 //   GELU_AUX_BIAS  aux = D + bias[i] (stored in D's type); D = gelu of the unrounded value
 //   DGELU          D *= gelu'(aux)                        (aux: the forward's pre-activation)
 //   BGRADA         bias[i] = sum over k of op(A)[i][k]    (stored, not added; BIAS_DATA_TYPE or D's type)
+//   BGRADB         bias[j] = sum over k of op(B)[k][j]    (likewise)
+//   DGELU_BGRAD    D *= gelu'(aux); bias[i] = sum over j of D[i][j], of the unrounded values (stored likewise)
 // Assumed where the documentation is silent (the lent GPU settles them): GELU is the tanh form (GPT-2's; PyTorch
-// relies on cuBLASLt's being that); a fused kernel takes the GELU of its fp32 value, not of the stored aux.
+// relies on cuBLASLt's being that); a fused kernel takes the GELU of its fp32 value, not of the stored aux;
+// DGELU_BGRAD's bias gradient is the sum of the GELU gradient's results (Transformer Engine takes it as the
+// previous layer's bias gradient), before they are rounded to D's type.
 // Answered as the lent GPUs' cuBLASLt 13 answered (2026-11-27, H100 and H200): no algorithm for a bias gradient
 // in fp32 beside bf16 data (cublasLt.h: "the same type as the output elements"), so the wrapper falls back to
 // its bias kernel; EMU_CUBLASLT_BGRAD_FP32=1 offers one anyway. A bias gradient in the data's type is offered
@@ -21,6 +26,7 @@
 // The heuristic answers one algorithm for every supported problem, which records the alignment the caller
 // promised (MIN_ALIGNMENT_*, default 256): a matmul whose pointers break that promise, or whose aux leading
 // dimension is not a multiple of 8 or below m, fails. The workspace must be device memory when given.
+// EMU_CUBLASLT_BGRADA=0: none for BGRADA (as a cuBLASLt with BGRADB alone would answer).
 // EMU_CUBLASLT_FUSED=0: the heuristic has no algorithm for any epilogue but DEFAULT, as a cuBLASLt without
 // them would answer, so the wrapper's fallbacks (its own bias, GELU and bias-gradient passes) run.
 #include <cublasLt.h>
@@ -43,6 +49,11 @@ struct Layout {
   cudaDataType type;
   uint64_t rows, cols;
   int64_t ld;
+  int32_t order = CUBLASLT_ORDER_COL;
+  // where element (r, c) is: ld strides columns (column-major) or rows (row-major)
+  uint64_t at(uint64_t r, uint64_t c) const {
+    return order == CUBLASLT_ORDER_ROW ? r * ld + c : r + c * ld;
+  }
 };
 struct Desc {
   cublasComputeType_t compute;
@@ -96,14 +107,28 @@ bool bgrad_fp32_on_bf16_offered() {
   }();
   return offered;
 }
+// EMU_CUBLASLT_BGRADA=0: no algorithm for BGRADA (the wrapper's row-major BGRADB fallback runs)
+bool bgrada_offered() {
+  static const bool offered = [] {
+    const char* v = std::getenv("EMU_CUBLASLT_BGRADA");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return offered;
+}
 bool epilogue_known(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-         e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_BGRADA;
+         e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB ||
+         e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+bool bias_grad(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
 }
 bool uses_bias(uint32_t e) {
-  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_BGRADA;
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || bias_grad(e);
 }
-bool uses_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU; }
+bool uses_aux(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
 int alignment_of(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   int al = 256;
@@ -112,18 +137,20 @@ int alignment_of(const void* p) {
 }
 
 // Matmuls by epilogue, said at exit (train_emu.py checks that a run used the fused epilogues it should)
-std::atomic<unsigned long long> g_by_epilogue[5];
+std::atomic<unsigned long long> g_by_epilogue[7];
 int epilogue_slot(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_BIAS ? 1 : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 2 : e == CUBLASLT_EPILOGUE_DGELU ? 3
-         : e == CUBLASLT_EPILOGUE_BGRADA ? 4 : 0;
+         : e == CUBLASLT_EPILOGUE_BGRADA ? 4 : e == CUBLASLT_EPILOGUE_DGELU_BGRAD ? 5
+         : e == CUBLASLT_EPILOGUE_BGRADB ? 6 : 0;
 }
 void count_matmul(uint32_t epilogue) {
   static std::once_flag once;
   std::call_once(once, [] {
     std::atexit([] {
-      emu::note("cuBLASLt: matmul calls by epilogue: default %llu, bias %llu, gelu_aux_bias %llu, dgelu %llu, bgrada %llu",
+      emu::note("cuBLASLt: matmul calls by epilogue: default %llu, bias %llu, gelu_aux_bias %llu, dgelu %llu, bgrada "
+                "%llu, dgelu_bgrad %llu, bgradb %llu",
                 g_by_epilogue[0].load(), g_by_epilogue[1].load(), g_by_epilogue[2].load(), g_by_epilogue[3].load(),
-                g_by_epilogue[4].load());
+                g_by_epilogue[4].load(), g_by_epilogue[5].load(), g_by_epilogue[6].load());
     });
   });
   ++g_by_epilogue[epilogue_slot(epilogue)];
@@ -147,10 +174,14 @@ std::string check_problem(const Desc& d, const Layout& a, const Layout& b, const
                        std::to_string(kb) + " rows";
   if (c.rows != *m || c.cols != *n || dl.rows != *m || dl.cols != *n || c.ld != dl.ld)
     return "C and D must be " + std::to_string(*m) + "x" + std::to_string(*n) + " with one leading dimension";
+  if (a.order != b.order || a.order != c.order || a.order != dl.order)
+    return "A, B, C and D in different orders (row- and column-major mixed) is not emulated";
   for (const Layout* l : {&a, &b, &c})
-    if (l->ld < static_cast<int64_t>(l->rows)) return "a leading dimension below the rows of its matrix";
+    if (l->ld < static_cast<int64_t>(l->order == CUBLASLT_ORDER_ROW ? l->cols : l->rows))
+      return "a leading dimension below the rows (column-major) or columns (row-major) of its matrix";
   if (uses_bias(d.epilogue) && d.bias_type != -1 && !supported_type(static_cast<cudaDataType>(d.bias_type)))
     return "bias data type " + std::to_string(d.bias_type) + " is not emulated";
+  if (uses_aux(d.epilogue) && dl.order == CUBLASLT_ORDER_ROW) return "an aux matrix beside row-major D is not emulated";
   if (uses_aux(d.epilogue) && (d.aux_ld % 8 != 0 || d.aux_ld < static_cast<int64_t>(*m)))
     return "EPILOGUE_AUX_LD " + std::to_string(d.aux_ld) + " must be a multiple of 8 and at least m = " +
            std::to_string(*m);
@@ -184,6 +215,20 @@ cublasStatus_t CUBLASWINAPI cublasLtDestroy(cublasLtHandle_t h) {
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows,
                                                        uint64_t cols, int64_t ld) {
   *l = reinterpret_cast<cublasLtMatrixLayout_t>(new Layout{type, rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+// CUBLASLT_MATRIX_LAYOUT_ORDER (COL or ROW) only.
+cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                             cublasLtMatrixLayoutAttribute_t attr, const void* buf,
+                                                             size_t size) {
+  if (attr != CUBLASLT_MATRIX_LAYOUT_ORDER)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "layout attribute " + std::to_string(attr) + " is not emulated");
+  int32_t order;
+  if (size != sizeof order) return refuse(CUBLAS_STATUS_INVALID_VALUE, "CUBLASLT_MATRIX_LAYOUT_ORDER: wrong size");
+  std::memcpy(&order, buf, size);
+  if (order != CUBLASLT_ORDER_COL && order != CUBLASLT_ORDER_ROW)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix order " + std::to_string(order) + " is not emulated");
+  reinterpret_cast<Layout*>(l)->order = order;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
@@ -272,9 +317,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cub
   if (!why.empty()) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm: " + why);
   if (desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !fused_offered()) return CUBLAS_STATUS_SUCCESS;  // none returned
   const Layout& la = *reinterpret_cast<const Layout*>(a);
-  if (desc.epilogue == CUBLASLT_EPILOGUE_BGRADA && la.type == CUDA_R_16BF && desc.bias_type == CUDA_R_32F &&
+  if (bias_grad(desc.epilogue) && la.type == CUDA_R_16BF && desc.bias_type == CUDA_R_32F &&
       !bgrad_fp32_on_bf16_offered())
     return CUBLAS_STATUS_SUCCESS;  // none returned, as on the lent GPUs
+  if (desc.epilogue == CUBLASLT_EPILOGUE_BGRADA && !bgrada_offered()) return CUBLAS_STATUS_SUCCESS;
   const Preference& p = *reinterpret_cast<const Preference*>(pref);
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = kAlgoMagic;
@@ -341,21 +387,27 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
     // op(A) by rows and op(B) by columns, in double: each output is one contiguous dot product
     std::vector<double> ar(m * k), bc(n * k);
     for (uint64_t i = 0; i < m; ++i)
-      for (uint64_t kk = 0; kk < k; ++kk) ar[i * k + kk] = load(A, t, ta ? kk + i * la.ld : i + kk * la.ld);
+      for (uint64_t kk = 0; kk < k; ++kk) ar[i * k + kk] = load(A, t, ta ? la.at(kk, i) : la.at(i, kk));
     for (uint64_t j = 0; j < n; ++j)
-      for (uint64_t kk = 0; kk < k; ++kk) bc[j * k + kk] = load(B, t, tb ? j + kk * lb.ld : kk + j * lb.ld);
+      for (uint64_t kk = 0; kk < k; ++kk) bc[j * k + kk] = load(B, t, tb ? lb.at(j, kk) : lb.at(kk, j));
     std::vector<double> out(m * n);
     for (uint64_t j = 0; j < n; ++j)
       for (uint64_t i = 0; i < m; ++i) {
         double s = 0;
         for (uint64_t kk = 0; kk < k; ++kk) s += ar[i * k + kk] * bc[j * k + kk];
-        out[i + j * m] = alpha * s + (beta != 0 ? beta * load(C, t, i + j * lc.ld) : 0.0);
+        out[i + j * m] = alpha * s + (beta != 0 ? beta * load(C, t, lc.at(i, j)) : 0.0);
       }
     if (d.epilogue == CUBLASLT_EPILOGUE_BGRADA)
       for (uint64_t i = 0; i < m; ++i) {
         double g = 0;
         for (uint64_t kk = 0; kk < k; ++kk) g += ar[i * k + kk];
         store(const_cast<void*>(d.bias), bias_t, i, g);
+      }
+    if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB)
+      for (uint64_t j = 0; j < n; ++j) {
+        double g = 0;
+        for (uint64_t kk = 0; kk < k; ++kk) g += bc[j * k + kk];
+        store(const_cast<void*>(d.bias), bias_t, j, g);
       }
     for (uint64_t j = 0; j < n; ++j)
       for (uint64_t i = 0; i < m; ++i) {
@@ -365,10 +417,17 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
         if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
           store(const_cast<void*>(d.aux), t, i + j * d.aux_ld, v);
           v = gelu(static_cast<float>(v));  // the fused kernel's fp32 value
-        } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+        } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU || d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
           v *= gelu_grad(load(d.aux, t, i + j * d.aux_ld));
         }
-        store(D, t, i + j * ld.ld, v);
+        out[i + j * m] = v;
+        store(D, t, ld.at(i, j), v);
+      }
+    if (d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)
+      for (uint64_t i = 0; i < m; ++i) {
+        double g = 0;
+        for (uint64_t j = 0; j < n; ++j) g += out[i + j * m];
+        store(const_cast<void*>(d.bias), bias_t, i, g);
       }
     return true;
   }, "cublasLtMatmul");

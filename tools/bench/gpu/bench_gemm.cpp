@@ -12,8 +12,11 @@
 // error row where the device is not compute capability 9.0 or the operands are not TMA-describable.
 // The weight and bias gradients together (weight_bias_grad_cuda), as the model runs them: the hand
 // backend fused (the bias sums ride on the dW GEMM), hand_unfused (dW GEMM + bias kernel, the test hook)
-// and cuBLASLt (dW GEMM + bias kernel). GB/s counts dout read once.
+// and cuBLASLt (dW GEMM + bias kernel where it has no BGRADA for fp32 sums); cublaslt_bgrad_bf16 with bf16 sums
+// (GPT2_CUBLASLT_BIAS_GRAD=bf16: BGRADA, else BGRADB on row-ordered layouts), _row_major with BGRADB alone.
+// GB/s counts dout read once.
 //   WeightBiasGrad/bf16/<hand|hand_wgmma|hand_wgmma256|cublaslt>[_unfused]/<layer>/BT:<rows>
+//   WeightBiasGrad/bf16/cublaslt_bgrad_bf16[_row_major]/<layer>/BT:<rows>
 // What the epilogue costs: the products that have one (forward: bias, bias+GELU; mlp_down dinp: the GELU
 // gradient) again without it, at 8192 rows, for every kernel; phase A's table prints the time ratio.
 //   GemmNoEpilogue/bf16/<kernel>/<layer>/<fwd|dinp>/BT:8192
@@ -23,6 +26,11 @@
 // The 128x256 wgmma kernel (the hand default on 9.0), whose shared memory has no room for them, without its
 // TMA prefetch of them into L2 during the products (the test hook wgmma_no_aux_prefetch): the A/B of that.
 //   GemmNoAuxPrefetch/bf16/hand_wgmma256/mlp_down/dinp/BT:<rows>
+// MLP down's input gradient with MLP up's bias gradient (gemm_dgelu_bias_grad_cuda) on cuBLASLt: cublaslt is the
+// default's GELU gradient's product and then the bias kernel over its result (which the default runs in MLP up's
+// weight gradient), cublaslt_bgrad_bf16 the DGELU_BGRAD epilogue with bf16 sums (GPT2_CUBLASLT_BIAS_GRAD=bf16;
+// its counter "fused" 0 where cuBLASLt has no algorithm for it). TFLOP/s counts the product.
+//   DGeluBiasGrad/bf16/<cublaslt|cublaslt_bgrad_bf16>/mlp_down/dinp/BT:<rows>
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -182,7 +190,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
 // wgmma_kernel: kDefault for the backend's default kernel (the hand backend: mma.sync), else the hand wgmma
 // kernel to run. bgrad_bf16: cuBLASLt's bias-gradient epilogue with bf16 sums (GPT2_CUBLASLT_BIAS_GRAD=bf16).
 void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, bool unfused,
-                       bool bgrad_bf16, Layer layer, int rows) try {
+                       bool bgrad_bf16, bool row_major, Layer layer, int rows) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
@@ -198,6 +206,7 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaK
   ctx.test_hooks().wgmma_kernel = wgmma_kernel;
   ctx.test_hooks().unfused_bias_grad = unfused;
   ctx.test_hooks().lt_bias_grad_bf16 = bgrad_bf16;
+  ctx.test_hooks().lt_bias_grad_row_major = row_major;
   // 1 when the bias gradient rode along the product (cuBLASLt: an algorithm for the BGRADA epilogue)
   state.counters["fused"] = k::weight_bias_grad_cuda<bf16>(ctx, dw.data(), dbias.data(), scratch.data(), inp.data(),
                                                            dout.data(), rows, IC, OC, nullptr);
@@ -209,6 +218,30 @@ void BM_WeightBiasGrad(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaK
                                        OC, s);
       },
       2.0 * IC * OC * rows, 2.0 * (static_cast<double>(rows) * (IC + OC) + 2.0 * IC * OC));
+} catch (...) {
+  gpt2::bench::error_row(state);
+}
+
+// bgrad_bf16: the hook lt_bias_grad_bf16 (DGELU_BGRAD where cuBLASLt has it); without it, the product and then
+// bias_backward_cuda over it, the default's two reads.
+void BM_DGeluBiasGrad(benchmark::State& state, bool bgrad_bf16, int rows) try {
+  const Product p = product_for(kLayers[3] /* mlp_down */, Pass::kDinp, rows);
+  const size_t mn = static_cast<size_t>(p.M) * p.N;
+  auto a = random_device(static_cast<size_t>(p.M) * p.K, 1), b = random_device(static_cast<size_t>(p.K) * p.N, 2);
+  auto c = random_device(mn, 3), pre = random_device(mn, 5), dbias = random_device(p.N, 4);
+  DeviceBuffer<char> scratch(std::max(k::weight_bias_grad_scratch_bytes(p.M, p.N), k::bias_backward_scratch_bytes(p.M, p.N)));
+  k::GemmContext& ctx = context(k::GemmBackend::kCublasLt);
+  const HooksCleared cleared(ctx);
+  ctx.test_hooks().lt_bias_grad_bf16 = bgrad_bf16;
+  const auto run = [&](cudaStream_t s) {
+    const bool fused = k::gemm_dgelu_bias_grad_cuda<bf16>(ctx, c.data(), dbias.data(), scratch.data(), a.data(),
+                                                          b.data(), pre.data(), p.M, p.N, p.K, p.trans_a, p.trans_b, s);
+    if (!fused) k::bias_backward_cuda<bf16>(dbias.data(), scratch.data(), c.data(), p.M, p.N, s);
+    return fused;
+  };
+  state.counters["fused"] = run(nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  gpt2::bench::time_launches(state, [&](cudaStream_t s) { run(s); }, 2.0 * p.M * p.N * p.K, 0);
 } catch (...) {
   gpt2::bench::error_row(state);
 }
@@ -266,12 +299,21 @@ const bool kRegistered = [] {
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  for (int rows : {8192, 65536})
+    for (bool bgrad_bf16 : {false, true}) {
+      const std::string name = std::string("DGeluBiasGrad/bf16/") + (bgrad_bf16 ? "cublaslt_bgrad_bf16" : "cublaslt") +
+                               "/mlp_down/dinp/BT:" + std::to_string(rows);
+      benchmark::RegisterBenchmark(name.c_str(), BM_DGeluBiasGrad, bgrad_bf16, rows)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   struct WbVariant {
     const char* name;
     k::GemmBackend be;
     bool unfused;
     k::GemmWgmmaKernel wgmma_kernel;
     bool bgrad_bf16 = false;
+    bool row_major = false;
   };
   using W = k::GemmWgmmaKernel;
   const WbVariant variants[] = {{"hand", k::GemmBackend::kHand, false, W::kDefault},
@@ -282,15 +324,17 @@ const bool kRegistered = [] {
                                 {"hand_wgmma256_unfused", k::GemmBackend::kHand, true, W::k128x256},
                                 {"cublaslt", k::GemmBackend::kCublasLt, false, W::kDefault},
                                 {"cublaslt_unfused", k::GemmBackend::kCublasLt, true, W::kDefault},
-                                {"cublaslt_bgrad_bf16", k::GemmBackend::kCublasLt, false, W::kDefault, true}};
+                                {"cublaslt_bgrad_bf16", k::GemmBackend::kCublasLt, false, W::kDefault, true},
+                                {"cublaslt_bgrad_bf16_row_major", k::GemmBackend::kCublasLt, false, W::kDefault, true,
+                                 true}};
   for (int rows : {8192, 65536})
     for (const Layer& l : kLayers) {
       if (l.lm_head) continue;  // the tied LM head has no bias
       for (const WbVariant& v : variants) {
         const std::string name =
             std::string("WeightBiasGrad/bf16/") + v.name + "/" + l.name + "/BT:" + std::to_string(rows);
-        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.wgmma_kernel, v.unfused, v.bgrad_bf16, l,
-                                     rows)
+        benchmark::RegisterBenchmark(name.c_str(), BM_WeightBiasGrad, v.be, v.wgmma_kernel, v.unfused, v.bgrad_bf16,
+                                     v.row_major, l, rows)
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
       }
