@@ -1001,6 +1001,15 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
   CUDA_CHECK_LAUNCH();
 }
 
+// dbias (n) += the n column sums a cuBLASLt bias-gradient epilogue staged (fp32 or T): one chunk
+template <class T, class S>
+void add_staged_bias_sums(T* dbias, const S* staged, int n, cudaStream_t stream) {
+  bias_backward_add_chunks<T, S>
+      <<<static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged, 1,
+                                                                                                     n, n);
+  CUDA_CHECK_LAUNCH();
+}
+
 size_t weight_bias_grad_scratch_bytes(int rows, int OC) {
   if (rows <= 0 || OC <= 0) return 0;
   return std::max(bias_backward_scratch_bytes(rows, OC), static_cast<size_t>(kMaxSplits) * OC * sizeof(float));
@@ -1024,10 +1033,7 @@ bool weight_bias_grad_cuda(GemmContext& ctx, T* dw, T* dbias, void* scratch, con
       if (ep == detail::LtBiasGradEpilogue::kNone) return false;
       record_kernel_path("bias gradient",
                          ep == detail::LtBiasGradEpilogue::kBgradBRowMajor ? "cublaslt row-major epilogue bf16" : path);
-      using S = std::remove_pointer_t<decltype(staged)>;
-      bias_backward_add_chunks<T, S><<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads,
-                                       0, stream>>>(dbias, staged, 1, OC, OC);
-      CUDA_CHECK_LAUNCH();
+      add_staged_bias_sums(dbias, staged, OC, stream);
       return true;
     };
     const bool bf16_sums = std::is_same_v<T, bf16> && ctx.test_hooks().lt_bias_grad_bf16;
@@ -1067,9 +1073,7 @@ bool gemm_dgelu_bias_grad_cuda(GemmContext& ctx, T* c, T* dbias, void* scratch, 
       if (detail::dgelu_bias_grad_cublaslt<T>(ctx, c, staged, a, b, pre, M, N, K, trans_a, trans_b, stream)) {
         record_kernel_path("gemm", "cublaslt");
         record_kernel_path("bias gradient", "cublaslt dgelu epilogue bf16");
-        bias_backward_add_chunks<T, T><<<static_cast<unsigned>(ceil_div(N, kElementwiseThreads)), kElementwiseThreads,
-                                         0, stream>>>(dbias, staged, 1, N, N);
-        CUDA_CHECK_LAUNCH();
+        add_staged_bias_sums(dbias, staged, N, stream);
         return true;
       }
     }

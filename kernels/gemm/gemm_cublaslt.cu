@@ -249,7 +249,7 @@ void log_plan(const LtPlanKey& key, const cublasLtMatmulHeuristicResult_t* resul
   os << "cuBLASLt plan: " << (key.dtype == CUDA_R_32F ? "fp32" : "bf16") << " M=" << key.M << " N=" << key.N
      << " K=" << key.K << (key.trans_a ? " A^T" : "") << (key.trans_b ? " B^T" : "")
      << " epilogue=" << epilogue_name(key.epilogue)
- << (key.bgrad_type < 0 ? "" : key.bgrad_type == CUDA_R_32F ? " (fp32 sums)" : " (bf16 sums)")
+     << (key.bgrad_type < 0 ? "" : key.bgrad_type == CUDA_R_32F ? " (fp32 sums)" : " (bf16 sums)")
      << (key.row_major ? " row-major" : "") << " align=" << key.align << ": ";
   if (result == nullptr) {
     os << "no algorithm";
@@ -442,27 +442,22 @@ LtBiasGradEpilogue weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_s
   static_assert(std::is_same_v<S, float> || std::is_same_v<S, T>, "bias sums in fp32 or in the data's type");
   CublasLtState* st = ctx.cublaslt();
   GPT2_CHECK(st != nullptr, "cuBLASLt GEMM on a context made for the hand backend");
-  // dw (IC,OC) += inp^T dout: gemm_cuda's M = IC, N = OC, K = rows, trans_a, C +=. In the row-major trick dout
-  // is cuBLASLt's A: BGRADA.
-  if (!ctx.test_hooks().lt_bias_grad_row_major) {
-    LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADA, inp, dout, dw, dbias_sums,
-                               nullptr, lt_type<S>());
-    if (plan.ok) {
-      run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
-      return LtBiasGradEpilogue::kBgradA;
-    }
-  }
+  // dw (IC,OC) += inp^T dout: gemm_cuda's M = IC, N = OC, K = rows, trans_a, C +=; true if it ran.
+  const auto ran = [&](cublasLtEpilogue_t epilogue, bool row_major) {
+    LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, epilogue, inp, dout, dw, dbias_sums, nullptr,
+                               lt_type<S>(), row_major);
+    if (plan.ok) run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
+    return plan.ok;
+  };
+  // In the row-major trick dout is cuBLASLt's A: BGRADA.
+  if (!ctx.test_hooks().lt_bias_grad_row_major && ran(CUBLASLT_EPILOGUE_BGRADA, false))
+    return LtBiasGradEpilogue::kBgradA;
   // bf16 sums (the opt-in) where BGRADA has none: the same product on row-ordered layouts, in our own terms,
   // makes dout cuBLASLt's B, whose sums over k are BGRADB's (the case Transformer Engine and PyTorch fuse,
   // their weight gradient being stored transposed to ours). Whether cuBLASLt orders rows with this epilogue is
   // the lent GPU's to say.
   if constexpr (std::is_same_v<S, T> && !std::is_same_v<T, float>) {
-    LtPlan& plan = get_plan<T>(*st, IC, OC, rows, true, false, CUBLASLT_EPILOGUE_BGRADB, inp, dout, dw, dbias_sums,
-                               nullptr, lt_type<S>(), true);
-    if (plan.ok) {
-      run_plan<T>(*st, plan, dw, inp, dout, dbias_sums, nullptr, 1.0f, stream);
-      return LtBiasGradEpilogue::kBgradBRowMajor;
-    }
+    if (ran(CUBLASLT_EPILOGUE_BGRADB, true)) return LtBiasGradEpilogue::kBgradBRowMajor;
   }
   return LtBiasGradEpilogue::kNone;
 }

@@ -252,8 +252,8 @@ void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias
 // it), BGRADB on row-ordered layouts; kNone, having done nothing, when cuBLASLt has no algorithm for either.
 enum class LtBiasGradEpilogue { kNone, kBgradA, kBgradBRowMajor };
 template <class T, class S>
-LtBiasGradEpilogue weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout, int rows, int IC,
-                               int OC, cudaStream_t stream);
+LtBiasGradEpilogue weight_bias_grad_cublaslt(GemmContext& ctx, T* dw, S* dbias_sums, const T* inp, const T* dout,
+                                             int rows, int IC, int OC, cudaStream_t stream);
 // c (M,N) = (op(a) op(b)) * gelu'(aux) with c's column sums written (not added) to dbias_sums (N values, T);
 // false, having done nothing, when cuBLASLt has no algorithm for DGELU_BGRAD (or N is not a multiple of 8).
 template <class T>
