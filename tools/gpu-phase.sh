@@ -348,6 +348,8 @@ train_124m() {
       # layouts) or MLP down's GELU gradient's (DGELU_BGRAD: MLP up's); the others: the bias kernel
       GPT2_CUBLASLT_BIAS_GRAD=bf16)
         expect+=("bias gradient: ([^;]*, )?cublaslt (dgelu |row-major )?epilogue bf16(,|;|\$)") ;;
+      # every launch of ours with the programmatic attribute, none in plain stream order
+      GPT2_PDL=on) expect+=("launch: programmatic(;|\$)") ;;
     esac
   done
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
@@ -593,6 +595,10 @@ phase_C() {
   # down's GELU gradient, DGELU_BGRAD), against the default's separate bias kernel (no algorithm for fp32 sums
   # so far): its second read of dout, ~2.7 GB a step, goes away (MLP up's alone: ~1.2 GB)
   train_124m opt_cublaslt_bias_grad_bf16 "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_BIAS_GRAD=bf16
+  # Programmatic dependent launch (2026-12-07): each of our kernels launched while the one before it finishes,
+  # waiting on the device instead of for the launch (LaunchChain rows of the kernel table: what a boundary saves)
+  train_124m opt_pdl "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_PDL=on
+  train_124m opt_pdl_hand "faster than train_124m_hand_mb16" 16 hand GPT2_PDL=on
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
   # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)
   gpu_step attention_order 60 "default <= 1.00x of each" "$bin/bench_gpu_kernels" \

@@ -8,6 +8,7 @@
 
 #include "kernels/adamw/adamw_cuda.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 
 namespace gpt2::kernels {
 
@@ -137,6 +138,7 @@ template <class T>
 __global__ void __launch_bounds__(AdamWLaunch::kThreads)
     adamw_update_vec128(float* __restrict__ master, T* __restrict__ params, const T* __restrict__ grads,
                         float* __restrict__ m, float* __restrict__ v, long n, long vec_count, AdamWCoeffs c) {
+  cuda::griddep_launch_dependents_then_wait();
   adamw_run<T>(master, params, grads, m, v, n, vec_count, c, static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x,
                static_cast<long>(gridDim.x) * blockDim.x);
 }
@@ -155,6 +157,7 @@ __global__ void __launch_bounds__(AdamWLaunch::kThreads)
     adamw_update_multi(float* __restrict__ master, T* __restrict__ params, const T* __restrict__ grads,
                        float* __restrict__ m, float* __restrict__ v, const AdamWChunk* __restrict__ chunks,
                        int num_chunks, AdamWCoeffs c, float decay_on, bool vec_ok, int* __restrict__ nonfinite) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int K = Packed128<T>::kSize;
   bool bad = false;
   for (int b = blockIdx.x; b < num_chunks; b += gridDim.x) {
@@ -207,8 +210,8 @@ void adamw_update_multi_cuda(float* master, T* params, const T* grads, float* m,
   const AdamWCoeffs c = make_coeffs(no_decay);
   const float decay_on = make_coeffs(s).decay;
   const long blocks = num_chunks < AdamWLaunch::kMaxBlocks ? num_chunks : AdamWLaunch::kMaxBlocks;
-  adamw_update_multi<T><<<static_cast<unsigned>(blocks), AdamWLaunch::kThreads, 0, stream>>>(
-      master, params_out, grads, m, v, chunks, num_chunks, c, decay_on, vec_ok, nonfinite);
+  cuda::launch_kernel(adamw_update_multi<T>, static_cast<unsigned>(blocks), AdamWLaunch::kThreads, 0, stream, master,
+                      params_out, grads, m, v, chunks, num_chunks, c, decay_on, vec_ok, nonfinite);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -233,8 +236,8 @@ void adamw_update_cuda(float* master, T* params, const T* grads, float* m, float
   const long work = vec_count > n - vec_count * K ? vec_count : n - vec_count * K;
   long blocks = cuda::ceil_div(work, AdamWLaunch::kThreads);
   blocks = blocks < 1 ? 1 : (blocks > AdamWLaunch::kMaxBlocks ? AdamWLaunch::kMaxBlocks : blocks);
-  adamw_update_vec128<T><<<static_cast<unsigned>(blocks), AdamWLaunch::kThreads, 0, stream>>>(
-      master, params_out, grads, m, v, n, vec_count, make_coeffs(s));
+  cuda::launch_kernel(adamw_update_vec128<T>, static_cast<unsigned>(blocks), AdamWLaunch::kThreads, 0, stream, master,
+                      params_out, grads, m, v, n, vec_count, make_coeffs(s));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -38,6 +38,7 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/env_choice.hpp"
 #include "kernels/common/kernel_paths.hpp"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/ptx.cuh"
 #if defined(GPT2_HAVE_SM90A)
 #include "kernels/attention/attention_sm90.cuh"
@@ -81,7 +82,7 @@ template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                    Args... args) {
   cuda::allow_dynamic_smem(kernel, smem_bytes);
-  kernel<<<grid, block, smem_bytes, stream>>>(static_cast<Params>(args)...);
+  cuda::launch_kernel(kernel, grid, block, smem_bytes, stream, static_cast<Params>(args)...);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -101,6 +102,7 @@ constexpr int kRowdotThreads = 256;
 template <class T>
 __global__ void __launch_bounds__(kRowdotThreads)
     attention_bwd_rowdot(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+  cuda::griddep_launch_dependents_then_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long row = static_cast<long>(blockIdx.x) * (kRowdotThreads / 32) + warp;  // (b, t, h) order
   if (row >= static_cast<long>(B) * T_ * NH) return;                              // whole warps leave together
@@ -156,6 +158,7 @@ __device__ __forceinline__ void simt_load_tile(float* dst, const T* src, size_t 
 template <class T>
 __global__ void __launch_bounds__(SimtTiles::kThreads)
     attention_fwd_simt(T* out, float* lse, const T* qkv, int T_, int C, int NH, int hs, float scale_log2) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int kR = SimtTiles::kWarpRows;
   const int qt = gridDim.x - 1 - blockIdx.x;  // longest causal prefixes first: better tail balance
   const int h = blockIdx.y, b = blockIdx.z;
@@ -246,6 +249,7 @@ template <class T>
 __global__ void __launch_bounds__(SimtTiles::kThreads)
     attention_bwd_dkdv_simt(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int C,
                             int NH, int hs, float scale_log2, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int kR = SimtTiles::kWarpRows;
   const int kt = blockIdx.x;  // tile 0 sees the most query tiles: natural order is heaviest first
   const int h = blockIdx.y, b = blockIdx.z;
@@ -349,6 +353,7 @@ template <class T>
 __global__ void __launch_bounds__(SimtTiles::kThreads)
     attention_bwd_dq_simt(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int C, int NH,
                           int hs, float scale_log2, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int kR = SimtTiles::kWarpRows;
   const int qt = gridDim.x - 1 - blockIdx.x;  // longest causal prefixes first
   const int h = blockIdx.y, b = blockIdx.z;
@@ -653,6 +658,7 @@ template <int HS>
 __global__ void __launch_bounds__(TcFwdConfig<HS>::kThreads, 2)
     attention_fwd_tc(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, float scale_log2,
                      attention_order::TileOrder order) {
+  cuda::griddep_launch_dependents_then_wait();
   using Cfg = TcFwdConfig<HS>;
   constexpr int kP = Cfg::kPitch;
   constexpr int kMT = Cfg::kMTiles;
@@ -1389,6 +1395,7 @@ template <int HS>
 __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
     attention_bwd_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D, int T_, int C,
                      int NH, attention_order::TileOrder order, float scale_log2, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
   const int h = slot.head % NH, b = slot.head / NH;
   if (slot.role == 0) {
@@ -1411,6 +1418,7 @@ __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
     attention_bwd_tc_accumulate_dq(bf16* dqkv, float* dq_acc, int* dq_turns, int* ticket, const bf16* dout,
                                    const bf16* qkv, const float* lse, const float* D, int T_, int C, int NH,
                                    float scale_log2, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   __shared__ int work;
   if (threadIdx.x == 0) work = atomicAdd(ticket, 1);
   __syncthreads();
@@ -1425,6 +1433,7 @@ template <int HS>
 __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
     attention_bwd_tc_store_ds(bf16* dqkv, bf16* ds, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
                               int T_, int C, int NH, attention_order::TileOrder order, float scale_log2, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
   bwd_dkdv_tc_block<HS, DqWork::kStoreDs>(slot.rank, slot.head % NH, slot.head / NH, dqkv, nullptr, nullptr, ds, dout,
                                           qkv, lse, D, T_, C, NH, scale_log2, scale);
@@ -1436,6 +1445,7 @@ template <int HS>
 __global__ void __launch_bounds__(TcDqFromDsConfig<HS>::kThreads, 4)
     attention_bwd_tc_dq_from_ds(bf16* dqkv, const bf16* ds, const bf16* qkv, int T_, int C, int NH,
                                 attention_order::TileOrder order, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
   bwd_dq_from_ds_block<HS>(order.ranks - 1 - slot.rank, slot.head % NH, slot.head / NH, dqkv, ds, qkv, T_, C, NH,
                            scale);
@@ -1445,6 +1455,7 @@ __global__ void __launch_bounds__(TcDqFromDsConfig<HS>::kThreads, 4)
 constexpr int kDqStoreThreads = 256;
 __global__ void __launch_bounds__(kDqStoreThreads)
     attention_bwd_store_dq(bf16* dqkv, const float* dq_acc, long rows, int C, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   const long pairs = C / 2;
   const long i = static_cast<long>(blockIdx.x) * kDqStoreThreads + threadIdx.x;
   if (i >= rows * pairs) return;

@@ -101,6 +101,7 @@
 #include "kernels/attention/dq_turns.cuh"
 #include "kernels/attention/ds_tiles.cuh"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90a_host.cuh"
 
@@ -325,6 +326,7 @@ template <bool kStoreDs>
 __global__ void __launch_bounds__(WgmmaBwdConfig::kThreads, 1)
     attention_bwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, const __grid_constant__ CUtensorMap tmap_dout,
                             const WgmmaBwdArgs args) {
+  cuda::griddep_launch_dependents_then_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WgmmaBwdConfig;
   const int T_ = args.T_, C = args.C, NH = args.NH;
@@ -706,7 +708,8 @@ void launch_bwd_wgmma(const WgmmaBwdArgs& partial, const bf16* dout, const bf16*
   const float scale = 1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim));  // as attention.cu
   WgmmaBwdArgs args = partial;
   args.T_ = T_, args.C = C, args.NH = NH, args.scale_log2 = scale * cuda::kLog2e, args.scale = scale;
-  attention_bwd_wgmma_tma<kStoreDs><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_do, args);
+  cuda::launch_kernel(attention_bwd_wgmma_tma<kStoreDs>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, map_qkv, map_do,
+                      args);
   CUDA_CHECK_LAUNCH();
 }
 

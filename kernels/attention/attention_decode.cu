@@ -15,6 +15,7 @@
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 
 namespace gpt2::kernels {
 namespace {
@@ -40,6 +41,7 @@ template <class T>
 __global__ void __launch_bounds__(DecodeConfig::kThreads)
     attention_decode_block_per_head(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kcache,
                                     const T* __restrict__ vcache, int len, int maxT, int hs, float scale) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int kDims = DecodeConfig::kDimsPerLane, kWarps = DecodeConfig::kWarps;
   __shared__ float warp_m[kWarps], warp_l[kWarps];
   __shared__ float warp_acc[kWarps][DecodeConfig::kMaxHeadSize];
@@ -121,8 +123,8 @@ void attention_decode_cuda(T* out, const T* q, const T* kcache, const T* vcache,
   GPT2_CHECK(len >= 1 && len <= maxT, "attention decode: len=" << len << " with maxT=" << maxT);
   GPT2_CHECK(out && q && kcache && vcache, "attention decode: a null pointer (len=" << len << ", C=" << C << ")");
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  attention_decode_block_per_head<T>
-      <<<NH, DecodeConfig::kThreads, 0, stream>>>(out, q, kcache, vcache, len, maxT, hs, scale);
+  cuda::launch_kernel(attention_decode_block_per_head<T>, NH, DecodeConfig::kThreads, 0, stream, out, q, kcache, vcache,
+                      len, maxT, hs, scale);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -65,6 +65,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90a_host.cuh"
 
@@ -224,6 +225,7 @@ template <bool kPingPong>
 __global__ void __launch_bounds__(WgmmaFwdConfig::kThreads, 1)
     attention_fwd_wgmma_tma(const __grid_constant__ CUtensorMap tmap_qkv, bf16* out, float* lse, int B, int T_,
                             int C, int NH, float scale_log2) {
+  cuda::griddep_launch_dependents_then_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WgmmaFwdConfig;
   extern __shared__ unsigned char smem_raw[];
@@ -436,7 +438,7 @@ void attention_fwd_wgmma(bool pingpong, bf16* out, float* lse, const bf16* qkv, 
   const long units = cuda::ceil_div(T_, Cfg::kBlockM) * static_cast<long>(NH) * B;
   const unsigned grid = static_cast<unsigned>(std::min<long>(units, sm_count()));
   const float scale_log2 = (1.0f / std::sqrt(static_cast<float>(Cfg::kHeadDim))) * cuda::kLog2e;  // as attention.cu
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map, out, lse, B, T_, C, NH, scale_log2);
+  cuda::launch_kernel(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, map, out, lse, B, T_, C, NH, scale_log2);
   CUDA_CHECK_LAUNCH();
 }
 

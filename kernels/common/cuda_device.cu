@@ -5,9 +5,11 @@
 
 #include <string>
 
-#include "kernels/common/device.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/cuda_device.cuh"
+#include "kernels/common/device.hpp"
+#include "kernels/common/launch.cuh"
+#include "kernels/common/ptx.cuh"
 
 namespace gpt2 {
 
@@ -35,6 +37,7 @@ std::string cuda_library_versions() {
 
 namespace {
 __global__ void axpy_kernel(float* y, const float* x, float a, int n) {
+  cuda::griddep_launch_dependents_then_wait();
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] += a * x[i];
 }
@@ -43,7 +46,7 @@ __global__ void axpy_kernel(float* y, const float* x, float a, int n) {
 // y += a * x on the device; used by the GPU smoke test against a CPU loop.
 void axpy_device(float* y, const float* x, float a, int n, cudaStream_t stream) {
   constexpr int kBlock = 256;
-  axpy_kernel<<<(n + kBlock - 1) / kBlock, kBlock, 0, stream>>>(y, x, a, n);
+  cuda::launch_kernel(axpy_kernel, (n + kBlock - 1) / kBlock, kBlock, 0, stream, y, x, a, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

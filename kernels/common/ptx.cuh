@@ -1,6 +1,7 @@
 // The one home of the project's inline PTX (STYLE.md: one home for each primitive). .cu files only.
 //
 //  * every architecture: 2^x and 1/x as single special-function instructions (.ftz).
+//  * sm_90+ (no-ops before): programmatic dependent launch's trigger and wait (griddepcontrol).
 //  * sm_80+: cp.async (16 and 4 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 bf16; an acquire load
 //    and a release add on a global flag, for blocks that take turns.
 //  * sm_90 (plain): mbarrier with transaction counts, TMA (cp.async.bulk.tensor) into shared memory,
@@ -50,6 +51,26 @@ __device__ __forceinline__ float rcp_approx_ftz(float x) {
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Programmatic dependent launch (PTX griddepcontrol, sm_90+; compiled to nothing before sm_90).
+//
+// The first statement of every kernel in kernels/ (tools/check_launches.py checks it): it lets the next
+// kernel of the stream be launched now, then waits until the previous kernel has completed and its memory
+// writes are visible. With a kernel launched without the programmatic attribute (launch.cuh; GPT2_PDL off,
+// a device before 9.0) both are no-ops (PTX ISA: griddepcontrol.wait returns at once when the grid has no
+// programmatic prerequisites). With it, the next kernel's launch and its blocks' dispatch overlap this
+// kernel's last wave, and nothing of either kernel runs before its wait, so no kernel can read or write
+// before its inputs are complete: the same memory order as plain stream order. Its trigger is given at
+// the top because it only fires once every block of this grid has given it, i.e. once all of them are
+// resident: the next kernel's blocks can then take only what this kernel's finished blocks free, never a
+// slot this kernel still needs.
+__device__ __forceinline__ void griddep_launch_dependents_then_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------

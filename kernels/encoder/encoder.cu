@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/encoder/encoder_cuda.hpp"
 
 namespace gpt2::kernels {
@@ -82,6 +83,7 @@ __device__ __forceinline__ void store_from_f32(T* p, const float (&f)[W]) {
 template <class T, int W>
 __global__ void __launch_bounds__(kElementwiseThreads)
     encoder_fwd_gather_add(T* out, const int32_t* inp, const T* wte, const T* wpe, int N, int T_, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   const int P = C / W;
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<size_t>(N) * P) return;
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 template <class T, int W>
 __global__ void __launch_bounds__(kElementwiseThreads)
     encoder_bwd_wpe_position_owner(T* dwpe, const T* dout, int B, int T_, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   const int P = C / W;
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<size_t>(T_) * P) return;
@@ -128,6 +131,7 @@ template <class T, int W>
 __global__ void __launch_bounds__(WteLaunch::kThreads)
     encoder_bwd_wte_token_owner(T* dwte, const T* dout, const int32_t* row_start, const int32_t* row_token,
                                 const int32_t* positions, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   __shared__ float warp_sums[WteLaunch::kWarps][W][kWarpSize];  // lanes adjacent: no bank conflicts
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int P = C / W;
@@ -200,9 +204,8 @@ void encoder_forward_cuda(T* out, const int32_t* inp, const T* wte, const T* wpe
       [&](auto width) {
         constexpr int W = decltype(width)::value;
         const long threads = static_cast<long>(N) * (C / W);
-        encoder_fwd_gather_add<T, W>
-            <<<static_cast<unsigned>(ceil_div(threads, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
-                out, inp, wte, wpe, N, T_, C);
+        cuda::launch_kernel(encoder_fwd_gather_add<T, W>, static_cast<unsigned>(ceil_div(threads, kElementwiseThreads)),
+                            kElementwiseThreads, 0, stream, out, inp, wte, wpe, N, T_, C);
       },
       out, wte, wpe);
   CUDA_CHECK_LAUNCH();
@@ -228,9 +231,9 @@ void encoder_backward_cuda(T* dwte, T* dwpe, const T* dout, const int32_t* plan_
       [&](auto width) {
         constexpr int W = decltype(width)::value;
         const long threads = static_cast<long>(T_) * (C / W);
-        encoder_bwd_wpe_position_owner<T, W>
-            <<<static_cast<unsigned>(ceil_div(threads, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
-                dwpe, dout, B, T_, C);
+        cuda::launch_kernel(encoder_bwd_wpe_position_owner<T, W>,
+                            static_cast<unsigned>(ceil_div(threads, kElementwiseThreads)), kElementwiseThreads, 0,
+                            stream, dwpe, dout, B, T_, C);
       },
       dwpe, dout);
   CUDA_CHECK_LAUNCH();
@@ -240,8 +243,8 @@ void encoder_backward_cuda(T* dwte, T* dwpe, const T* dout, const int32_t* plan_
       [&](auto width) {
         constexpr int W = decltype(width)::value;
         const dim3 grid(static_cast<unsigned>(num_unique), static_cast<unsigned>(ceil_div(C / W, kWarpSize)));
-        encoder_bwd_wte_token_owner<T, W>
-            <<<grid, WteLaunch::kThreads, 0, stream>>>(dwte, dout, row_start, row_token, positions, C);
+        cuda::launch_kernel(encoder_bwd_wte_token_owner<T, W>, grid, WteLaunch::kThreads, 0, stream, dwte, dout,
+                            row_start, row_token, positions, C);
       },
       dwte, dout);
   CUDA_CHECK_LAUNCH();

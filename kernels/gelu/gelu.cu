@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/gelu/gelu_cuda.hpp"
 
 namespace gpt2::kernels {
@@ -46,6 +47,7 @@ inline unsigned grid_for(long vec_count, long scalar_count, int vecs_per_thread)
 template <class T>
 __global__ void __launch_bounds__(GeluLaunch::kThreads, GeluLaunch::kFwdMinBlocksPerSm)
     gelu_fwd_vec128(T* __restrict__ out, const T* __restrict__ inp, long n, long vec_count) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int K = Packed128<T>::kSize, kV = GeluLaunch::kFwdVecsPerThread;
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   const long tid = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(GeluLaunch::kThreads, GeluLaunch::kFwdMinBlock
 template <class T>
 __global__ void __launch_bounds__(GeluLaunch::kThreads)
     gelu_bwd_vec128(T* dinp, const T* inp, const T* dout, long n, long vec_count) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int K = Packed128<T>::kSize;
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   const long tid = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -96,9 +99,8 @@ void gelu_forward_cuda(T* out, const T* inp, long n, cudaStream_t stream) {
   GPT2_CHECK(out != nullptr && inp != nullptr, "out=" << static_cast<void*>(out) << " inp=" << inp);
   constexpr int K = Packed128<T>::kSize;
   const long vec_count = aligned16(out) && aligned16(inp) ? n / K : 0;
-  gelu_fwd_vec128<T>
-      <<<grid_for(vec_count, n - vec_count * K, GeluLaunch::kFwdVecsPerThread), GeluLaunch::kThreads, 0, stream>>>(
-          out, inp, n, vec_count);
+  cuda::launch_kernel(gelu_fwd_vec128<T>, grid_for(vec_count, n - vec_count * K, GeluLaunch::kFwdVecsPerThread),
+                      GeluLaunch::kThreads, 0, stream, out, inp, n, vec_count);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -110,8 +112,8 @@ void gelu_backward_cuda(T* dinp, const T* inp, const T* dout, long n, cudaStream
              "dinp=" << static_cast<void*>(dinp) << " inp=" << inp << " dout=" << dout);
   constexpr int K = Packed128<T>::kSize;
   const long vec_count = aligned16(dinp) && aligned16(inp) && aligned16(dout) ? n / K : 0;
-  gelu_bwd_vec128<T>
-      <<<grid_for(vec_count, n - vec_count * K, 1), GeluLaunch::kThreads, 0, stream>>>(dinp, inp, dout, n, vec_count);
+  cuda::launch_kernel(gelu_bwd_vec128<T>, grid_for(vec_count, n - vec_count * K, 1), GeluLaunch::kThreads, 0, stream,
+                      dinp, inp, dout, n, vec_count);
   CUDA_CHECK_LAUNCH();
 }
 

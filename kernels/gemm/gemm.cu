@@ -34,6 +34,7 @@
 #include "kernels/common/device_buffer.hpp"
 #include "kernels/common/env_choice.hpp"
 #include "kernels/common/kernel_paths.hpp"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 #include "kernels/gemm/gemm_cuda.hpp"
@@ -223,6 +224,7 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int ld, int ou
 
 template <bool kTransA, bool kTransB, bool kAsync, GemmEpilogue kEp>
 __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multistage(const GemmParams<bf16> p) {
+  cuda::griddep_launch_dependents_then_wait();
   using Cfg = TcTile;
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kStages = Cfg::kStages;
   // A is K-contiguous unless transposed; B is K-contiguous only when transposed.
@@ -356,6 +358,7 @@ __global__ void __launch_bounds__(TcTile::kThreads, 2) gemm_bf16_mma_sync_multis
 
 template <bool kTransA, bool kTransB, GemmEpilogue kEp>
 __global__ void __launch_bounds__(SimtTile::kThreads) gemm_f32_simt_8x8(const GemmParams<float> p) {
+  cuda::griddep_launch_dependents_then_wait();
   using Cfg = SimtTile;
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kL = Cfg::kLoadsPerThread;
   // Both tiles stored K-major ([k][m], [k][n]) so the compute loop reads float4 rows.
@@ -503,6 +506,7 @@ __device__ __forceinline__ void reduce_splits4(const float* __restrict__ partial
 template <class T, GemmEpilogue kEp>
 __global__ void __launch_bounds__(kElementwiseThreads)
     gemm_splitk_reduce_epilogue(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep) {
+  cuda::griddep_launch_dependents_then_wait();
   const int n4 = static_cast<int>(ceil_div(ep.N, 4));
   const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<long>(ep.M) * n4) return;
@@ -518,6 +522,7 @@ template <class T, GemmEpilogue kEp>
 __global__ void __launch_bounds__(kElementwiseThreads)
     gemm_splitk_reduce_tiles(const float* __restrict__ partial, int splits, const EpilogueParams<T> ep, int tile0,
                              int tiles_m, int tiles_n, int bm, int bn) {
+  cuda::griddep_launch_dependents_then_wait();
   int tile_m, tile_n;
   gemm_detail::tile_coords(tile0 + static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
   const int bn4 = bn / 4, rows_per_block = static_cast<int>(blockDim.x) / bn4;
@@ -533,6 +538,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kBiasThreadsX* kBiasThreadsY)
     bias_backward_chunk_colsum(float* __restrict__ scratch, const T* __restrict__ dout, int N, int OC) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int kV = cuda::Packed128<T>::kSize;  // columns per thread
   constexpr int kCols = kBiasThreadsX * kV;      // columns per block
   __shared__ float red[kBiasThreadsY][kCols];
@@ -577,6 +583,7 @@ __global__ void __launch_bounds__(kBiasThreadsX* kBiasThreadsY)
 template <class T, class S = float>
 __global__ void __launch_bounds__(kElementwiseThreads)
     bias_backward_add_chunks(T* __restrict__ dbias, const S* __restrict__ scratch, int chunks, int OC, int ld) {
+  cuda::griddep_launch_dependents_then_wait();
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= OC) return;
   float s = 0.0f;
@@ -684,16 +691,17 @@ void launch_bf16_tc(const GemmParams<bf16>& p, int splits, cudaStream_t stream) 
   auto kernel = gemm_bf16_mma_sync_multistage<kTransA, kTransB, kAsync, kEp>;
   cuda::allow_dynamic_smem(kernel, TcTile::kSmemBytes);
   const long tiles = ceil_div(p.M, TcTile::kBM) * ceil_div(p.N, TcTile::kBN);
-  kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), TcTile::kThreads, TcTile::kSmemBytes,
-           stream>>>(p);
+  cuda::launch_kernel(kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), TcTile::kThreads,
+                      TcTile::kSmemBytes, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
 template <bool kTransA, bool kTransB, GemmEpilogue kEp>
 void launch_f32_simt(const GemmParams<float>& p, int splits, cudaStream_t stream) {
   const long tiles = ceil_div(p.M, SimtTile::kBM) * ceil_div(p.N, SimtTile::kBN);
-  gemm_f32_simt_8x8<kTransA, kTransB, kEp>
-      <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), SimtTile::kThreads, 0, stream>>>(p);
+  cuda::launch_kernel(gemm_f32_simt_8x8<kTransA, kTransB, kEp>,
+                      dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), SimtTile::kThreads, 0, stream,
+                      p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -833,13 +841,13 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
         const int tail = tiles_m * tiles_n - tail_from;
         const int rows_per_block = kElementwiseThreads / (tile_n / 4);  // 8 (128 wide) or 4 (256 wide)
         const dim3 grid(static_cast<unsigned>(tail), static_cast<unsigned>(ceil_div(128, rows_per_block)));
-        gemm_splitk_reduce_tiles<T, decltype(e)::value><<<grid, kElementwiseThreads, 0, stream>>>(
-            ctx.splitk_workspace(), used, epp, tail_from, tiles_m, tiles_n, 128, tile_n);
+        cuda::launch_kernel(gemm_splitk_reduce_tiles<T, decltype(e)::value>, grid, kElementwiseThreads, 0, stream,
+                            ctx.splitk_workspace(), used, epp, tail_from, tiles_m, tiles_n, 128, tile_n);
       } else {
         const long n = static_cast<long>(M) * ceil_div(N, 4);
-        gemm_splitk_reduce_epilogue<T, decltype(e)::value>
-            <<<static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(
-                ctx.splitk_workspace(), used, epp);
+        cuda::launch_kernel(gemm_splitk_reduce_epilogue<T, decltype(e)::value>,
+                            static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream,
+                            ctx.splitk_workspace(), used, epp);
       }
       CUDA_CHECK_LAUNCH();
     });
@@ -850,9 +858,8 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       const int col0 =
           tail_from > 0 ? std::min(N, gemm_detail::first_row0_tile_from(tail_from, tiles_m, tiles_n) * tile_n) : 0;
       if (col0 < N) {
-        bias_backward_add_chunks<T><<<static_cast<unsigned>(ceil_div(N - col0, kElementwiseThreads)),
-                                      kElementwiseThreads, 0, stream>>>(dbias + col0, bias_scratch + col0, used,
-                                                                        N - col0, N);
+        cuda::launch_kernel(bias_backward_add_chunks<T>, static_cast<unsigned>(ceil_div(N - col0, kElementwiseThreads)),
+                            kElementwiseThreads, 0, stream, dbias + col0, bias_scratch + col0, used, N - col0, N);
         CUDA_CHECK_LAUNCH();
       }
     }
@@ -991,22 +998,20 @@ void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, c
   const dim3 block(kBiasThreadsX, kBiasThreadsY);
   float* part = static_cast<float*>(scratch);
   if (OC % kV == 0 && aligned_to(dout, 16))
-    bias_backward_chunk_colsum<T, true><<<grid, block, 0, stream>>>(part, dout, N, OC);
+    cuda::launch_kernel(bias_backward_chunk_colsum<T, true>, grid, block, 0, stream, part, dout, N, OC);
   else
-    bias_backward_chunk_colsum<T, false><<<grid, block, 0, stream>>>(part, dout, N, OC);
+    cuda::launch_kernel(bias_backward_chunk_colsum<T, false>, grid, block, 0, stream, part, dout, N, OC);
   CUDA_CHECK_LAUNCH();
-  bias_backward_add_chunks<T>
-      <<<static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, part,
-                                                                                                     chunks, OC, OC);
+  cuda::launch_kernel(bias_backward_add_chunks<T>, static_cast<unsigned>(ceil_div(OC, kElementwiseThreads)),
+                      kElementwiseThreads, 0, stream, dbias, part, chunks, OC, OC);
   CUDA_CHECK_LAUNCH();
 }
 
 // dbias (n) += the n column sums a cuBLASLt bias-gradient epilogue staged (fp32 or T): one chunk
 template <class T, class S>
 void add_staged_bias_sums(T* dbias, const S* staged, int n, cudaStream_t stream) {
-  bias_backward_add_chunks<T, S>
-      <<<static_cast<unsigned>(ceil_div(n, kElementwiseThreads)), kElementwiseThreads, 0, stream>>>(dbias, staged, 1,
-                                                                                                     n, n);
+  cuda::launch_kernel(bias_backward_add_chunks<T, S>, static_cast<unsigned>(ceil_div(n, kElementwiseThreads)),
+                      kElementwiseThreads, 0, stream, dbias, staged, 1, n, n);
   CUDA_CHECK_LAUNCH();
 }
 

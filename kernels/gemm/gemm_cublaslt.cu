@@ -31,6 +31,7 @@
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/launch.cuh"
 #include "kernels/gemm/gemm_cuda.hpp"
 
 // CUBLAS_CHECK: the cuBLAS member of the one error family; names the status.
@@ -62,6 +63,7 @@ constexpr long kElementwiseMaxBlocks = 1L << 16;  // grid-stride beyond that
 template <class T>
 __global__ void __launch_bounds__(kElementwiseThreads)
     fill_rows_with_bias(T* __restrict__ c, const T* __restrict__ bias, long total, int N) {
+  cuda::griddep_launch_dependents_then_wait();
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) c[i] = bias[i % N];
 }
@@ -70,6 +72,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 template <class T>
 __global__ void __launch_bounds__(kElementwiseThreads)
     gelu_forward_save_pre(T* __restrict__ c, T* __restrict__ aux, long total) {
+  cuda::griddep_launch_dependents_then_wait();
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const T pre = c[i];
@@ -82,6 +85,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 template <class T>
 __global__ void __launch_bounds__(kElementwiseThreads)
     gelu_grad_scale_inplace(T* __restrict__ c, const T* __restrict__ aux, long total) {
+  cuda::griddep_launch_dependents_then_wait();
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
     c[i] = from_f32<T>(to_f32(c[i]) * cuda::gelu_grad_f32(to_f32(aux[i])));
@@ -414,7 +418,8 @@ void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias
   const long total = static_cast<long>(M) * N;
   const bool seed_bias = ep == GemmEpilogue::kBias || ep == GemmEpilogue::kBiasGelu;
   if (seed_bias) {
-    fill_rows_with_bias<T><<<elementwise_grid(total), kElementwiseThreads, 0, stream>>>(c, bias, total, N);
+    cuda::launch_kernel(fill_rows_with_bias<T>, elementwise_grid(total), kElementwiseThreads, 0, stream, c, bias, total,
+                        N);
     CUDA_CHECK_LAUNCH();
   }
   LtPlan& plan = get_plan<T>(*st, M, N, K, trans_a, trans_b, CUBLASLT_EPILOGUE_DEFAULT, a, b, c, nullptr, nullptr);
@@ -423,10 +428,12 @@ void gemm_cublaslt(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias
                                                          << " type=" << (std::is_same_v<T, float> ? "fp32" : "bf16"));
   run_plan<T>(*st, plan, c, a, b, nullptr, nullptr, (accumulate || seed_bias) ? 1.0f : 0.0f, stream);
   if (ep == GemmEpilogue::kBiasGelu) {
-    gelu_forward_save_pre<T><<<elementwise_grid(total), kElementwiseThreads, 0, stream>>>(c, aux, total);
+    cuda::launch_kernel(gelu_forward_save_pre<T>, elementwise_grid(total), kElementwiseThreads, 0, stream, c, aux,
+                        total);
     CUDA_CHECK_LAUNCH();
   } else if (ep == GemmEpilogue::kDGelu) {
-    gelu_grad_scale_inplace<T><<<elementwise_grid(total), kElementwiseThreads, 0, stream>>>(c, aux, total);
+    cuda::launch_kernel(gelu_grad_scale_inplace<T>, elementwise_grid(total), kElementwiseThreads, 0, stream, c, aux,
+                        total);
     CUDA_CHECK_LAUNCH();
   }
 }

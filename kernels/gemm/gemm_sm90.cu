@@ -72,6 +72,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90a_host.cuh"
 #include "kernels/gemm/gemm_sm90.cuh"
@@ -256,6 +257,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     gemm_bf16_wgmma_tma_persistent(const __grid_constant__ CUtensorMap tmap_a,
                                    const __grid_constant__ CUtensorMap tmap_b,
                                    const __grid_constant__ CUtensorMap tmap_aux, const WgmmaParams p) {
+  cuda::griddep_launch_dependents_then_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((Cfg::kAlign - (cuda::smem_u32(smem_raw) % Cfg::kAlign)) % Cfg::kAlign);
@@ -563,7 +565,7 @@ void launch_wgmma(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMa
   const long units = static_cast<long>(p.tiles) * p.splits;
   const long blocks = max_blocks > 0 ? std::min(max_blocks, sm_count()) : sm_count();
   const unsigned grid = static_cast<unsigned>(units < blocks ? units : blocks);
-  kernel<<<grid, Cfg::kThreads, smem, stream>>>(ta, tb, taux, p);
+  cuda::launch_kernel(kernel, grid, Cfg::kThreads, smem, stream, ta, tb, taux, p);
   CUDA_CHECK_LAUNCH();
 }
 

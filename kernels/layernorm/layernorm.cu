@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/layernorm/layernorm.hpp"
 #include "kernels/layernorm/layernorm_cuda.hpp"
 
@@ -184,6 +185,7 @@ template <class T, int kPacks, bool kFused>
 __global__ void __launch_bounds__(RowLaunch::kThreads, fwd_min_blocks<kPacks, kFused>())
     layernorm_fwd_warp_per_row_vec(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
                                    const T* weight, const T* bias, int N, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int V = Packed128<T>::kSize;
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * RowLaunch::kWarps + threadIdx.x / kWarpSize;
@@ -254,6 +256,7 @@ template <class T, bool kFused>
 __global__ void __launch_bounds__(RowLaunch::kThreads)
     layernorm_fwd_warp_per_row_scalar(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
                                       const T* weight, const T* bias, int N, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * RowLaunch::kWarps + threadIdx.x / kWarpSize;
   if (row >= N) return;
@@ -297,12 +300,12 @@ void launch_forward(T* residual, T* out, float* mean, float* rstd, const T* a, c
   const dim3 grid(static_cast<unsigned>(ceil_div(N, RowLaunch::kWarps)));
   if (vec) {
     with_packs_per_lane<kMaxPacksPerLane>(packs_per_lane, [&](auto packs) {
-      layernorm_fwd_warp_per_row_vec<T, decltype(packs)::value, kFused>
-          <<<grid, RowLaunch::kThreads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
+      cuda::launch_kernel(layernorm_fwd_warp_per_row_vec<T, decltype(packs)::value, kFused>, grid, RowLaunch::kThreads,
+                          0, stream, residual, out, mean, rstd, a, b, weight, bias, N, C);
     });
   } else {
-    layernorm_fwd_warp_per_row_scalar<T, kFused>
-        <<<grid, RowLaunch::kThreads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    cuda::launch_kernel(layernorm_fwd_warp_per_row_scalar<T, kFused>, grid, RowLaunch::kThreads, 0, stream, residual,
+                        out, mean, rstd, a, b, weight, bias, N, C);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -316,6 +319,7 @@ template <class T>
 __global__ void __launch_bounds__(kApplyThreads)
     layernorm_apply_vec(T* out, const T* inp, const float* mean, const float* rstd, const T* weight, const T* bias,
                         int N, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int V = Packed128<T>::kSize;
   const int P = C / V;
   const long total = static_cast<long>(N) * P;
@@ -338,6 +342,7 @@ template <class T>
 __global__ void __launch_bounds__(kApplyThreads)
     layernorm_apply_scalar(T* out, const T* inp, const float* mean, const float* rstd, const T* weight, const T* bias,
                            int N, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   const long total = static_cast<long>(N) * C;
   for (long i = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<long>(gridDim.x) * blockDim.x) {
@@ -463,6 +468,7 @@ template <class T, int kPacks, bool kPrefetch>
 __global__ void __launch_bounds__(BwdLaunch::kThreads, bwd_min_blocks<kPacks, kPrefetch>())
     layernorm_bwd_warp_per_row_vec(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
                                    const float* mean, const float* rstd, int N, int C, int rows_per_block) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int V = Packed128<T>::kSize;
   extern __shared__ float acc_shared[];  // [kWarps][2][slice]
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -524,6 +530,7 @@ template <class T>
 __global__ void __launch_bounds__(RowLaunch::kThreads)
     layernorm_bwd_dinp_warp_per_row_scalar(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
                                            const float* rstd, int N, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * RowLaunch::kWarps + threadIdx.x / kWarpSize;
   if (row >= N) return;
@@ -551,6 +558,7 @@ template <class T>
 __global__ void __launch_bounds__(kColumnThreads)
     layernorm_bwd_dparams_column_partials(float* partials, const T* dout, const T* inp, const float* mean,
                                           const float* rstd, int N, int C, int rows_per_block) {
+  cuda::griddep_launch_dependents_then_wait();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int row_begin = blockIdx.y * rows_per_block;
@@ -574,6 +582,7 @@ __global__ void __launch_bounds__(kColumnThreads)
 template <class T, int kVec>
 __global__ void __launch_bounds__(PartialSumLaunch::kThreads)
     layernorm_bwd_sum_partials(T* dweight, T* dbias, const float* partials, int num_partials, int C) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int kLanesPerRow = PartialSumLaunch::kCols / kVec;  // 2 or 8
   constexpr int kSlots = PartialSumLaunch::kThreads / kLanesPerRow;
   static_assert(kWarpSize % kLanesPerRow == 0, "a warp holds whole row slots");
@@ -670,9 +679,11 @@ void layernorm_apply_cuda(T* out, const T* inp, const float* mean, const float* 
   // Enough blocks to fill any current GPU several times over; the grid-stride loop does the rest.
   const unsigned grid = static_cast<unsigned>(std::min<long>(ceil_div(work, kApplyThreads), 65536));
   if (vec) {
-    layernorm_apply_vec<T><<<grid, kApplyThreads, 0, stream>>>(out, inp, mean, rstd, weight, bias, N, C);
+    cuda::launch_kernel(layernorm_apply_vec<T>, grid, kApplyThreads, 0, stream, out, inp, mean, rstd, weight, bias, N,
+                        C);
   } else {
-    layernorm_apply_scalar<T><<<grid, kApplyThreads, 0, stream>>>(out, inp, mean, rstd, weight, bias, N, C);
+    cuda::launch_kernel(layernorm_apply_scalar<T>, grid, kApplyThreads, 0, stream, out, inp, mean, rstd, weight, bias,
+                        N, C);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -715,24 +726,24 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
       }
       const size_t smem = bwd_smem_bytes(C / V, V);
       cuda::allow_dynamic_smem(kernel, smem);
-      kernel<<<part.blocks, BwdLaunch::kThreads, smem, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
-                                                                 part.rows_per_block);
+      cuda::launch_kernel(kernel, part.blocks, BwdLaunch::kThreads, smem, stream, dinp, partials, dout, inp, weight,
+                          mean, rstd, N, C, part.rows_per_block);
     });
     CUDA_CHECK_LAUNCH();
   } else {
-    layernorm_bwd_dinp_warp_per_row_scalar<T>
-        <<<static_cast<unsigned>(ceil_div(N, RowLaunch::kWarps)), RowLaunch::kThreads, 0, stream>>>(
-            dinp, dout, inp, weight, mean, rstd, N, C);
+    cuda::launch_kernel(layernorm_bwd_dinp_warp_per_row_scalar<T>,
+                        static_cast<unsigned>(ceil_div(N, RowLaunch::kWarps)), RowLaunch::kThreads, 0, stream, dinp,
+                        dout, inp, weight, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
     const dim3 grid(static_cast<unsigned>(ceil_div(C, kColumnThreads)), static_cast<unsigned>(part.blocks));
-    layernorm_bwd_dparams_column_partials<T>
-        <<<grid, kColumnThreads, 0, stream>>>(partials, dout, inp, mean, rstd, N, C, part.rows_per_block);
+    cuda::launch_kernel(layernorm_bwd_dparams_column_partials<T>, grid, kColumnThreads, 0, stream, partials, dout, inp,
+                        mean, rstd, N, C, part.rows_per_block);
     CUDA_CHECK_LAUNCH();
   }
   const auto sum_partials = C % 2 == 0 && aligned16(partials) ? layernorm_bwd_sum_partials<T, 4>
                                                                : layernorm_bwd_sum_partials<T, 1>;
-  sum_partials<<<static_cast<unsigned>(ceil_div(2L * C, PartialSumLaunch::kCols)), PartialSumLaunch::kThreads, 0,
-                 stream>>>(dweight, dbias, partials, part.blocks, C);
+  cuda::launch_kernel(sum_partials, static_cast<unsigned>(ceil_div(2L * C, PartialSumLaunch::kCols)),
+                      PartialSumLaunch::kThreads, 0, stream, dweight, dbias, partials, part.blocks, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/reduce/reduce_cuda.hpp"
 
 namespace gpt2::kernels {
@@ -56,6 +57,7 @@ __device__ __forceinline__ double block_sum_double(double v) {
 template <class T>
 __global__ void __launch_bounds__(SumSquaresLaunch::kThreads)
     sum_squares_partials(double* __restrict__ partials, const T* __restrict__ x, long n, long vec_count) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int K = Packed128<T>::kSize;
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   const long tid = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -78,6 +80,7 @@ __global__ void __launch_bounds__(SumSquaresLaunch::kThreads)
 
 __global__ void __launch_bounds__(SumSquaresLaunch::kFinalThreads)
     sum_partials_in_order(double* __restrict__ result, const double* __restrict__ partials, int count) {
+  cuda::griddep_launch_dependents_then_wait();
   double acc = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   acc = block_sum_double(acc);
@@ -87,6 +90,7 @@ __global__ void __launch_bounds__(SumSquaresLaunch::kFinalThreads)
 template <class T>
 __global__ void __launch_bounds__(ScaleLaunch::kThreads)
     scale_vec128(T* __restrict__ x, float a, long n, long vec_count) {
+  cuda::griddep_launch_dependents_then_wait();
   constexpr int K = Packed128<T>::kSize;
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;
   const long tid = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -118,11 +122,11 @@ void sum_squares_cuda(double* result_device, void* scratch, const T* x, long n, 
   const long blocks = sum_squares_blocks(n);
   const long vec_count = aligned16(x) ? n / K : 0;
   auto* partials = static_cast<double*>(scratch);
-  sum_squares_partials<T>
-      <<<static_cast<unsigned>(blocks), SumSquaresLaunch::kThreads, 0, stream>>>(partials, x, n, vec_count);
+  cuda::launch_kernel(sum_squares_partials<T>, static_cast<unsigned>(blocks), SumSquaresLaunch::kThreads, 0, stream,
+                      partials, x, n, vec_count);
   CUDA_CHECK_LAUNCH();
-  sum_partials_in_order<<<1, SumSquaresLaunch::kFinalThreads, 0, stream>>>(result_device, partials,
-                                                                           static_cast<int>(blocks));
+  cuda::launch_kernel(sum_partials_in_order, 1, SumSquaresLaunch::kFinalThreads, 0, stream, result_device, partials,
+                      static_cast<int>(blocks));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -136,7 +140,8 @@ void scale_cuda(T* x, float a, long n, cudaStream_t stream) {
   const long work = vec_count > n - vec_count * K ? vec_count : n - vec_count * K;
   long blocks = cuda::ceil_div(work, ScaleLaunch::kThreads);
   blocks = blocks < 1 ? 1 : (blocks > ScaleLaunch::kMaxBlocks ? ScaleLaunch::kMaxBlocks : blocks);
-  scale_vec128<T><<<static_cast<unsigned>(blocks), ScaleLaunch::kThreads, 0, stream>>>(x, a, n, vec_count);
+  cuda::launch_kernel(scale_vec128<T>, static_cast<unsigned>(blocks), ScaleLaunch::kThreads, 0, stream, x, a, n,
+                      vec_count);
   CUDA_CHECK_LAUNCH();
 }
 

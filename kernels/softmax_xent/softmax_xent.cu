@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/launch.cuh"
 #include "kernels/softmax_xent/softmax_xent_cuda.hpp"
 
 namespace gpt2::kernels {
@@ -122,6 +123,7 @@ template <class T, int W>
 __global__ void __launch_bounds__(SoftmaxXentLaunch::kThreads, SoftmaxXentLaunch::kMinBlocksPerSm)
     softmax_xent_block_per_row(float* __restrict__ losses, T* __restrict__ logits, const int32_t* __restrict__ targets,
                                int V, int Vp, float dloss, bool write_grad) {
+  cuda::griddep_launch_dependents_then_wait();
   __shared__ float shared[32];
   T* x = logits + static_cast<size_t>(blockIdx.x) * Vp;
   const int target = targets[blockIdx.x];
@@ -199,9 +201,11 @@ void softmax_xent_cuda(float* losses, T* logits, const int32_t* targets, int N, 
   const bool vec = aligned16(logits) && Vp % K == 0;
   const dim3 grid(static_cast<unsigned>(N)), block(SoftmaxXentLaunch::kThreads);
   if (vec) {
-    softmax_xent_block_per_row<T, K><<<grid, block, 0, stream>>>(losses, logits, targets, V, Vp, dloss, write_grad);
+    cuda::launch_kernel(softmax_xent_block_per_row<T, K>, grid, block, 0, stream, losses, logits, targets, V, Vp, dloss,
+                        write_grad);
   } else {
-    softmax_xent_block_per_row<T, 1><<<grid, block, 0, stream>>>(losses, logits, targets, V, Vp, dloss, write_grad);
+    cuda::launch_kernel(softmax_xent_block_per_row<T, 1>, grid, block, 0, stream, losses, logits, targets, V, Vp, dloss,
+                        write_grad);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -52,12 +52,17 @@ build_kernel() {
       "${cxx[@]}" "${inc[@]}" -c "$here/src/$o.cpp" -o "$out/$o.o" || return 1
     fi
   done
-  # The repository's tensor-map helper, unmodified (the stubbed driver entry point hands it the emulator's encoder).
-  if [[ ! -f $out/sm90a_host.o || $repo/kernels/common/sm90a_host.cu -nt $out/sm90a_host.o ]]; then
-    "${cxx[@]}" "${inc[@]}" -x c++ -c "$repo/kernels/common/sm90a_host.cu" -o "$out/sm90a_host.o" || return 1
-  fi
+  # The repository's tensor-map helper, unmodified (the stubbed driver entry point hands it the emulator's encoder),
+  # and its launch decision (GPT2_PDL; kernels/common/launch.cpp) with the kernel-path record it writes to.
+  local f
+  for f in sm90a_host.cu launch.cpp kernel_paths.cpp; do
+    if [[ ! -f $out/${f%.*}.o || $repo/kernels/common/$f -nt $out/${f%.*}.o ]]; then
+      "${cxx[@]}" "${inc[@]}" -x c++ -c "$repo/kernels/common/$f" -o "$out/${f%.*}.o" || return 1
+    fi
+  done
   "${cxx[@]}" "${inc[@]}" -D__CUDA_ARCH_FEAT_SM90_ALL "${kernel_flags[@]}" -c "$gen" -o "$bin.o" &&
-    "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,fatal_stub,"${kernel}_driver",sm90a_host}.o "$bin.o"
+    "${cxx[@]}" -o "$bin" "$out"/{emu_runtime,cudart_stubs,fatal_stub,"${kernel}_driver",sm90a_host,launch,kernel_paths}.o \
+      "$bin.o"
 }
 # The GPU test suites (tests/gpu/test_<family>.cpp, as the lent GPU builds them) linked against every CUDA file
 # of kernels/ (mma.sync GEMM and attention, layernorm, softmax-xent, GELU, AdamW, encoder, reductions, the
@@ -70,7 +75,8 @@ gpu_kernel_srcs=(kernels/common/cuda_device.cu kernels/encoder/encoder.cu kernel
   kernels/common/sm90a_host.cu kernels/gemm/gemm_sm90.cu kernels/attention/attention_sm90.cu
   kernels/attention/attention_bwd_sm90.cu kernels/gemm/gemm_cublaslt.cu src/model/gpt2_cuda.cu)
 gpu_host_srcs=(src/core/error.cpp src/core/log.cpp src/core/json.cpp src/core/file_io.cpp src/core/backend.cpp
-  src/core/param_segment.cpp kernels/common/device.cpp kernels/common/kernel_paths.cpp kernels/encoder/encoder_cpu.cpp
+  src/core/param_segment.cpp kernels/common/device.cpp kernels/common/kernel_paths.cpp kernels/common/launch.cpp
+  kernels/encoder/encoder_cpu.cpp
   kernels/layernorm/layernorm_cpu.cpp kernels/gemm/gemm_cpu.cpp kernels/attention/attention_cpu.cpp
   kernels/gelu/gelu_cpu.cpp kernels/softmax_xent/softmax_xent_cpu.cpp kernels/adamw/adamw_cpu.cpp
   kernels/reduce/reduce_cpu.cpp src/model/config.cpp src/model/params.cpp src/model/gpt2.cpp src/model/step_profile.cpp

@@ -15,6 +15,8 @@
 
 #include "core/rng.hpp"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/kernel_paths.hpp"
+#include "kernels/common/launch.cuh"
 #include "kernels/gemm/gemm.hpp"
 #include "model/gpt2.hpp"
 #include "model/gpt2_cuda.hpp"
@@ -352,6 +354,41 @@ TEST_P(ModelStep, WaitsForParamsStillArriving) {
 // micro-step has another loss weight, so two graph keys alternate: A warms up, A is captured, B warms up
 // (step 1); A, A replay and B is captured (step 2); everything replays (step 3), A's graph kept
 // across B's.
+// Three optimizer steps of three micro-steps each (the last one scaled, an eval after each step) from
+// the given weights: the losses (train, eval per step) and the parameters after them.
+struct ThreeSteps {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+ThreeSteps run_three_steps(const Case& c, const GPT2Config& cfg, const float* weights, const Param& prm, Recompute r,
+                           bool cuda_graph) {
+  ThreeSteps out;
+  CudaStream stream;
+  CudaModelOptions mo{prm.precision, prm.gemm};
+  mo.cuda_graph = cuda_graph;
+  GPT2Cuda gpu(cfg, mo, stream.get());
+  gpu.set_recompute(r);
+  gpu.set_params(weights);
+  const float dloss = 1.0f / (3.0f * c.B * c.T);
+  for (int step = 1; step <= 3; ++step) {
+    gpu.zero_grad();
+    for (int m = 0; m < 3; ++m) {
+      std::vector<int32_t> in, tg;
+      make_batch(c, 500 + 10 * step + m, &in, &tg);
+      gpu.forward_train(in.data(), tg.data(), c.B, c.T, m == 2 ? 0.5f * dloss : dloss);
+      gpu.backward();
+    }
+    out.losses.push_back(gpu.take_loss_sum());
+    std::vector<int32_t> in, tg;
+    make_batch(c, 900 + step, &in, &tg);
+    out.losses.push_back(gpu.forward_eval(in.data(), tg.data(), c.B, c.T));
+    gpu.adamw_step({1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step});
+  }
+  out.params.resize(gpu.table().total());
+  gpu.get_params(out.params.data());
+  return out;
+}
+
 TEST_P(ModelStep, CudaGraphMatchesEager) {
   const Param prm = GetParam();
   const Case& c = kCases[0];
@@ -360,36 +397,51 @@ TEST_P(ModelStep, CudaGraphMatchesEager) {
   cpu.init(29);
   for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
     SCOPED_TRACE(recompute_name(r));
-    std::vector<double> losses[2];
-    std::vector<float> params[2];
-    for (int graph = 0; graph < 2; ++graph) {
-      CudaStream stream;
-      CudaModelOptions mo{prm.precision, prm.gemm};
-      mo.cuda_graph = graph == 1;
-      GPT2Cuda gpu(cfg, mo, stream.get());
-      gpu.set_recompute(r);
-      gpu.set_params(cpu.params().data());
-      const float dloss = 1.0f / (3.0f * c.B * c.T);
-      for (int step = 1; step <= 3; ++step) {
-        gpu.zero_grad();
-        for (int m = 0; m < 3; ++m) {
-          std::vector<int32_t> in, tg;
-          make_batch(c, 500 + 10 * step + m, &in, &tg);
-          gpu.forward_train(in.data(), tg.data(), c.B, c.T, m == 2 ? 0.5f * dloss : dloss);
-          gpu.backward();
-        }
-        losses[graph].push_back(gpu.take_loss_sum());
-        std::vector<int32_t> in, tg;
-        make_batch(c, 900 + step, &in, &tg);
-        losses[graph].push_back(gpu.forward_eval(in.data(), tg.data(), c.B, c.T));
-        gpu.adamw_step({1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step});
-      }
-      params[graph].resize(gpu.table().total());
-      gpu.get_params(params[graph].data());
-    }
-    EXPECT_EQ(losses[1], losses[0]) << "losses (train, eval per step) with and without the graph";
-    EXPECT_EQ(elements_that_differ(params[1], params[0]), 0u)
+    const ThreeSteps eager = run_three_steps(c, cfg, cpu.params().data(), prm, r, false);
+    const ThreeSteps graph = run_three_steps(c, cfg, cpu.params().data(), prm, r, true);
+    EXPECT_EQ(graph.losses, eager.losses) << "losses (train, eval per step) with and without the graph";
+    EXPECT_EQ(elements_that_differ(graph.params, eager.params), 0u)
         << "parameters that differ after 3 steps with and without the graph";
+  }
+}
+
+// Programmatic dependent launch (GPT2_PDL=on; kernels/common/launch.cuh) overlaps only the launch of each
+// kernel with the end of the one before; every kernel still waits for it before touching memory. So three
+// steps with it, eagerly and captured in a CUDA graph (where launches become programmatic edges), must
+// give every bit of three steps without it. On a device before compute capability 9.0 the attribute is not
+// set, and the kernels line says so.
+TEST_P(ModelStep, ProgrammaticLaunchChangesNoBit) {
+  const Param prm = GetParam();
+  const Case& c = kCases[1];
+  const GPT2Config cfg = make_config(c);
+  GPT2 cpu(cfg);
+  cpu.init(41);
+  struct Override {  // back to GPT2_PDL however the test ends
+    explicit Override(int on) { cuda::set_programmatic_launch(on); }
+    ~Override() { cuda::set_programmatic_launch(-1); }
+  };
+  ThreeSteps plain;
+  {
+    Override off(0);
+    kernels::reset_kernel_paths();
+    plain = run_three_steps(c, cfg, cpu.params().data(), prm, Recompute::kNone, false);
+    EXPECT_EQ(kernels::kernel_paths_used().find("launch:"), std::string::npos)
+        << "off, the kernels line names no launch mode";
+  }
+  int major = 0, dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  for (bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "CUDA graph" : "eager");
+    Override on(1);
+    kernels::reset_kernel_paths();
+    const ThreeSteps pdl = run_three_steps(c, cfg, cpu.params().data(), prm, Recompute::kNone, graph);
+    const std::string paths = kernels::kernel_paths_used();
+    EXPECT_NE(paths.find(major >= 9 ? "launch: programmatic" : "launch: stream order"), std::string::npos) << paths;
+    EXPECT_EQ(paths.find(major >= 9 ? "stream order" : "programmatic"), std::string::npos) << paths;
+    EXPECT_EQ(pdl.losses, plain.losses) << "losses (train, eval per step) with and without programmatic launch";
+    EXPECT_EQ(elements_that_differ(pdl.params, plain.params), 0u)
+        << "parameters that differ after 3 steps with and without programmatic launch";
   }
 }
 

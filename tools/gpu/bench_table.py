@@ -217,6 +217,8 @@ OPT_INS = [
     (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),
     (r"^BM_layernorm_bwd_prefetch_bf16/", lambda n: n.replace("_prefetch_bf16/", "_bf16/", 1),
      "vs one row in flight a warp"),
+    # a chain of launches with programmatic dependent launch (GPT2_PDL=on) against the same chain in stream order
+    (r"^LaunchChain/.*/pdl:1", lambda n: n.replace("/pdl:1", "/pdl:0", 1), "vs stream order (GPT2_PDL off)"),
 ]
 
 
