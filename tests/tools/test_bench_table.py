@@ -210,7 +210,9 @@ if len(sys.argv) > 3:
     # The targets, named here by plain substrings, independently of the script's regexes.
     for n in names:
         kind, bound = bt.target_for(n)
-        if "layernorm" in n:
+        if n.startswith("LaunchChain/"):  # kernel boundaries (pdl:1 against pdl:0), not the kernel: no target
+            expect((kind, bound) == (None, None), f"{n}: a launch chain with a kernel's target {kind} {bound}")
+        elif "layernorm" in n:
             expect((kind, bound) == ("copy", 80.0), f"{n}: layernorm target 80% of copy, got {kind} {bound}")
         elif any(k in n for k in ("SoftmaxXent", "GeluForward", "GeluBackward", "AdamW")) and "multi:0" not in n:
             expect((kind, bound) == ("copy", 75.0), f"{n}: target 75% of copy, got {kind} {bound}")
@@ -244,6 +246,9 @@ if len(sys.argv) > 3:
         if any(re.search(p, n) for p, _, _ in bt.OPT_INS):
             expect(n in paired, f"{n}: an opt-in whose default is not among the benchmarks")
     expect(len(paired) >= 80, f"{len(paired)} opt-ins paired with their defaults")
+    chains = [n for n in names if n.startswith("LaunchChain/")]
+    expect(len(chains) == 6 and all(n in paired for n in chains if "/pdl:1/" in n),
+           f"3 launch chains, each with programmatic launch paired against stream order: {chains}")
 
 for f in failures:
     print("FAIL:", f)
