@@ -62,25 +62,12 @@ void time_chain(benchmark::State& state, bool pdl, int launches, const std::func
   }
   const ProgrammaticLaunch mode(pdl);
   CudaStream stream;
-  const cudaStream_t s = stream.get();
-  auto chain = [&] {
-    for (int i = 0; i < launches; ++i) one(s);
-  };
-  chain();  // warm-up: plans, tensor maps, first-launch costs
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  CudaEvent start(true), stop(true);
-  double total_s = 0;
-  for (auto _ : state) {
-    bench::flush_l2(s);
-    start.record(s);
-    chain();
-    stop.record(s);
-    CUDA_CHECK(cudaEventSynchronize(stop.get()));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-    state.SetIterationTime(ms / 1e3);
-    total_s += ms / 1e3;
-  }
+  const double total_s = bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        for (int i = 0; i < launches; ++i) one(s);
+      },
+      0, 0, stream.get());
   state.counters["launches"] = launches;
   state.counters["us_per_launch"] = total_s * 1e6 / (static_cast<double>(state.iterations()) * launches);
 }

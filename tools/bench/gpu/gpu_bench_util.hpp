@@ -56,10 +56,10 @@ inline void flush_l2(cudaStream_t s) {
 
 // Times `launch` once per benchmark iteration (after an untimed warm-up), L2 flushed before each,
 // reports manual time, and sets counters: TFLOP/s from `flops` per launch, GB/s from `bytes` per launch
-// (either may be 0 to omit it).
-inline void time_launches(benchmark::State& state, const std::function<void(cudaStream_t)>& launch, double flops,
-                          double bytes) {
-  cudaStream_t s = nullptr;  // the legacy default stream: simple and serialising
+// (either may be 0 to omit it). On stream `s`: by default the legacy default stream, simple and
+// serialising. Returns the seconds timed, summed over the iterations.
+inline double time_launches(benchmark::State& state, const std::function<void(cudaStream_t)>& launch, double flops,
+                            double bytes, cudaStream_t s = nullptr) {
   launch(s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   CudaEvent start(true), stop(true);
@@ -78,6 +78,7 @@ inline void time_launches(benchmark::State& state, const std::function<void(cuda
   const double n = static_cast<double>(state.iterations());
   if (flops > 0) state.counters["TFLOP_per_s"] = flops * n / total_s / 1e12;
   if (bytes > 0) state.counters["GB_per_s"] = bytes * n / total_s / 1e9;
+  return total_s;
 }
 
 }  // namespace gpt2::bench
