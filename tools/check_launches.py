@@ -36,9 +36,9 @@ def strip_comments(text):
         elif text.startswith("/*", i):
             j = text.find("*/", i + 2)
             j = n if j < 0 else j + 2
-        elif text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
+        elif text[i] in "\"'":  # a string or character literal (a quote inside '"' must not open a string)
+            q, j = text[i], i + 1
+            while j < n and text[j] != q and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
             j += 1
         else:
@@ -58,12 +58,14 @@ def line_of(text, pos):
 def kernel_bodies(code):
     """(name, position of `{`) for every `__global__` function definition in comment-free code."""
     for m in re.finditer(r"\b__global__\b", code):
+        # only parentheses and brackets nest here: a template's <...> holds no `;` or `{`, while a `>>` or
+        # `->` in __launch_bounds__ or a parameter's default would unbalance angle brackets
         depth, i = 0, m.end()
         while i < len(code):
             c = code[i]
-            if c in "(<[":
+            if c in "([":
                 depth += 1
-            elif c in ")>]":
+            elif c in ")]":
                 depth -= 1
             elif depth == 0 and c == ";":
                 break  # a declaration
@@ -114,6 +116,8 @@ def self_test():
         "guard first": ("__global__ void k(int* p) {\n#if __CUDA_ARCH__ >= 900\n  " + PROLOGUE + "\n#endif\n}\n", 1),
         "raw launch": (good + "void f() { good<4><<<1, 32, 0, s>>>(p, q); }\n", 1),
         "two kernels, one bad": (good + "__global__ void bad() { return; }\n", 1),
+        "shift in launch bounds": ("__global__ void __launch_bounds__(kT >> 1) k(int* p) {\n  for (;;) p[0] = 1;\n}\n", 1),
+        "quote in a char literal": ("void f() { char q = '\"'; }\n__global__ void k(int* p) {\n  p[0] = 1;\n}\n", 1),
     }
     failed = 0
     with tempfile.TemporaryDirectory() as d:

@@ -1,11 +1,14 @@
+#include "kernels/common/launch.cuh"
+
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/env_choice.hpp"
 #include "kernels/common/kernel_paths.hpp"
-#include "kernels/common/launch.cuh"
 
 namespace gpt2::cuda {
 namespace {
@@ -35,15 +38,36 @@ bool device_has_pdl() {
   return k == 2;
 }
 
+// Whether the code this device runs for `kernel` was compiled from PTX of architecture 9.0 or later, the
+// first where ptx.cuh's prologue is griddepcontrol and not nothing. A build for architecture 80 alone runs
+// on an H100 by compiling its compute_80 PTX there: its kernels would not wait, so they are never launched
+// with the attribute. Asked once per kernel (and device: the answer is the same for one build).
+bool kernel_waits_for_predecessor(const void* kernel) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, bool> known;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = known.find(kernel);
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return known[kernel] = attr.ptxVersion >= 90;
+}
+
 }  // namespace
 
-bool programmatic_launch() {
+bool programmatic_launch(const void* kernel) {
   const int o = g_override.load(std::memory_order_relaxed);
   if (!(o >= 0 ? o == 1 : pdl_from_env())) return false;  // the default: nothing recorded, the kernels line as before
-  const bool on = device_has_pdl();
-  kernels::record_kernel_path("launch",
-                              on ? "programmatic" : "stream order (programmatic needs compute capability 9.0)");
-  return on;
+  if (!device_has_pdl()) {
+    kernels::record_kernel_path("launch", "stream order (device before compute capability 9.0)");
+    return false;
+  }
+  if (!kernel_waits_for_predecessor(kernel)) {
+    kernels::record_kernel_path("launch", "stream order (kernel built before architecture 90)");
+    return false;
+  }
+  kernels::record_kernel_path("launch", "programmatic");
+  return true;
 }
 
 void set_programmatic_launch(int on) {

@@ -20,11 +20,13 @@
 
 namespace gpt2::cuda {
 
-// Whether launches on the current device carry the programmatic attribute: GPT2_PDL (off | on, read once;
-// anything else is fatal) or set_programmatic_launch's override, and compute capability >= 9.0 (before
-// it the attribute does nothing). Where it was asked for, records the answer for the kernels line
-// ("launch: programmatic", or "launch: stream order (...)" on an older device); off, records nothing.
-bool programmatic_launch();
+// Whether a launch of `kernel` on the current device carries the programmatic attribute: GPT2_PDL (off | on,
+// read once; anything else is fatal) or set_programmatic_launch's override, a device of compute capability
+// >= 9.0 (before it the attribute does nothing), and the kernel's code compiled from PTX of architecture 90
+// or later (in code for 80 the prologue is nothing, so such a kernel would not wait). Where it was asked for,
+// records the answer for the kernels line ("launch: programmatic", or "launch: stream order (why)"); off,
+// records nothing.
+bool programmatic_launch(const void* kernel);
 // For benchmarks and tests: 0 or 1 overrides GPT2_PDL, -1 goes back to it.
 void set_programmatic_launch(int on);
 
@@ -42,7 +44,7 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = programmatic_launch() ? 1 : 0;
+  cfg.numAttrs = programmatic_launch(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 

@@ -56,7 +56,8 @@ build_kernel() {
   # and its launch decision (GPT2_PDL; kernels/common/launch.cpp) with the kernel-path record it writes to.
   local f
   for f in sm90a_host.cu launch.cpp kernel_paths.cpp; do
-    if [[ ! -f $out/${f%.*}.o || $repo/kernels/common/$f -nt $out/${f%.*}.o ]]; then
+    if [[ ! -f $out/${f%.*}.o || $repo/kernels/common/$f -nt $out/${f%.*}.o ||
+          -n $(find "$here/include" "$repo/kernels/common" -newer "$out/${f%.*}.o" -print -quit) ]]; then
       "${cxx[@]}" "${inc[@]}" -x c++ -c "$repo/kernels/common/$f" -o "$out/${f%.*}.o" || return 1
     fi
   done

@@ -912,8 +912,11 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr att
   else *value = 0;
   return cudaSuccess;
 }
+// Every kernel here is the emulated device's own code: compiled for architecture 90 (sm_90a), as the lent GPU's
+// are (kernels/common/launch.cpp launches only such kernels with programmatic dependent launch).
 cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void*) {
   std::memset(attr, 0, sizeof *attr);
+  attr->ptxVersion = attr->binaryVersion = 90;
   return cudaSuccess;
 }
 }

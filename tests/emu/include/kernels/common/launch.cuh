@@ -12,12 +12,12 @@
 
 namespace gpt2::cuda {
 
-bool programmatic_launch();
+bool programmatic_launch(const void* kernel);
 void set_programmatic_launch(int on);
 
 template <class... P, class... A>
 void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
-  (void)programmatic_launch();
+  (void)programmatic_launch(reinterpret_cast<const void*>(kernel));
   ::emu::Launch(grid, block, smem, stream).run(kernel, std::forward<A>(args)...);
 }
 
