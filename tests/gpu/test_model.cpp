@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -486,6 +487,17 @@ TEST_P(ModelStep, EvalMatchesTrainLoss) {
   gpu.forward_train(in.data(), tg.data(), c.B, c.T, 1.0f);
   EXPECT_EQ(static_cast<double>(eval), static_cast<double>(static_cast<float>(gpu.take_loss_sum())));
   EXPECT_NEAR(eval, cpu.forward_eval(in.data(), tg.data(), c.B, c.T), prm.precision == Precision::kFp32 ? 1e-4 : 2e-2);
+}
+
+// GPT2_PDL takes off or on: a typo is an error that names the variable (at the first launch, on every rank),
+// not a run in stream order that looks like the A/B.
+TEST(ModelLaunchEnvironment, UnknownPdlValueIsAnError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of a CUDA process
+  const char* was = std::getenv("GPT2_PDL");
+  const std::string saved = was != nullptr ? was : "";
+  ASSERT_EQ(setenv("GPT2_PDL", "yes", 1), 0);
+  EXPECT_DEATH(cuda::programmatic_launch(nullptr), "GPT2_PDL='yes' is not a kernel launch mode");
+  was != nullptr ? setenv("GPT2_PDL", saved.c_str(), 1) : unsetenv("GPT2_PDL");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ModelStep,
