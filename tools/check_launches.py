@@ -79,10 +79,12 @@ def kernel_bodies(code):
 
 
 def check_file(path, rel):
+    """(problems, number of kernels defined) in one file."""
     text = open(path, encoding="utf-8").read()
     code = strip_comments(text)
     problems = []
-    for name, brace in kernel_bodies(code):
+    bodies = list(kernel_bodies(code))
+    for name, brace in bodies:
         first = code[brace + 1:].lstrip()
         # preprocessor lines (an architecture guard) may not come first either: the prologue must run on
         # every architecture the kernel is compiled for
@@ -92,18 +94,21 @@ def check_file(path, rel):
         for m in re.finditer(r"<<<", code):
             problems.append(f"{rel}:{line_of(code, m.start())}: a <<<...>>> launch: use cuda::launch_kernel "
                             "(kernels/common/launch.cuh)")
-    return problems
+    return problems, len(bodies)
 
 
 def check_tree(root):
-    problems = []
+    """(problems, number of kernels) over kernels/ and src/."""
+    problems, kernels = [], 0
     for top in ("kernels", "src"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in sorted(files):
                 if f.endswith(SUFFIXES):
                     path = os.path.join(dirpath, f)
-                    problems += check_file(path, os.path.relpath(path, root))
-    return problems
+                    found, n = check_file(path, os.path.relpath(path, root))
+                    problems += found
+                    kernels += n
+    return problems, kernels
 
 
 def self_test():
@@ -124,7 +129,7 @@ def self_test():
         for what, (text, want) in cases.items():
             path = os.path.join(d, "k.cu")
             open(path, "w").write(text)
-            got = check_file(path, "kernels/x/k.cu")
+            got, _ = check_file(path, "kernels/x/k.cu")
             if len(got) != want:
                 print(f"self-test '{what}': {len(got)} problem(s), expected {want}: {got}")
                 failed += 1
@@ -136,12 +141,9 @@ def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    problems = check_tree(root)
+    problems, kernels = check_tree(root)
     for p in problems:
         print(p)
-    kernels = sum(len(list(kernel_bodies(strip_comments(open(os.path.join(dp, f)).read()))))
-                  for top in ("kernels", "src") for dp, _, fs in os.walk(os.path.join(root, top))
-                  for f in fs if f.endswith(SUFFIXES))
     print(f"check_launches: {kernels} kernels, {len(problems)} problem(s)")
     return 1 if problems else 0
 
