@@ -286,16 +286,19 @@ filter_selects() {
   else row "$1" FAIL "its filter selects no test or benchmark" "$2"; fi
   return 1
 }
-# ran_kernels RES CMD...: runs CMD (gpt2-train); it must succeed and its "kernels:" line must match
-# every regex in RES, one a line (the paths the step is about: train_124m).
+# ran_kernels RES METRICS CMD...: runs CMD (gpt2-train); it must succeed and its "kernels:" line must match
+# every regex in RES, one a line (the paths the step is about: train_124m). The run's metrics.jsonl (its --out)
+# is copied to METRICS, in the logs archive: the per-step times that tools/gpu/step_table.py judges it by.
 ran_kernels() {
-  local res=$1 out re line rc
-  shift
+  local res=$1 metrics=$2 out re line rc a prev="" dir=""
+  shift 2
+  for a in "$@"; do [[ $prev == --out ]] && dir=$a; prev=$a; done
   out=$(mktemp)
   "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   line=$(grep -m1 '^kernels: ' "$out")
   rm -f "$out"
+  [[ -n $dir && -f $dir/metrics.jsonl ]] && cp "$dir/metrics.jsonl" "$metrics"
   ((rc == 0)) || return "$rc"
   mapfile -t res <<< "$res"
   for re in "${res[@]}"; do
@@ -314,9 +317,13 @@ gtest() {
 
 # ---- the steps, one function each where a phase runs them ------------------------------------------
 # train_124m NAME TARGET MICRO_BATCH GEMM [VAR=VALUE ...] [-- MORE_ARGS]: 12 steps of the 124M model on
-# synthetic tokens (--benchmark), one micro-batch a step unless MORE_ARGS names --global-batch-tokens; the figure is the last step's tokens/s and MFU, and the two kinds of op
-# that took most of step 11's device time (--profile-step 11: its table, every op's ms, share and rate, is
-# in the step's log and metrics.jsonl; step 12, the figure's, is not profiled). The run's "kernels:"
+# synthetic tokens (--benchmark), one micro-batch a step unless MORE_ARGS names --global-batch-tokens; the
+# figure is the tokens/s and MFU of the mean step after the first without the profiled one (--benchmark's
+# mean; until 2026-12-07 the last step's), and the two kinds of op that took most of step 11's device time
+# (--profile-step 11: its table, every op's ms, share and rate, is in the step's log and metrics.jsonl, which
+# goes to the logs archive as logs/NAME.metrics.jsonl). TARGET is read by tools/gpu/step_table.py: clauses
+# ">= NK tok/s", "within N% of STEP", "faster than STEP", "slower than STEP", "vs STEP", "same as STEP"
+# (an A/A repeat), joined by "; " (tests/tools/test_step_table.py holds every target here to that). The run's "kernels:"
 # line must show the GEMM backend asked for and, for each GPT2_ATTENTION_*/GPT2_GEMM_SM90 opt-in, that
 # the opt-in ran: one that does not apply falls back without an error, and the step would have measured
 # the default under the opt-in's name.
@@ -353,7 +360,7 @@ train_124m() {
     esac
   done
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
-  gpu_step "$name" 150 "$target" ran_kernels "$(printf '%s\n' "${expect[@]}")" env "${vars[@]}" "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark \
+  gpu_step "$name" 150 "$target" ran_kernels "$(printf '%s\n' "${expect[@]}")" "$logs/$name.metrics.jsonl" env "${vars[@]}" "$bin/gpt2-train" --model gpt2-124m --device cuda --benchmark \
     --gemm "$gemm" --max-steps 12 --log-every 1 --micro-batch "$mb" --seq-len 1024 \
     "${batch[@]}" --profile-step 11 --out "$work/$name" "${more[@]}"
 }
@@ -483,7 +490,7 @@ phase_A() {
   # The headline figures: the default step, then the hand GEMM in its place (on compute capability 9.0 its
   # wgmma kernel with 128x256 tiles; phase C's opt_gemm_mma_sync runs mma.sync there).
   train_124m train_124m_cublaslt_mb16 ">= 470K tok/s" 16 cublaslt
-  train_124m train_124m_hand_mb16 "within 15% of cuBLASLt" 16 hand
+  train_124m train_124m_hand_mb16 "within 15% of train_124m_cublaslt_mb16" 16 hand
   # The same default step with the work between optimizer steps that llm.c's ~468K tok/s a GPU on 8 H100s is
   # measured with (-b 64 -t 1024: 65536 tokens a GPU): 4 micro-batches of 16 accumulated, so the update, the
   # gradient norm and the gradients' zeroing come once in 65536 tokens, not once in 16384 as above
@@ -573,20 +580,27 @@ phase_B() {
 # ---- phase C: what decides the defaults ----------------------------------------------------------
 phase_C() {
   step probe 60 "os, glibc, driver, libraries" probe
+  # A/A: phase A's two default steps again, as the first of this phase: what two processes of the same run
+  # differ by in this call (minutes apart, on this machine), which tools/gpu/step_table.py takes as the least
+  # difference that decides anything below.
+  train_124m aa_cublaslt_mb16 "same as train_124m_cublaslt_mb16" 16 cublaslt
+  train_124m aa_hand_mb16 "same as train_124m_hand_mb16" 16 hand
   # Each opt-in (opt_*: the 124M step at micro-batch 16 with one opt-in kernel in place) against phase
   # A's train_124m_{cublaslt,hand}_mb16 or the opt-in it would follow: a hand kernel becomes the default
-  # only where it is faster there.
-  train_124m opt_attention_fwd_wgmma "faster than mma.sync" 16 cublaslt GPT2_ATTENTION_FWD=wgmma
-  train_124m opt_attention_fwd_pingpong "faster than cooperative" 16 cublaslt \
-    GPT2_ATTENTION_FWD=wgmma-pingpong
-  train_124m opt_attention_bwd_accdq "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=accumulate-dq
-  train_124m opt_attention_bwd_wgmma "faster than accumulate-dq" 16 cublaslt GPT2_ATTENTION_BWD=wgmma
-  train_124m opt_attention_bwd_storeds "faster than recompute-dq" 16 cublaslt GPT2_ATTENTION_BWD=store-ds
-  train_124m opt_attention_bwd_wgmma_storeds "faster than store-ds" 16 cublaslt GPT2_ATTENTION_BWD=wgmma-store-ds
-  train_124m opt_gemm_mma_sync "slower than 128x256 (the hand default)" 16 hand GPT2_GEMM_SM90=0
-  train_124m opt_gemm_wgmma "vs 128x256 (the hand default)" 16 hand GPT2_GEMM_SM90=1
-  train_124m opt_gemm_wgmma_pingpong "faster than cooperative" 16 hand GPT2_GEMM_SM90=128x128-pingpong
-  train_124m opt_gemm_wgmma_by_shape "within 15% of cuBLASLt" 16 hand GPT2_GEMM_SM90=by-shape
+  # only where step_table says it is faster there.
+  train_124m opt_attention_fwd_wgmma "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_ATTENTION_FWD=wgmma
+  train_124m opt_attention_fwd_pingpong "faster than opt_attention_fwd_wgmma; faster than train_124m_cublaslt_mb16" \
+    16 cublaslt GPT2_ATTENTION_FWD=wgmma-pingpong
+  train_124m opt_attention_bwd_accdq "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_ATTENTION_BWD=accumulate-dq
+  train_124m opt_attention_bwd_wgmma "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_ATTENTION_BWD=wgmma
+  train_124m opt_attention_bwd_storeds "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_ATTENTION_BWD=store-ds
+  train_124m opt_attention_bwd_wgmma_storeds "faster than opt_attention_bwd_storeds; faster than train_124m_cublaslt_mb16" \
+    16 cublaslt GPT2_ATTENTION_BWD=wgmma-store-ds
+  train_124m opt_gemm_mma_sync "slower than train_124m_hand_mb16" 16 hand GPT2_GEMM_SM90=0
+  train_124m opt_gemm_wgmma "vs train_124m_hand_mb16" 16 hand GPT2_GEMM_SM90=1
+  train_124m opt_gemm_wgmma_pingpong "faster than opt_gemm_wgmma" 16 hand GPT2_GEMM_SM90=128x128-pingpong
+  train_124m opt_gemm_wgmma_by_shape "faster than train_124m_hand_mb16; within 15% of train_124m_cublaslt_mb16" \
+    16 hand GPT2_GEMM_SM90=by-shape
   # The hand default without the 128x256 kernel's L2 prefetch of the GELU gradient's pre-activations (2026-12-06)
   train_124m opt_gemm_no_aux_prefetch "slower than train_124m_hand_mb16" 16 hand GPT2_GEMM_AUX_PREFETCH=0
   # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
@@ -605,9 +619,12 @@ phase_C() {
     --benchmark_filter='^(BM_attention_(forward|backward)_bf16/(8|64)/0/0/|AttentionTileOrder/)' \
     --benchmark_out="$logs/attention_order.json" --benchmark_out_format=json --benchmark_min_time=0.1
   # The step replayed as a CUDA Graph: what ~250 launches per step cost.
-  train_124m opt_cuda_graph "faster than without" 16 cublaslt -- --cuda-graph
+  train_124m opt_cuda_graph "faster than train_124m_cublaslt_mb16" 16 cublaslt -- --cuda-graph
   train_124m train_124m_cublaslt_mb32 ">= 470K tok/s" 32 cublaslt
-  train_124m train_124m_hand_mb32 "within 15% of cuBLASLt" 32 hand
+  train_124m train_124m_hand_mb32 "within 15% of train_124m_cublaslt_mb32" 32 hand
+  # Every 124M run of this call (phase A's in $OUT's archive, and this phase's so far) against its target with
+  # its noise: the decisions (tools/gpu/step_table.py; its whole table is in the step's log)
+  step step_table 30 "verdicts outside the noise" python3 "$repo/tools/gpu/step_table.py" "$OUT"
   # ZeRO-1's device path on one GPU (its shard is the whole buffer, so the losses must be --zero 0's);
   # the cross-rank collectives need one GPU per rank.
   gpu_step zero1_one_gpu 120 "losses == --zero 0" bash -c "
@@ -682,6 +699,7 @@ sass_sm90a() {
 figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$logs/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
+figure_step_table() { grep -m1 '^targets: ' "$1" | sed 's/^targets: //'; }
 figure_attention_order() {
   python3 - "$repo/tools/gpu" "$(dirname "$1")/attention_order.json" <<'PY'
 import json, sys
@@ -700,15 +718,15 @@ PY
 # "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
 figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
 figure_ncu_layernorm() { grep -E '^layernorm_' "$1" | sed -E 's/^layernorm_([a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/; s/_warp_per_row_vec//; s/_partials//' | paste -sd, -; }
-# "step  12/12 | loss 7.1 | lr .. | norm .. | 70.1 ms | 467.5K tok/s | mfu 41.2% | ...": the last step line's
-# tok/s and MFU, then (a --profile-step run) the two kinds of op that took most of the profiled step's device
-# time: "476.5K tok/s, mfu 38.7% | gemm 55% attention 28%"
+# "benchmark: 35.12 ms/step | 466512 tokens/s | mfu 37.9% | ... (mean of 10 steps after the first)": the mean
+# step's tok/s and MFU, then (a --profile-step run) the two kinds of op that took most of the profiled step's
+# device time: "466.5K tok/s, mfu 37.9% | gemm 55% attention 28%"
 train_figure() {
   local kinds
   kinds=$(grep -m1 '^  by kind: ' "$1" | sed 's/^  by kind: //' | awk -F' [|] ' '{for (i = 1; i <= 2 && i <= NF; i++) {
     split($i, f, " "); printf "%s%s %.0f%%", (i > 1 ? " " : ""), f[1], f[4]}}')
-  grep -E '^step +[0-9]+/' "$1" | tail -1 | awk -F'|' -v k="$kinds" '{gsub(/^ +| +$/, "", $6); gsub(/^ +| +$/, "", $7);
-    print $6 ", " $7 (k != "" ? " | " k : "")}'
+  grep -m1 '^benchmark: ' "$1" | awk -F' [|] ' -v k="$kinds" '{split($2, t, " "); sub(/ +$/, "", $3);
+    printf "%.1fK tok/s, %s%s\n", t[1] / 1000, $3, (k != "" ? " | " k : "")}'
 }
 # first and last loss of a run's step lines
 loss_figure() { grep -E '^step +[0-9]+/' "$1" | awk -F'|' '{split($2, a, " "); if (!f) f = a[2]; l = a[2]} END {print "loss " f " -> " l}'; }
