@@ -7,7 +7,10 @@
 #     all phases:   bash tools/gpu-phase.sh A; bash tools/gpu-phase.sh B, then on the warm machine (a call
 #                   within 30 s of the last) C and D (2026-11-27: A+B 435 s with the start, C 86 s, D 73 s)
 #     reruns:       the "rerun:" lines of the last summaries, with --deadline-s to share the call out
-#                   (docs/performance.md, "First lent GPU", says what the next call runs)
+#                   (docs/performance.md, "The next lent GPU", says what the next call runs)
+#     phase C's step_table judges the call's 124M runs: its A/A steps and its opt-ins against phase A's
+#     default steps need phase A in the same call (one $OUT); otherwise run tools/gpu/step_table.py here
+#     on both calls' returned folders
 #
 #   A  is it right, and how fast by default (360 s): the machine (os, glibc, driver, libraries), every
 #      GPU test suite, the 124M step with cuBLASLt and the hand GEMM, the two ceilings (copy, cuBLASLt

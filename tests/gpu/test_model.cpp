@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.hpp"
+#include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/device_buffer.hpp"
 #include "kernels/common/kernel_paths.hpp"
 #include "kernels/common/launch.cuh"
@@ -445,6 +446,80 @@ TEST_P(ModelStep, ProgrammaticLaunchChangesNoBit) {
     EXPECT_EQ(elements_that_differ(pdl.params, plain.params), 0u)
         << "parameters that differ after 3 steps with and without programmatic launch";
   }
+}
+
+// The opt-in attention kernels under programmatic launch: the backwards whose blocks take turns across the
+// grid (accumulate-dq, wgmma: a key tile waits for the tiles above it), the two-launch store-ds backwards, and
+// the wgmma forwards. Each still waits for the kernel before it, and a kernel's blocks are launched early only
+// once every block of that kernel is resident, so no turn can wait on a block that has no slot: the argument
+// says no bit changes and nothing hangs (a hang traps after 10 s), and a GPU is where a flaw in it would show.
+// T = 256: 4 key tiles a head, so the turns pass between blocks. The kernels line must name the path that ran.
+TEST_P(ModelStep, ProgrammaticLaunchChangesNoBitOnOptInAttention) {
+  const Param prm = GetParam();
+  if (prm.precision != Precision::kBf16) GTEST_SKIP() << "the opt-in attention kernels are bf16's";
+  const Case c{"hs64_t256", 2, 2, 128, 256, 256, 2, 256};
+  const GPT2Config cfg = make_config(c);
+  GPT2 cpu(cfg);
+  cpu.init(43);
+  struct Restore {  // the process's attention paths and GPT2_PDL, however the test ends
+    kernels::AttentionForwardPath fwd = kernels::attention_forward_path();
+    kernels::AttentionBackwardPath bwd = kernels::attention_backward_path();
+    ~Restore() {
+      kernels::attention_set_forward_path(fwd);
+      kernels::attention_set_backward_path(bwd);
+      cuda::set_programmatic_launch(-1);
+    }
+  } restore;
+  using F = kernels::AttentionForwardPath;
+  using B = kernels::AttentionBackwardPath;
+  struct Paths {
+    F fwd;
+    B bwd;
+    bool wgmma;
+    const char* fwd_name;  // as the kernels line names them
+    const char* bwd_name;
+  };
+  const Paths kPaths[] = {
+      {F::kMmaSync, B::kAccumulateDq, false, "mma.sync", "accumulate-dq"},
+      {F::kMmaSync, B::kStoreDs, false, "mma.sync", "store-ds"},
+      {F::kWgmma, B::kWgmma, true, "wgmma", "wgmma"},
+      {F::kWgmmaPingPong, B::kWgmmaStoreDs, true, "wgmma-pingpong", "wgmma-store-ds"},
+  };
+  // "op: path" as the whole entry of its op (followed by "; " or the end): "wgmma" is not "wgmma-store-ds"
+  auto names = [](const std::string& line, const std::string& op, const std::string& path) {
+    const std::string entry = op + ": " + path;
+    for (size_t at = line.find(entry); at != std::string::npos; at = line.find(entry, at + 1)) {
+      const size_t end = at + entry.size();
+      if ((at == 0 || line.compare(at - 2, 2, "; ") == 0) && (end == line.size() || line.compare(end, 2, "; ") == 0))
+        return true;
+    }
+    return false;
+  };
+  const bool wgmma = kernels::attention_fwd_wgmma_available() && kernels::attention_bwd_wgmma_available();
+  int ran = 0;
+  for (const Paths& p : kPaths) {
+    SCOPED_TRACE(std::string(p.fwd_name) + " forward, " + p.bwd_name + " backward");
+    if (p.wgmma && !wgmma) continue;  // not a 9.0 device with the sm_90a kernels: nothing new to run
+    kernels::attention_set_forward_path(p.fwd);
+    kernels::attention_set_backward_path(p.bwd);
+    cuda::set_programmatic_launch(0);
+    kernels::reset_kernel_paths();
+    const ThreeSteps plain = run_three_steps(c, cfg, cpu.params().data(), prm, Recompute::kNone, false);
+    const std::string line = kernels::kernel_paths_used();
+    EXPECT_TRUE(names(line, "attention forward", p.fwd_name)) << line;
+    EXPECT_TRUE(names(line, "attention backward", p.bwd_name)) << line;
+    for (bool graph : {false, true}) {
+      SCOPED_TRACE(graph ? "CUDA graph" : "eager");
+      cuda::set_programmatic_launch(1);
+      const ThreeSteps pdl = run_three_steps(c, cfg, cpu.params().data(), prm, Recompute::kNone, graph);
+      EXPECT_EQ(pdl.losses, plain.losses) << "losses (train, eval per step) with and without programmatic launch";
+      EXPECT_EQ(elements_that_differ(pdl.params, plain.params), 0u)
+          << "parameters that differ after 3 steps with and without programmatic launch";
+    }
+    ++ran;
+  }
+  std::printf("[ programmatic launch ] %d attention path pair(s) ran%s\n", ran,
+              wgmma ? "" : " (the wgmma ones need a 9.0 device and the sm_90a kernels)");
 }
 
 // --cuda-graph defers forward_train's device work to backward(). Weights set before that (set_params)
