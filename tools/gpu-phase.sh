@@ -6,6 +6,8 @@
 #   machine's start included, and a second start needs 4 of them left):
 #     all phases:   bash tools/gpu-phase.sh A; bash tools/gpu-phase.sh B, then on the warm machine (a call
 #                   within 30 s of the last) C and D (2026-11-27: A+B 435 s with the start, C 86 s, D 73 s)
+#     list:         bash tools/gpu-phase.sh C --list [--steps REGEX]: the phase's step names, nothing run
+#                   (fails naming a --steps entry that is no step of the phase)
 #     reruns:       the "rerun:" lines of the last summaries, with --deadline-s to share the call out
 #                   (docs/performance.md, "The next lent GPU", says what the next call runs)
 #     phase C's step_table judges the call's 124M runs: its A/A steps and its opt-ins against phase A's
@@ -31,7 +33,8 @@
 # the running step's log: a call that the device budget ends inside a step still brings back what ran
 # and that step's output, and its summary names the step and the rerun. The table "step | result | s |
 # figure | target" is printed last. GPU steps SKIP on a machine without a GPU, so every phase is rehearsed here
-# (tools/gpu-rehearse.sh). Exit status: 0 when no step failed.
+# (tools/gpu-rehearse.sh). A --steps entry that names no step of the phase fails it. Exit status: 0 when no
+# step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -45,20 +48,23 @@ case $phase in
   *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 only_steps=""
+list_only=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) bundle_archive=$2; shift 2 ;;
     --deadline-s) deadline_s=$2; shift 2 ;;
     --steps) only_steps=$2; shift 2 ;;
+    --list) list_only=1; shift ;;
     *) echo "gpu-phase: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-OUT=${OUT:-/tmp/gpt2-phase-$phase}
-mkdir -p "$OUT"
 # compute-sanitizer, ncu and cuobjdump: the image's CUDA may not be on PATH (then 12 steps would SKIP)
 export PATH="$PATH:/usr/local/cuda/bin"
 work=$(mktemp -d /tmp/gpt2-phase.XXXXXX)
+OUT=${OUT:-/tmp/gpt2-phase-$phase}
+((list_only)) && OUT=$work/out  # --list runs nothing and leaves nothing
+mkdir -p "$OUT"
 logs=$work/logs
 mkdir -p "$logs"
 t_start=$SECONDS
@@ -110,8 +116,14 @@ trap finish EXIT
 trap 'echo "gpu-phase: interrupted"; state=interrupted; exit 1' INT TERM
 
 # selected NAME: the step is wanted (no --steps, or its name matches it). The bundle's unpacking is
-# always reported.
-selected() { [[ -z $only_steps || $1 == unpack ]] || [[ $1 =~ ^($only_steps)$ ]]; }
+# always reported. Every step calls it first, so known_steps ends up naming every step of the phase; under
+# --list nothing is selected, so the phase runs through naming its steps and running none.
+declare -a known_steps=()
+selected() {
+  known_steps+=("$1")
+  ((list_only == 0)) || return 1
+  [[ -z $only_steps || $1 == unpack ]] || [[ $1 =~ ^($only_steps)$ ]]
+}
 
 # row NAME RESULT FIGURE TARGET [SECONDS]: one line now, one row of the final table (rewritten in $OUT)
 row() {
@@ -181,14 +193,17 @@ gpu_step() {
 }
 
 # ---- unpack the bundle (never into /) and find the device's cuBLASLt and NCCL --------------------
-if [[ ! -f $bundle_archive ]]; then
-  row unpack FAIL "no $bundle_archive" "tools/gpu-bundle.sh here, carry .gpubundle"
-  exit 1
-fi
-tar -C "$work" -xJf "$bundle_archive" || { row unpack FAIL "cannot unpack $bundle_archive" ""; exit 1; }
 B=$work/bundle
 bin=$B/bin
-row unpack PASS "$(du -sm "$B" | cut -f1) MiB, $(sed -n 2p "$B/MANIFEST" | cut -c8-19)" "bundle unpacked"
+if ((list_only)); then
+  :  # no bundle needed: nothing runs
+elif [[ ! -f $bundle_archive ]]; then
+  row unpack FAIL "no $bundle_archive" "tools/gpu-bundle.sh here, carry .gpubundle"
+  exit 1
+else
+  tar -C "$work" -xJf "$bundle_archive" || { row unpack FAIL "cannot unpack $bundle_archive" ""; exit 1; }
+  row unpack PASS "$(du -sm "$B" | cut -f1) MiB, $(sed -n 2p "$B/MANIFEST" | cut -c8-19)" "bundle unpacked"
+fi
 
 # lib_dir SONAME: the first directory holding SONAME among the device's CUDA and the torch wheels.
 lib_dir() {
@@ -766,3 +781,26 @@ export B bin repo work nccl_dir cublas_dir sandbox
 export -f probe ldd_check listed ran_kernels gtest sass_sm90a
 
 "phase_$phase"
+
+# Each --steps alternative must name a step of this phase: one that names none (a typo in a command copied
+# from docs/performance.md) would leave the step it meant unrun, and the call would pass without it.
+unknown=()
+if [[ -n $only_steps ]]; then
+  IFS='|' read -ra wanted <<< "$only_steps"
+  for w in "${wanted[@]}"; do
+    hit=0
+    for n in "${known_steps[@]}"; do [[ $n =~ ^($w)$ ]] && { hit=1; break; }; done
+    ((hit)) || unknown+=("$w")
+  done
+fi
+if ((list_only)); then
+  printf '%s\n' "${known_steps[@]}" | awk '!seen[$0]++'
+  trap - EXIT
+  rm -rf "$work"
+  ((${#unknown[@]} == 0)) || { echo "gpu-phase: --steps names no step of phase $phase: ${unknown[*]}" >&2; exit 1; }
+  exit 0
+fi
+for w in "${unknown[@]}"; do
+  only_steps=""  # so that row reports it
+  row "$w" FAIL "no step of phase $phase has this name" "--steps names steps of the phase"
+done
