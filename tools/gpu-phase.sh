@@ -375,6 +375,8 @@ train_124m() {
         expect+=("bias gradient: ([^;]*, )?cublaslt (dgelu |row-major )?epilogue bf16(,|;|\$)") ;;
       # every launch of ours with the programmatic attribute, none in plain stream order
       GPT2_PDL=on) expect+=("launch: programmatic(;|\$)") ;;
+      # the qkv bias gradient from the attention backward's column sums
+      GPT2_ATTENTION_BIAS_SUMS=on) expect+=("bias gradient: ([^;]*, )?attention column sums(,|;|\$)") ;;
     esac
   done
   declare -F "figure_$name" >/dev/null || eval "figure_$name() { train_figure \"\$1\"; }"
@@ -630,6 +632,9 @@ phase_C() {
   # Programmatic dependent launch (2026-12-07): each of our kernels launched while the one before it finishes,
   # waiting on the device instead of for the launch (LaunchChain rows of the kernel table: what a boundary saves)
   train_124m opt_pdl "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_PDL=on
+  # The qkv bias gradient summed by the attention backward's blocks as they store dqkv (2026-12-07): the bias
+  # kernel's pass over dqkv (75 MB a layer at micro-batch 16) goes (AttentionQkvBiasGrad rows of the kernel table)
+  train_124m opt_attention_bias_sums "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_ATTENTION_BIAS_SUMS=on
   train_124m opt_pdl_hand "faster than train_124m_hand_mb16" 16 hand GPT2_PDL=on
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
   # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)

@@ -934,11 +934,47 @@ __device__ __forceinline__ void bwd_add_dq_share(const bf16* sdS, const bf16* sK
 //     DsTiles; a second launch (bwd_dq_from_ds_block) then sums dQ = dS K from them (5 products).
 enum class DqWork { kNone, kAccumulate, kStoreDs };
 
+// The qkv bias gradient's share of one block (attention_backward_cuda's bias_chunks): the column sums of what
+// its 4 warps stored into one part of dqkv (q, k or v: 16 rows each, kBiasChunkRows together), the bf16 values
+// the weight gradient reads, into row `chunk` of the chunks at column `col0`. vals[db][r] holds this thread's
+// two columns 8 db + 2 tq + {0, 1} (as a float2) of its row g + 8 r, already masked to the rows < T; the
+// lanes' g bits are added by a butterfly (every g ends with the warp's sums), the warps' sums through shared
+// memory in warp order. Every thread of the block calls it, after the block's last use of `red` as a tile
+// (a __syncthreads since); `red` holds kWarps x kDB x 8 floats.
+constexpr int kBiasChunkRows = 64;
+template <int kDB>
+__device__ __forceinline__ void block_column_sums(float* red, const float2 (&vals)[kDB][2], float* chunk_row,
+                                                  int col0) {
+  constexpr int kWarps = kBiasChunkRows / 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane & 3;
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) {
+    float x = vals[db][0].x + vals[db][1].x, y = vals[db][0].y + vals[db][1].y;
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2) {
+      x += __shfl_xor_sync(0xffffffffu, x, offset);
+      y += __shfl_xor_sync(0xffffffffu, y, offset);
+    }
+    if (lane < 4) {
+      red[(warp * kDB + db) * 8 + 2 * tq] = x;
+      red[(warp * kDB + db) * 8 + 2 * tq + 1] = y;
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < kDB * 8; c += blockDim.x) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) t += red[w * kDB * 8 + c];
+    chunk_row[col0 + c] = t;
+  }
+  __syncthreads();  // `red` is read before a second call rewrites it
+}
+
 template <int HS, DqWork kWork>
 __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dqkv, float* dq_acc, int* dq_turns,
                                                   bf16* ds, const bf16* dout, const bf16* qkv, const float* lse,
-                                                  const float* D, int T_, int C, int NH, float scale_log2,
-                                                  float scale) {
+                                                  const float* D, int T_, int C, int NH, float scale_log2, float scale,
+                                                  float* bias_chunks = nullptr) {
   constexpr bool kDq = kWork == DqWork::kAccumulate;
   constexpr bool kStoreDs = kWork == DqWork::kStoreDs;
   using Cfg = TcDkdvConfig<HS>;
@@ -1144,6 +1180,25 @@ __device__ __forceinline__ void bwd_dkdv_tc_block(int kt, int h, int b, bf16* dq
       }
     }
   }
+  if (bias_chunks != nullptr) {  // the k and v parts of this key tile's row of chunks
+    static_assert(Cfg::kBlockN == kBiasChunkRows, "a dK/dV block covers one chunk of rows");
+    float2 kv[2][kDB][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool row = wk0 + g + 8 * r < T_;
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        kv[0][db][r] = row ? __bfloat1622float2(__floats2bfloat162_rn(dk[db][2 * r] * scale, dk[db][2 * r + 1] * scale))
+                           : make_float2(0.0f, 0.0f);
+        kv[1][db][r] =
+            row ? __bfloat1622float2(__floats2bfloat162_rn(dv[db][2 * r], dv[db][2 * r + 1])) : make_float2(0.0f, 0.0f);
+      }
+    }
+    float* chunk_row = bias_chunks + (static_cast<size_t>(b) * ((T_ + kBiasChunkRows - 1) / kBiasChunkRows) + kt) * ld;
+    float* red = reinterpret_cast<float*>(dynamic_smem());  // the tiles are done with (the loop's last barrier)
+    block_column_sums<kDB>(red, kv[0], chunk_row, C + h * HS);
+    block_column_sums<kDB>(red, kv[1], chunk_row, 2 * C + h * HS);
+  }
 }
 
 // A dQ warp's accumulators (16 rows from wq0, times scale, rounded to bf16) into the q part of dqkv;
@@ -1166,11 +1221,34 @@ __device__ __forceinline__ void store_dq_rows(bf16* dqkv, const float (&dq)[TcTi
   }
 }
 
+// The q part of a query tile's row of bias chunks (block_column_sums) from its warps' dQ accumulators, as
+// store_dq_rows rounds them. Every thread of the block calls it, after the tiles' last use.
+template <int HS>
+__device__ __forceinline__ void dq_bias_sums(float* bias_chunks, const float (&dq)[TcTile<HS>::kDimBlocks][4], int qt,
+                                             int wq0, int h, int b, int T_, int C, float scale) {
+  constexpr int kDB = TcTile<HS>::kDimBlocks;
+  const int g = (threadIdx.x % 32) >> 2;
+  float2 q[kDB][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool row = wq0 + g + 8 * r < T_;
+#pragma unroll
+    for (int db = 0; db < kDB; ++db)
+      q[db][r] = row ? __bfloat1622float2(__floats2bfloat162_rn(dq[db][2 * r] * scale, dq[db][2 * r + 1] * scale))
+                     : make_float2(0.0f, 0.0f);
+  }
+  const size_t row = static_cast<size_t>(b) * ((T_ + kBiasChunkRows - 1) / kBiasChunkRows) + qt;
+  block_column_sums<kDB>(reinterpret_cast<float*>(dynamic_smem()), q, bias_chunks + row * 3 * static_cast<size_t>(C),
+                         h * HS);
+}
+
 // dQ of one 64-row query tile (16 rows per warp): loops over the key tiles up to the diagonal.
 template <int HS>
-__device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                                const float* D, int T_, int C, int NH, float scale_log2, float scale) {
+__device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                const float* lse, const float* D, int T_, int C, int NH,
+                                                float scale_log2, float scale, float* bias_chunks) {
   using Cfg = TcDqConfig<HS>;
+  static_assert(Cfg::kBlockM == kBiasChunkRows, "a dQ block covers one chunk of rows");
   constexpr int kP = Cfg::kPitch;
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kNB = kBN / 8;
@@ -1299,6 +1377,7 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv
   }
 
   if (warp_has_rows) store_dq_rows<HS>(dqkv, dq, wq0, h, b, T_, C, scale);
+  if (bias_chunks != nullptr) dq_bias_sums<HS>(bias_chunks, dq, qt, wq0, h, b, T_, C, scale);
 }
 
 // kStoreDs: dQ of one 64-row query tile (16 rows per warp) = dS K over the key tiles up to the diagonal,
@@ -1306,8 +1385,9 @@ __device__ __forceinline__ void bwd_dq_tc_block(int qt, int h, int b, bf16* dqkv
 // recomputed). The key tiles are summed in order, so the bits are the same in every run.
 template <int HS>
 __device__ __forceinline__ void bwd_dq_from_ds_block(int qt, int h, int b, bf16* dqkv, const bf16* ds, const bf16* qkv,
-                                                     int T_, int C, int NH, float scale) {
+                                                     int T_, int C, int NH, float scale, float* bias_chunks) {
   using Cfg = TcDqFromDsConfig<HS>;
+  static_assert(Cfg::kBlockM == kBiasChunkRows, "a dQ block covers one chunk of rows");
   constexpr int kP = Cfg::kPitch;
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kDB = TcTile<HS>::kDimBlocks;
@@ -1373,6 +1453,7 @@ __device__ __forceinline__ void bwd_dq_from_ds_block(int qt, int h, int b, bf16*
   }
 
   if (warp_has_rows) store_dq_rows<HS>(dqkv, dq, wq0, h, b, T_, C, scale);
+  if (bias_chunks != nullptr) dq_bias_sums<HS>(bias_chunks, dq, qt, wq0, h, b, T_, C, scale);
 }
 
 // The whole backward in one launch: a block owns either the dK, dV of one key tile or the dQ of one query
@@ -1394,17 +1475,18 @@ struct TcBwdConfig {
 template <int HS>
 __global__ void __launch_bounds__(TcBwdConfig<HS>::kThreads, 2)
     attention_bwd_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D, int T_, int C,
-                     int NH, attention_order::TileOrder order, float scale_log2, float scale) {
+                     int NH, attention_order::TileOrder order, float scale_log2, float scale, float* bias_chunks) {
   cuda::griddep_launch_dependents_then_wait();
   const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
   const int h = slot.head % NH, b = slot.head / NH;
   if (slot.role == 0) {
     // key tile 0 sees the most query tiles
     bwd_dkdv_tc_block<HS, DqWork::kNone>(slot.rank, h, b, dqkv, nullptr, nullptr, nullptr, dout, qkv, lse, D, T_, C, NH,
-                                         scale_log2, scale);
+                                         scale_log2, scale, bias_chunks);
   } else {
     // the last query tile has the longest causal prefix
-    bwd_dq_tc_block<HS>(order.ranks - 1 - slot.rank, h, b, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale);
+    bwd_dq_tc_block<HS>(order.ranks - 1 - slot.rank, h, b, dqkv, dout, qkv, lse, D, T_, C, NH, scale_log2, scale,
+                        bias_chunks);
   }
 }
 
@@ -1432,11 +1514,12 @@ __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
 template <int HS>
 __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
     attention_bwd_tc_store_ds(bf16* dqkv, bf16* ds, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
-                              int T_, int C, int NH, attention_order::TileOrder order, float scale_log2, float scale) {
+                              int T_, int C, int NH, attention_order::TileOrder order, float scale_log2, float scale,
+                              float* bias_chunks) {
   cuda::griddep_launch_dependents_then_wait();
   const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
   bwd_dkdv_tc_block<HS, DqWork::kStoreDs>(slot.rank, slot.head % NH, slot.head / NH, dqkv, nullptr, nullptr, ds, dout,
-                                          qkv, lse, D, T_, C, NH, scale_log2, scale);
+                                          qkv, lse, D, T_, C, NH, scale_log2, scale, bias_chunks);
 }
 
 // kStoreDs, second launch: a block owns the dQ of one query tile; rank r of a head is its query tile n - 1 - r
@@ -1444,11 +1527,11 @@ __global__ void __launch_bounds__(TcDkdvConfig<HS>::kThreads, 2)
 template <int HS>
 __global__ void __launch_bounds__(TcDqFromDsConfig<HS>::kThreads, 4)
     attention_bwd_tc_dq_from_ds(bf16* dqkv, const bf16* ds, const bf16* qkv, int T_, int C, int NH,
-                                attention_order::TileOrder order, float scale) {
+                                attention_order::TileOrder order, float scale, float* bias_chunks) {
   cuda::griddep_launch_dependents_then_wait();
   const attention_order::TileSlot slot = attention_order::tile_slot(order, static_cast<int>(blockIdx.x));
-  bwd_dq_from_ds_block<HS>(order.ranks - 1 - slot.rank, slot.head % NH, slot.head / NH, dqkv, ds, qkv, T_, C, NH,
-                           scale);
+  bwd_dq_from_ds_block<HS>(order.ranks - 1 - slot.rank, slot.head % NH, slot.head / NH, dqkv, ds, qkv, T_, C, NH, scale,
+                           bias_chunks);
 }
 
 // The q part of dqkv (B,T,3C) = dq_acc (B,T,C) * scale, two columns per thread (C is even: hs % 16 == 0).
@@ -1494,6 +1577,8 @@ AttentionBackwardPath& backward_path() {
                                               {"wgmma-store-ds", AttentionBackwardPath::kWgmmaStoreDs}});
   return path;
 }
+
+int g_bias_sums = -1;  // attention_set_bias_sums: -1 = GPT2_ATTENTION_BIAS_SUMS
 
 // The backward's scratch, each part 256-byte aligned: D = rowsum(dout * out) (B,NH,T) fp32, then what the
 // path needs, from the same offset (a call uses one path): for kAccumulateDq and kWgmma the dQ accumulator
@@ -1605,15 +1690,28 @@ float scale_of(int hs) {
 // wgmma one): dQ of each 64-row query tile = dS K from the DsTiles, in one group over every head, the
 // longest causal prefix first.
 template <int HS>
-void launch_dq_from_ds(bf16* dqkv, const bf16* ds, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+void launch_dq_from_ds(bf16* dqkv, const bf16* ds, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream,
+                       float* bias_chunks = nullptr) {
   using DqCfg = TcDqFromDsConfig<HS>;
   const attention_order::TileOrder q_order =
       tile_order(B, NH, T_, HS, (T_ + DqCfg::kBlockM - 1) / DqCfg::kBlockM, 1, 0);
   launch_kernel(attention_bwd_tc_dq_from_ds<HS>, dim3(static_cast<unsigned>(attention_order::tile_blocks(q_order))),
-                dim3(DqCfg::kThreads), DqCfg::kSmemBytes, stream, dqkv, ds, qkv, T_, C, NH, q_order, scale_of(HS));
+                dim3(DqCfg::kThreads), DqCfg::kSmemBytes, stream, dqkv, ds, qkv, T_, C, NH, q_order, scale_of(HS),
+                bias_chunks);
 }
 
 }  // namespace
+
+bool attention_bias_sums() {
+  static const bool from_env = choice_from_env<bool>(
+      "GPT2_ATTENTION_BIAS_SUMS", "choice of who sums the qkv bias gradient", {{"off", false}, {"on", true}});
+  return g_bias_sums < 0 ? from_env : g_bias_sums == 1;
+}
+
+void attention_set_bias_sums(int on) {
+  GPT2_CHECK(on >= -1 && on <= 1, "attention_set_bias_sums: " << on << " (1 on, 0 off, -1 GPT2_ATTENTION_BIAS_SUMS)");
+  g_bias_sums = on;
+}
 
 void attention_force_generic(bool force) {
   g_force_generic = force;
@@ -1707,9 +1805,17 @@ void attention_forward_cuda(T* out, float* lse, const T* qkv, int B, int T_, int
                 qkv, T_, C, NH, hs, scale_log2);
 }
 
+size_t attention_bias_chunks_bytes(int B, int T_, int C) {
+  return static_cast<size_t>(attention_bias_chunk_rows(B, T_)) * 3 * static_cast<size_t>(C) * sizeof(float);
+}
+
+int attention_bias_chunk_rows(int B, int T_) {
+  return B * ((T_ + kBiasChunkRows - 1) / kBiasChunkRows);
+}
+
 template <class T>
-void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                             int T_, int C, int NH, cudaStream_t stream) {
+int attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                            int T_, int C, int NH, cudaStream_t stream, float* bias_chunks) {
   check_shape(B, T_, C, NH);
   GPT2_CHECK(scratch != nullptr, "attention backward: scratch is null (needs "
                                      << attention_backward_scratch_bytes(B, T_, C, NH) << " bytes)");
@@ -1740,7 +1846,7 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
       const long pairs = rows_btc * (C / 2);
       launch_kernel(attention_bwd_store_dq, dim3(static_cast<unsigned>((pairs + kDqStoreThreads - 1) / kDqStoreThreads)),
                     dim3(kDqStoreThreads), 0, stream, dqkv, parts.dq_acc, rows_btc, C, scale);
-      return;
+      return 0;
     }
     if (!g_force_generic && backward_path() == AttentionBackwardPath::kWgmmaStoreDs &&
         attention_detail::attention_bwd_wgmma_ready() &&
@@ -1749,10 +1855,11 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
       record_kernel_path("attention backward", "wgmma-store-ds");
       attention_detail::attention_bwd_wgmma_store_ds(dqkv, parts.ds, dout, qkv, lse, D, B, T_, C, NH, stream);
       launch_dq_from_ds<attention_detail::kWgmmaHeadSize>(dqkv, parts.ds, qkv, B, T_, C, NH, stream);
-      return;
+      return 0;
     }
 #endif
     if (!g_force_generic && aligned16(dqkv) && aligned16(dout) && aligned16(qkv)) {
+      int chunk_rows = 0;  // what the path wrote into bias_chunks
       const bool done = dispatch_tc_head_size(hs, [&](auto hs_const) {
         constexpr int HS = decltype(hs_const)::value;
         using Cfg = TcBwdConfig<HS>;
@@ -1777,8 +1884,9 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
           launch_kernel(attention_bwd_tc_store_ds<HS>,
                         dim3(static_cast<unsigned>(attention_order::tile_blocks(kv_order))),
                         dim3(TcDkdvConfig<HS>::kThreads), TcDkdvConfig<HS>::kSmemBytes, stream, dqkv, parts.ds, dout,
-                        qkv, lse, D, T_, C, NH, kv_order, scale_log2, scale);
-          launch_dq_from_ds<HS>(dqkv, parts.ds, qkv, B, T_, C, NH, stream);
+                        qkv, lse, D, T_, C, NH, kv_order, scale_log2, scale, bias_chunks);
+          launch_dq_from_ds<HS>(dqkv, parts.ds, qkv, B, T_, C, NH, stream, bias_chunks);
+          if (bias_chunks != nullptr) chunk_rows = attention_bias_chunk_rows(B, T_);
         } else {
           record_kernel_path("attention backward", "recompute-dq");
           // rank r: key tile r and query tile n_kv - 1 - r, over every head in one group (each block
@@ -1788,10 +1896,11 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
           const attention_order::TileOrder order = tile_order(B, NH, T_, HS, n_kv, 2, 0);
           launch_kernel(attention_bwd_tc<HS>, dim3(static_cast<unsigned>(attention_order::tile_blocks(order))),
                         dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, dqkv, dout, qkv, lse, D, T_, C, NH, order,
-                        scale_log2, scale);
+                        scale_log2, scale, bias_chunks);
+          if (bias_chunks != nullptr) chunk_rows = attention_bias_chunk_rows(B, T_);
         }
       });
-      if (done) return;
+      if (done) return chunk_rows;
     }
   }
   record_kernel_path("attention backward", "simt");
@@ -1800,13 +1909,14 @@ void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv
                 dqkv, dout, qkv, lse, D, T_, C, NH, hs, scale_log2, scale);
   launch_kernel(attention_bwd_dq_simt<T>, grid, dim3(SimtTiles::kThreads), SimtTiles::dq_smem_bytes(hs), stream, dqkv,
                 dout, qkv, lse, D, T_, C, NH, hs, scale_log2, scale);
+  return 0;
 }
 
 template void attention_forward_cuda<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
 template void attention_forward_cuda<bf16>(bf16*, float*, const bf16*, int, int, int, int, cudaStream_t);
-template void attention_backward_cuda<float>(float*, void*, const float*, const float*, const float*, const float*, int,
-                                             int, int, int, cudaStream_t);
-template void attention_backward_cuda<bf16>(bf16*, void*, const bf16*, const bf16*, const bf16*, const float*, int, int,
-                                            int, int, cudaStream_t);
+template int attention_backward_cuda<float>(float*, void*, const float*, const float*, const float*, const float*, int,
+                                            int, int, int, cudaStream_t, float*);
+template int attention_backward_cuda<bf16>(bf16*, void*, const bf16*, const bf16*, const bf16*, const float*, int, int,
+                                           int, int, cudaStream_t, float*);
 
 }  // namespace gpt2::kernels

@@ -88,9 +88,25 @@ size_t attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 //   [out] dqkv (B,T,3C) overwritten (q, k and v parts); scratch: attention_backward_scratch_bytes
 // Deterministic: every dK, dV element has one owner, and dQ is either owned too (kRecomputeDq, kStoreDs,
 // kWgmmaStoreDs) or summed in a fixed order (kAccumulateDq, kWgmma); no float atomics.
+// bias_chunks (optional, attention_bias_chunks_bytes, fp32): the qkv projection's bias gradient is the column
+// sums of dqkv over its B*T rows, which the blocks that store dqkv can sum as they store it, once at their end,
+// instead of a pass over dqkv's 3C columns afterwards. Where the path does (kRecomputeDq, kStoreDs on the
+// mma.sync kernels: bf16, hs 64, 80, 96 or 128), each 64-row tile of a sequence writes its column sums of the
+// bf16 values it stored, row b * ceil(T/64) + tile of a (attention_bias_chunk_rows(B, T), 3C) fp32 matrix, and
+// the call returns that row count: column_sums_add_cuda (kernels/reduce) then adds them into dbias. It returns
+// 0 (bias_chunks untouched) where the path does not: the caller sums dqkv's columns itself.
 template <class T>
-void attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                             int T_, int C, int NH, cudaStream_t stream);
+int attention_backward_cuda(T* dqkv, void* scratch, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                            int T_, int C, int NH, cudaStream_t stream, float* bias_chunks = nullptr);
+// Rows of attention_backward_cuda's bias chunks, and their bytes (3C fp32 each).
+int attention_bias_chunk_rows(int B, int T_);
+size_t attention_bias_chunks_bytes(int B, int T_, int C);
+// Whether the model asks the attention backward for the qkv bias gradient's chunks (bias_chunks above) instead
+// of summing dqkv's columns after it: GPT2_ATTENTION_BIAS_SUMS=on (off, the default, until a GPU has timed it:
+// docs/performance.md), read at the first call; attention_set_bias_sums(1 or 0) overrides it, -1 goes back to
+// the variable (tests). Not thread-safe.
+bool attention_bias_sums();
+void attention_set_bias_sums(int on);
 
 // One query against a key/value cache: the newest token's attention during text generation
 // (attention_decode.cu). Same semantics as attention_decode_cpu (attention.hpp):

@@ -8,8 +8,8 @@
 //             each lane owns fixed channels, so each warp accumulates its rows into its own slice
 //             of shared memory (no races, no atomics); a block adds its warps' slices in warp
 //             order into one fp32 partial per block (scratch), and a second kernel adds the
-//             partials in a fixed order. Row chunks per block depend on N only -> the same bits
-//             in every run (for a given path: the alignments pick it).
+//             partials in a fixed order (column_sums_add_cuda, kernels/reduce). Row chunks per block
+//             depend on N only -> the same bits in every run (for a given path: the alignments pick it).
 //   fallback  any C, any alignment: scalar warp-per-row kernels that re-read the row from global
 //             memory (L1/L2) for each pass, and a channel-per-thread kernel for the partials.
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "kernels/common/launch.cuh"
 #include "kernels/layernorm/layernorm.hpp"
 #include "kernels/layernorm/layernorm_cuda.hpp"
+#include "kernels/reduce/reduce_cuda.hpp"
 
 namespace gpt2::kernels {
 namespace {
@@ -107,18 +108,6 @@ constexpr int bwd_min_blocks() {
 
 // Fallback dparams: one thread per channel walks the rows of one chunk.
 constexpr int kColumnThreads = 256;
-
-// Sum of the partials: a block takes 8 columns (32 bytes of every partial row), so 2C = 1536
-// columns (C = 768) make 192 blocks, over every SM. Its 256 threads split the partial rows (row slots):
-// with float4 loads, 2 lanes a row and 128 slots, so 512 partials are 4 loads a thread, all in flight at
-// once (16 KB a block, the whole 3 MB in one round of L2 latency). The first form (32 columns x 16
-// warps, scalar loads, 8 in flight a thread) ran 48 blocks at C = 768 and needed 4 rounds for 512
-// partials. The slots' sums are added by a fixed butterfly within each warp, then in warp order.
-struct PartialSumLaunch {
-  static constexpr int kCols = 8;
-  static constexpr int kThreads = 256;
-  static constexpr int kWarps = kThreads / kWarpSize;
-};
 
 struct BwdPartition {
   int blocks;          // number of row chunks = number of partials
@@ -575,69 +564,6 @@ __global__ void __launch_bounds__(kColumnThreads)
   part[C + c] = db;
 }
 
-// dweight[c] += sum_g partials[g][c], dbias[c] += sum_g partials[g][C + c], in a fixed order: row slot
-// s (of kSlots) sums g = s, s + kSlots, ... in order, the slots of a warp are added by a butterfly
-// (xor shuffles: every lane ends with the same bits), and the warps' sums in warp order. kVec = 4 reads
-// float4 (2C % 4 == 0 and 16-byte aligned partials), kVec = 1 any C.
-template <class T, int kVec>
-__global__ void __launch_bounds__(PartialSumLaunch::kThreads)
-    layernorm_bwd_sum_partials(T* dweight, T* dbias, const float* partials, int num_partials, int C) {
-  cuda::griddep_launch_dependents_then_wait();
-  constexpr int kLanesPerRow = PartialSumLaunch::kCols / kVec;  // 2 or 8
-  constexpr int kSlots = PartialSumLaunch::kThreads / kLanesPerRow;
-  static_assert(kWarpSize % kLanesPerRow == 0, "a warp holds whole row slots");
-  __shared__ float sums[PartialSumLaunch::kWarps][PartialSumLaunch::kCols];
-  const int width = 2 * C;
-  const int slot = threadIdx.x / kLanesPerRow, sub = threadIdx.x % kLanesPerRow;
-  const int col0 = blockIdx.x * PartialSumLaunch::kCols;
-  const int j = col0 + sub * kVec;  // with kVec 4, width % 4 == 0: j < width means j + 3 < width
-  // Batches of kBatch loads issued before any is added (a plain loop unrolled by nvcc runs its
-  // remainder one load at a time first: 256 partials were 2 round trips in a row).
-  constexpr int kBatch = 16 / kVec;
-  float sum[kVec] = {};
-  if (j < width) {
-    const float* src = partials + j;
-    for (int g0 = slot; g0 < num_partials; g0 += kBatch * kSlots) {
-      float x[kBatch][kVec];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int g = g0 + b * kSlots;
-        if (g >= num_partials) break;
-        const float* p = src + static_cast<size_t>(g) * width;
-        if constexpr (kVec == 4) {
-          const float4 v = *reinterpret_cast<const float4*>(p);
-          x[b][0] = v.x, x[b][1] = v.y, x[b][2] = v.z, x[b][3] = v.w;
-        } else {
-          x[b][0] = *p;
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (g0 + b * kSlots >= num_partials) break;
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) sum[v] += x[b][v];
-      }
-    }
-  }
-#pragma unroll
-  for (int offset = kLanesPerRow; offset < kWarpSize; offset *= 2)
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) sum[v] += __shfl_xor_sync(0xffffffffu, sum[v], offset);
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  if (lane < kLanesPerRow)
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) sums[warp][sub * kVec + v] = sum[v];
-  __syncthreads();
-  const int c = col0 + static_cast<int>(threadIdx.x);
-  if (threadIdx.x < PartialSumLaunch::kCols && c < width) {
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < PartialSumLaunch::kWarps; ++w) total += sums[w][threadIdx.x];
-    T* dst = c < C ? dweight + c : dbias + (c - C);
-    *dst = from_f32<T>(to_f32(*dst) + total);
-  }
-}
-
 }  // namespace
 
 // ---- launchers ---------------------------------------------------------------------------------
@@ -740,11 +666,8 @@ void layernorm_backward_cuda(T* dinp, T* dweight, T* dbias, void* scratch, const
                         mean, rstd, N, C, part.rows_per_block);
     CUDA_CHECK_LAUNCH();
   }
-  const auto sum_partials = C % 2 == 0 && aligned16(partials) ? layernorm_bwd_sum_partials<T, 4>
-                                                               : layernorm_bwd_sum_partials<T, 1>;
-  cuda::launch_kernel(sum_partials, static_cast<unsigned>(ceil_div(2L * C, PartialSumLaunch::kCols)),
-                      PartialSumLaunch::kThreads, 0, stream, dweight, dbias, partials, part.blocks, C);
-  CUDA_CHECK_LAUNCH();
+  // dweight, then dbias: the partials' two halves, added in a fixed order (kernels/reduce)
+  column_sums_add_cuda<T>(dweight, dbias, C, partials, part.blocks, 2 * C, stream);
 }
 
 #define GPT2_INSTANTIATE_LAYERNORM(T)                                                                                \

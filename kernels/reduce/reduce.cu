@@ -1,7 +1,10 @@
-// Deterministic sum of squares (for the global gradient norm) and in-place scaling, on the GPU.
+// Deterministic sum of squares (for the global gradient norm), column sums of partial rows, and in-place
+// scaling, on the GPU.
 // sum_squares: pass 1, a grid fixed by n alone, each block writes one double partial to scratch;
 // pass 2, one block adds the partials in a fixed order. No atomics, so the bits never depend on the
 // scheduling of blocks or streams.
+// column_sums_add: the second pass of the sums over rows that other kernels leave as fp32 partial rows
+// (layernorm's dweight/dbias, attention's qkv bias gradient), in a fixed order.
 #include <cstdint>
 
 #include "kernels/common/cuda_util.cuh"
@@ -13,6 +16,7 @@ namespace gpt2::kernels {
 namespace {
 
 using cuda::from_f32;
+using cuda::kWarpSize;
 using cuda::Packed128;
 using cuda::to_f32;
 
@@ -26,6 +30,18 @@ struct SumSquaresLaunch {
   static constexpr long kMaxBlocks = 1024;
   // Pass 2: one block, each thread adds every kFinalThreads-th partial, then a fixed-order block sum.
   static constexpr int kFinalThreads = 1024;
+};
+
+// Column sums of partial rows: a block takes 8 columns (32 bytes of every partial row), so 2C = 1536
+// columns (layernorm at C = 768) make 192 blocks, over every SM. Its 256 threads split the partial rows
+// (row slots): with float4 loads, 2 lanes a row and 128 slots, so 512 partials are 4 loads a thread, all in
+// flight at once (16 KB a block, the whole 3 MB in one round of L2 latency). The first form (32 columns x 16
+// warps, scalar loads, 8 in flight a thread) ran 48 blocks at C = 768 and needed 4 rounds for 512 partials.
+// The slots' sums are added by a fixed butterfly within each warp, then in warp order.
+struct ColumnSumsLaunch {
+  static constexpr int kCols = 8;
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = kThreads / kWarpSize;
 };
 
 struct ScaleLaunch {
@@ -103,6 +119,68 @@ __global__ void __launch_bounds__(ScaleLaunch::kThreads)
   for (long i = vec_count * K + tid; i < n; i += stride) x[i] = from_f32<T>(to_f32(x[i]) * a);
 }
 
+// lo[c] += sum_g partials[g][c] for c < split, hi[c - split] += the same for split <= c < width, in a fixed
+// order: row slot s (of kSlots) sums g = s, s + kSlots, ... in order, the slots of a warp are added by a
+// butterfly (xor shuffles: every lane ends with the same bits), and the warps' sums in warp order. kVec = 4
+// reads float4 (width % 4 == 0 and 16-byte aligned partials), kVec = 1 any width.
+template <class T, int kVec>
+__global__ void __launch_bounds__(ColumnSumsLaunch::kThreads)
+    column_sums_add(T* lo, T* hi, int split, const float* partials, int num_partials, int width) {
+  cuda::griddep_launch_dependents_then_wait();
+  constexpr int kLanesPerRow = ColumnSumsLaunch::kCols / kVec;  // 2 or 8
+  constexpr int kSlots = ColumnSumsLaunch::kThreads / kLanesPerRow;
+  static_assert(kWarpSize % kLanesPerRow == 0, "a warp holds whole row slots");
+  __shared__ float sums[ColumnSumsLaunch::kWarps][ColumnSumsLaunch::kCols];
+  const int slot = threadIdx.x / kLanesPerRow, sub = threadIdx.x % kLanesPerRow;
+  const int col0 = blockIdx.x * ColumnSumsLaunch::kCols;
+  const int j = col0 + sub * kVec;  // with kVec 4, width % 4 == 0: j < width means j + 3 < width
+  // Batches of kBatch loads issued before any is added (a plain loop unrolled by nvcc runs its
+  // remainder one load at a time first: 256 partials were 2 round trips in a row).
+  constexpr int kBatch = 16 / kVec;
+  float sum[kVec] = {};
+  if (j < width) {
+    const float* src = partials + j;
+    for (int g0 = slot; g0 < num_partials; g0 += kBatch * kSlots) {
+      float x[kBatch][kVec];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int g = g0 + b * kSlots;
+        if (g >= num_partials) break;
+        const float* p = src + static_cast<size_t>(g) * width;
+        if constexpr (kVec == 4) {
+          const float4 v = *reinterpret_cast<const float4*>(p);
+          x[b][0] = v.x, x[b][1] = v.y, x[b][2] = v.z, x[b][3] = v.w;
+        } else {
+          x[b][0] = *p;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (g0 + b * kSlots >= num_partials) break;
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) sum[v] += x[b][v];
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = kLanesPerRow; offset < kWarpSize; offset *= 2)
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) sum[v] += __shfl_xor_sync(0xffffffffu, sum[v], offset);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  if (lane < kLanesPerRow)
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) sums[warp][sub * kVec + v] = sum[v];
+  __syncthreads();
+  const int c = col0 + static_cast<int>(threadIdx.x);
+  if (threadIdx.x < ColumnSumsLaunch::kCols && c < width) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ColumnSumsLaunch::kWarps; ++w) total += sums[w][threadIdx.x];
+    T* dst = c < split ? lo + c : hi + (c - split);
+    *dst = from_f32<T>(to_f32(*dst) + total);
+  }
+}
+
 }  // namespace
 
 size_t sum_squares_scratch_bytes(long n) {
@@ -145,9 +223,26 @@ void scale_cuda(T* x, float a, long n, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+template <class T>
+void column_sums_add_cuda(T* lo, T* hi, int split, const float* partials, int num_partials, int width,
+                          cudaStream_t stream) {
+  GPT2_CHECK(num_partials >= 0 && width >= 0 && split >= 0 && split <= width,
+             "column_sums_add: num_partials " << num_partials << ", width " << width << ", split " << split);
+  if (width == 0) return;
+  GPT2_CHECK(partials != nullptr && (split == 0 || lo != nullptr) && (split == width || hi != nullptr),
+             "column_sums_add with a null pointer");
+  const auto kernel =
+      width % 4 == 0 && reinterpret_cast<uintptr_t>(partials) % 16 == 0 ? column_sums_add<T, 4> : column_sums_add<T, 1>;
+  cuda::launch_kernel(kernel, static_cast<unsigned>(cuda::ceil_div(static_cast<long>(width), ColumnSumsLaunch::kCols)),
+                      ColumnSumsLaunch::kThreads, 0, stream, lo, hi, split, partials, num_partials, width);
+  CUDA_CHECK_LAUNCH();
+}
+
 template void sum_squares_cuda<float>(double*, void*, const float*, long, cudaStream_t);
 template void sum_squares_cuda<bf16>(double*, void*, const bf16*, long, cudaStream_t);
 template void scale_cuda<float>(float*, float, long, cudaStream_t);
 template void scale_cuda<bf16>(bf16*, float, long, cudaStream_t);
+template void column_sums_add_cuda<float>(float*, float*, int, const float*, int, int, cudaStream_t);
+template void column_sums_add_cuda<bf16>(bf16*, bf16*, int, const float*, int, int, cudaStream_t);
 
 }  // namespace gpt2::kernels

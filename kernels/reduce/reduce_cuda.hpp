@@ -21,6 +21,15 @@ size_t sum_squares_scratch_bytes(long n);
 template <class T>
 void sum_squares_cuda(double* result_device, void* scratch, const T* x, long n, cudaStream_t stream);
 
+// The second pass of a sum over rows that a kernel left as fp32 partial rows (one per block or row chunk):
+//   out[c] += sum_g partials[g][c] for 0 <= c < width, where out[c] is lo[c] for c < split and hi[c - split]
+//   after it (layernorm's dweight then dbias: split = C, width = 2C; one output: split = width, hi unused).
+//   [in] partials (num_partials, width) fp32;  [in,out] lo (split), hi (width - split) +=
+// The partials are added in a fixed order that depends on num_partials only: the same bits in every run.
+template <class T>
+void column_sums_add_cuda(T* lo, T* hi, int split, const float* partials, int num_partials, int width,
+                          cudaStream_t stream);
+
 // x[i] *= a (in fp32, stored back as T)
 //   [in,out] x (n)
 template <class T>

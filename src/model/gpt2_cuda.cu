@@ -8,6 +8,7 @@
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/common/kernel_paths.hpp"
 #include "kernels/encoder/encoder_cuda.hpp"
 #include "kernels/gelu/gelu_cuda.hpp"
 #include "kernels/gemm/gemm_cuda.hpp"
@@ -28,8 +29,10 @@ template <class T>
 struct DeviceActivations {
   int B = 0, T_ = 0;
   Recompute recompute = Recompute::kNone;
-  // the attention backward's path the workspace was sized for (gpt2_cuda_workspace_bytes)
+  // the attention backward's path the workspace was sized for (gpt2_cuda_workspace_bytes), and whether it
+  // holds the qkv bias gradient's chunks after the attention's scratch (attention_bias_sums)
   kernels::AttentionBackwardPath attention_path = kernels::AttentionBackwardPath::kRecomputeDq;
+  bool attention_bias_sums = false;
   DeviceBuffer<T> encoded;      // (B,T,C)
   DeviceBuffer<T> ln1;          // (L,B,T,C)   [sel]
   DeviceBuffer<float> ln1_mean, ln1_rstd;  // (L,B,T)
@@ -114,6 +117,17 @@ class GPT2Cuda::Impl {
   kernels::GemmContext gemm_;
 };
 
+namespace {
+// Where the qkv bias gradient's chunks sit in the workspace (attention_bias_sums): after the attention
+// backward's scratch, 256-byte aligned, so that they outlive the attention backward until the qkv weight
+// gradient adds them up.
+size_t qkv_bias_chunks_offset(const GPT2Config& cfg, int B, int T_) {
+  const size_t attention =
+      kernels::attention_backward_scratch_bytes(B, T_, cfg.n_embd, cfg.n_head, kernels::attention_backward_path());
+  return (attention + 255) / 256 * 256;
+}
+}  // namespace
+
 size_t gpt2_cuda_workspace_bytes(const GPT2Config& cfg, int B, int T_) {
   const int N = B * T_, C = cfg.n_embd;
   size_t ws = kernels::layernorm_backward_scratch_bytes(N, C);
@@ -123,8 +137,12 @@ size_t gpt2_cuda_workspace_bytes(const GPT2Config& cfg, int B, int T_) {
   // dots alone for the default recompute-dq, the fp32 dQ accumulator for accumulate-dq and wgmma, the dS
   // tiles for the store-ds paths (204 MiB at 124M, micro-batch 16). A path that falls back (wgmma where
   // it does not apply: recompute-dq; wgmma-store-ds: store-ds) needs no more than the one asked for.
-  return std::max(ws,
-                  kernels::attention_backward_scratch_bytes(B, T_, C, cfg.n_head, kernels::attention_backward_path()));
+  // With GPT2_ATTENTION_BIAS_SUMS=on, the qkv bias gradient's chunks after it (2.3 MiB at 124M, micro-batch 16).
+  ws =
+      std::max(ws, kernels::attention_backward_scratch_bytes(B, T_, C, cfg.n_head, kernels::attention_backward_path()));
+  if (kernels::attention_bias_sums())
+    ws = std::max(ws, qkv_bias_chunks_offset(cfg, B, T_) + kernels::attention_bias_chunks_bytes(B, T_, C));
+  return ws;
 }
 
 namespace {
@@ -297,7 +315,10 @@ class ModelImpl final : public GPT2Cuda::Impl {
   void ensure_activations(int B, int T_) {
     DeviceActivations<T>& a = acts_;
     const kernels::AttentionBackwardPath attention_path = kernels::attention_backward_path();
-    if (a.B == B && a.T_ == T_ && a.recompute == recompute_ && a.attention_path == attention_path) return;
+    const bool bias_sums = kernels::attention_bias_sums();
+    if (a.B == B && a.T_ == T_ && a.recompute == recompute_ && a.attention_path == attention_path &&
+        a.attention_bias_sums == bias_sums)
+      return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers may be in use by enqueued work
     ++layout_;  // a graph captured over the old buffers is stale
     const size_t L = cfg_.n_layer, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab_size();
@@ -307,6 +328,7 @@ class ModelImpl final : public GPT2Cuda::Impl {
     a.T_ = T_;
     a.recompute = recompute_;
     a.attention_path = attention_path;  // a path set later lays the buffers out anew at the next forward
+    a.attention_bias_sums = bias_sums;
     a.encoded.resize(NC);
     a.ln1.resize(k.ln * NC);
     a.ln1_mean.resize(L * N);
@@ -677,8 +699,13 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const ModelTensorsT g = tensors(grads_.data());
     void* ws = a.workspace.data();
     // attention_backward_cuda takes no size: the path it runs must be the one the workspace was sized for
-    GPT2_CHECK(kernels::attention_backward_path() == a.attention_path,
+    GPT2_CHECK(kernels::attention_backward_path() == a.attention_path &&
+                   kernels::attention_bias_sums() == a.attention_bias_sums,
                "the attention backward's path changed between the forward and the backward of a step");
+    // the qkv bias gradient's chunks, where the attention backward sums them (attention_bias_sums)
+    float* qkv_bias_chunks =
+        a.attention_bias_sums ? reinterpret_cast<float*>(static_cast<char*>(ws) + qkv_bias_chunks_offset(cfg_, B, T_))
+                              : nullptr;
     auto ready = [&](size_t from) {
       if (!on_ready) return;
       clock_.mark("gradient buckets handed to the reducer", "communication");
@@ -761,11 +788,22 @@ class ModelImpl final : public GPT2Cuda::Impl {
       weight_bias_grad("gemm attn_proj dw (+dbias)", dw.attprojw, dw.attprojb, atty, dres, C, C);
       clock_.mark("attention backward", "attention", attention_flops(true),
                   bytes_of(8.0 * NC) + 4.0 * N * NH);
-      kernels::attention_backward_cuda<T>(a.dqkv.data(), ws, a.btc.data(), qkv, atty, lse, B, T_, C, NH, stream_);
+      const int chunk_rows = kernels::attention_backward_cuda<T>(a.dqkv.data(), ws, a.btc.data(), qkv, atty, lse, B, T_,
+                                                                 C, NH, stream_, qkv_bias_chunks);
       // QKV projection
       matmul("gemm qkv dinp", a.btc.data(), a.dqkv.data(), w.qkvw, nullptr, nullptr, N, C, 3 * C, false, true, false,
              GemmEpilogue::kNone);
-      weight_bias_grad("gemm qkv dw (+dbias)", dw.qkvw, dw.qkvb, ln1, a.dqkv.data(), C, 3 * C);
+      if (chunk_rows > 0) {
+        // the attention backward summed dqkv's columns a 64-row tile at a time: add its chunks up
+        matmul("gemm qkv dw", dw.qkvw, ln1, a.dqkv.data(), nullptr, nullptr, C, 3 * C, N, true, false, true,
+               GemmEpilogue::kNone);  // dqkvw (C,3C) += ln1^T @ dqkv
+        clock_.mark("qkv bias gradient (the attention's column sums)", "bias", 0,
+                    static_cast<double>(chunk_rows) * 3 * C * sizeof(float) + bytes_of(2.0 * 3 * C));
+        kernels::record_kernel_path("bias gradient", "attention column sums");
+        kernels::column_sums_add_cuda<T>(dw.qkvb, nullptr, 3 * C, qkv_bias_chunks, chunk_rows, 3 * C, stream_);
+      } else {
+        weight_bias_grad("gemm qkv dw (+dbias)", dw.qkvw, dw.qkvb, ln1, a.dqkv.data(), C, 3 * C);
+      }
       layernorm_backward(dres, dw.ln1w, dw.ln1b, a.btc.data(), residual, w.ln1w, a.ln1_mean.data() + l * N,
                          a.ln1_rstd.data() + l * N);
       // dresidual now holds d(residual entering block l)

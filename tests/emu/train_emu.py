@@ -318,6 +318,18 @@ check("... and it ran BGRADB where it had no BGRADA", calls is not None and call
       calls[6] == 3 * calls[5] and bias_paths is not None and
       sorted(bias_paths[1].split(", ")) == ["cublaslt dgelu epilogue bf16", "cublaslt row-major epilogue bf16"],
       f": calls by epilogue {calls}, bias gradient paths {bias_paths[1] if bias_paths else None}")
+# The qkv bias gradient summed by the attention backward's blocks (GPT2_ATTENTION_BIAS_SUMS=on): its chunks sit in
+# the workspace after the attention's scratch (NaN-filled by the emulated cudaMalloc: a chunk left unwritten would
+# show in the losses), and the qkv weight gradient runs as a plain product; with the default backward on
+# cuBLASLt, and with store-ds (a larger scratch before the chunks) on the hand GEMM
+for name, base, extra_env in (("bf16_cublaslt_attention_bias_sums", lt, {}),
+                              ("bf16_store_ds_attention_bias_sums", cuda, {"GPT2_ATTENTION_BWD": "store-ds"})):
+    sums16, _ = train(name, steps, base, extra_env=dict(extra_env, GPT2_ATTENTION_BIAS_SUMS="on"))
+    compare(f"GPU {name} ~ CPU", sums16, cpu, 2e-2)
+    bias_paths = re.search(r"bias gradient: ([^;\n]*)", train.log)
+    check("... and the qkv bias gradient came from the attention's column sums",
+          bias_paths is not None and "attention column sums" in bias_paths[1].split(", "),
+          f": bias gradient paths {bias_paths[1] if bias_paths else None}")
 unfused16, _ = train("bf16_cublaslt_unfused", steps, lt, extra_env={"EMU_CUBLASLT_FUSED": "0"})
 compare("GPU bf16, cuBLASLt without fused epilogues (the wrapper's fallbacks) ~ CPU", unfused16, cpu, 2e-2)
 calls = lt_calls()

@@ -18,6 +18,7 @@
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/device_buffer.hpp"
 #include "kernels/common/kernel_paths.hpp"
+#include "kernels/reduce/reduce_cuda.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
 namespace gpt2 {
@@ -293,6 +294,118 @@ TEST(AttentionStoreDs, Gpt2ShapeMatchesCpu) {
 TEST(AttentionStoreDs, AgreesWithRecomputeDq) {
   for (const Shape& s : {Shape{2, 333, 384, 6}, Shape{1, 100, 256, 2}})
     expect_agrees_with_recompute_dq(s, kernels::AttentionBackwardPath::kStoreDs, 53);
+}
+
+// The qkv bias gradient summed by the attention backward (bias_chunks, GPT2_ATTENTION_BIAS_SUMS): on
+// recompute-dq and store-ds (the mma.sync kernels) each 64-row tile of a sequence writes the column sums of the
+// bf16 dqkv values it stored, one chunk row per (sequence, tile), and the call returns the row count; dqkv keeps
+// every bit of the call without chunks. Every tensor-core head size, T = 1 and T not a multiple of 64 (a last
+// tile with rows >= T, which must not count), chunks poisoned first (a column left unwritten is NaN). Then
+// column_sums_add_cuda adds the chunks into a bias: dqkv's column sums over every row.
+TEST(AttentionBiasSums, ChunksAreTheColumnSumsOfDqkv) {
+  using P = kernels::AttentionBackwardPath;
+  uint32_t seed = 1300;
+  for (P path : {P::kRecomputeDq, P::kStoreDs}) {
+    BackwardPathScope scope(path);
+    for (const Shape& s : {Shape{2, 200, 256, 4}, Shape{1, 128, 320, 4}, Shape{1, 130, 384, 4}, Shape{1, 129, 512, 4},
+                           Shape{3, 37, 256, 4}, Shape{1, 1, 64, 1}}) {
+      SCOPED_TRACE(name(s) + (path == P::kStoreDs ? ", store-ds" : ", recompute-dq"));
+      Buffers d(s, seed += 10);
+      kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+      poison(d.dqkv.data(), d.dqkv.bytes());
+      EXPECT_EQ(kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(),
+                                                       d.out.data(), d.lse.data(), s.B, s.T, s.C, s.NH, nullptr),
+                0);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> plain = d.dqkv.download();
+
+      const int rows = kernels::attention_bias_chunk_rows(s.B, s.T), W = 3 * s.C, tiles = (s.T + 63) / 64;
+      ASSERT_EQ(rows, s.B * tiles);
+      ASSERT_EQ(kernels::attention_bias_chunks_bytes(s.B, s.T, s.C), static_cast<size_t>(rows) * W * sizeof(float));
+      DeviceBuffer<float> chunks(static_cast<size_t>(rows) * W);
+      poison(chunks.data(), chunks.bytes());
+      poison(d.dqkv.data(), d.dqkv.bytes());
+      EXPECT_EQ(kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(),
+                                                       d.out.data(), d.lse.data(), s.B, s.T, s.C, s.NH, nullptr,
+                                                       chunks.data()),
+                rows);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> dqkv = d.dqkv.download(), got = chunks.download();
+      expect_bit_identical(dqkv, plain, "dqkv with the chunks against without");
+
+      // each chunk: its tile's rows (< T) of dqkv as stored, summed in double; fp32 sums in another order
+      // differ by rounding, bounded by the sum of magnitudes
+      std::vector<double> total(W, 0.0), magnitude(W, 0.0);
+      int bad = 0;
+      for (int b = 0; b < s.B; ++b) {
+        for (int tile = 0; tile < tiles; ++tile) {
+          for (int c = 0; c < W; ++c) {
+            double sum = 0.0, mag = 0.0;
+            for (int t = tile * 64; t < std::min(s.T, tile * 64 + 64); ++t) {
+              const double x = dqkv[(static_cast<size_t>(b) * s.T + t) * W + c];
+              sum += x;
+              mag += std::fabs(x);
+            }
+            total[c] += sum;
+            magnitude[c] += mag;
+            const float v = got[(static_cast<size_t>(b) * tiles + tile) * W + c];
+            if (!(std::fabs(v - sum) <= 1e-5 * mag + 1e-30) && bad++ < 5)
+              ADD_FAILURE() << "chunk (b " << b << ", tile " << tile << ") column " << c << ": " << v << " against "
+                            << sum;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << "chunk entries that are not their tile's column sums";
+
+      DeviceBuffer<float> bias(W);
+      bias.upload(std::vector<float>(W, 0.5f));  // += : the sums are added to what is there
+      kernels::column_sums_add_cuda<float>(bias.data(), nullptr, W, chunks.data(), rows, W, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> added = bias.download();
+      int off = 0;
+      for (int c = 0; c < W; ++c)
+        if (!(std::fabs(added[c] - (0.5 + total[c])) <= 1e-5 * (magnitude[c] + 0.5)) && off++ < 5)
+          ADD_FAILURE() << "bias column " << c << ": " << added[c] << " against " << 0.5 + total[c];
+      EXPECT_EQ(off, 0) << "bias columns that are not 0.5 + dqkv's column sums";
+    }
+  }
+}
+
+// The paths that do not sum the chunks (accumulate-dq; the wgmma ones where they run; fp32's SIMT kernels)
+// return 0 and leave them untouched: the caller then sums dqkv's columns as before.
+TEST(AttentionBiasSums, OtherPathsLeaveTheChunksAlone) {
+  using P = kernels::AttentionBackwardPath;
+  const Shape s{2, 130, 256, 4};
+  const int rows = kernels::attention_bias_chunk_rows(s.B, s.T);
+  DeviceBuffer<float> chunks(static_cast<size_t>(rows) * 3 * s.C);
+  std::vector<P> paths = {P::kAccumulateDq};
+  if (kernels::attention_bwd_wgmma_available()) paths.insert(paths.end(), {P::kWgmma, P::kWgmmaStoreDs});
+  for (P path : paths) {
+    BackwardPathScope scope(path);
+    Buffers d(s, 1400);
+    kernels::attention_forward_cuda<bf16>(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+    poison(chunks.data(), chunks.bytes());
+    EXPECT_EQ(
+        kernels::attention_backward_cuda<bf16>(d.dqkv.data(), d.scratch.data(), d.dout.data(), d.qkv.data(),
+                                               d.out.data(), d.lse.data(), s.B, s.T, s.C, s.NH, nullptr, chunks.data()),
+        0)
+        << path_names();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (float v : chunks.download()) ASSERT_TRUE(std::isnan(v)) << "a chunk written by " << path_names();
+  }
+  // fp32 runs the SIMT kernels
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * s.C, n_out = static_cast<size_t>(s.B) * s.T * s.C;
+  DeviceBuffer<float> qkv, dout, out(n_out), dqkv(n_qkv), lse(static_cast<size_t>(s.B) * s.NH * s.T);
+  DeviceBuffer<char> scratch(kernels::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
+  qkv.upload(test::random_vec(n_qkv, 1401));
+  dout.upload(test::random_vec(n_out, 1402));
+  kernels::attention_forward_cuda<float>(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, nullptr);
+  poison(chunks.data(), chunks.bytes());
+  EXPECT_EQ(kernels::attention_backward_cuda<float>(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                                                    lse.data(), s.B, s.T, s.C, s.NH, nullptr, chunks.data()),
+            0);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (float v : chunks.download()) ASSERT_TRUE(std::isnan(v)) << "a chunk written by the fp32 backward";
 }
 
 // The scratch a path needs: recompute-dq only D (B*NH*T fp32), store-ds D and the causal dS tiles (bf16),

@@ -522,8 +522,64 @@ TEST_P(ModelStep, ProgrammaticLaunchChangesNoBitOnOptInAttention) {
               wgmma ? "" : " (the wgmma ones need a 9.0 device and the sm_90a kernels)");
 }
 
-// --cuda-graph defers forward_train's device work to backward(). Weights set before that (set_params)
-// must not leak into the deferred forward: its loss is the one of the weights it was given, as eagerly.
+// GPT2_ATTENTION_BIAS_SUMS=on: the attention backward sums dqkv's columns as it stores them, and the qkv
+// weight gradient runs as a plain product. Two accumulated micro-steps with it on and off: every gradient but
+// the qkv projection's the same bits, its weight gradient within an ulp or so (the hand GEMM's bias-fused
+// kernel against its plain one), its bias gradient within bf16's rounding of the same fp32 sums in another
+// order. hs = 64 (the tensor-core kernels, where the sums are taken) and the awkward case's hs = 24 (SIMT:
+// no sums, the bias kernel as before), each named by the kernels line.
+TEST_P(ModelStep, AttentionBiasSumsMatchTheBiasKernel) {
+  const Param prm = GetParam();
+  if (prm.precision != Precision::kBf16) GTEST_SKIP() << "the sums are taken by the bf16 tensor-core kernels";
+  struct Restore {
+    ~Restore() { kernels::attention_set_bias_sums(-1); }
+  } restore;
+  for (const Case& c : {kCases[1], kCases[0]}) {
+    SCOPED_TRACE(c.name);
+    const bool tensor_cores = c.C / c.NH == 64;
+    const GPT2Config cfg = make_config(c);
+    GPT2 cpu(cfg);
+    cpu.init(77);
+    std::vector<float> grads[2];
+    for (int on = 0; on < 2; ++on) {
+      kernels::attention_set_bias_sums(on);
+      kernels::reset_kernel_paths();
+      CudaStream stream;
+      GPT2Cuda gpu(cfg, {prm.precision, prm.gemm}, stream.get());
+      gpu.set_params(cpu.params().data());
+      gpu.zero_grad();
+      for (int m = 0; m < 2; ++m) {
+        std::vector<int32_t> in, tg;
+        make_batch(c, 300 + m, &in, &tg);
+        gpu.forward_train(in.data(), tg.data(), c.B, c.T, 1.0f / (2.0f * c.B * c.T));
+        gpu.backward();
+      }
+      grads[on] = gpu.get_grads();
+      const bool summed = kernels::kernel_paths_used().find("attention column sums") != std::string::npos;
+      EXPECT_EQ(summed, on == 1 && tensor_cores) << kernels::kernel_paths_used();
+    }
+    for (const ParamInfo& p : cpu.table().params()) {
+      const bool qkvw = p.name.find("attn.c_attn.weight") != std::string::npos;
+      const bool qkvb = p.name.find("attn.c_attn.bias") != std::string::npos;
+      const std::vector<float> a(grads[0].begin() + p.offset, grads[0].begin() + p.offset + p.numel);
+      const std::vector<float> b(grads[1].begin() + p.offset, grads[1].begin() + p.offset + p.numel);
+      double peak = 0, diff = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        peak = std::max(peak, std::fabs(static_cast<double>(a[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+      }
+      if (qkvb || (qkvw && tensor_cores)) {
+        EXPECT_LE(diff, peak / 64) << "gradient of " << p.name << " with and without the attention's sums";
+      } else {
+        EXPECT_EQ(diff, 0.0) << "gradient of " << p.name << " changed with the attention's sums";
+      }
+    }
+  }
+}
+
+// --cuda-graph defers forward_train's device work to backward().// --cuda-graph defers forward_train's device work to
+// backward(). Weights set before that (set_params) must not leak into the deferred forward: its loss is the one of the
+// weights it was given, as eagerly.
 TEST_P(ModelStep, CudaGraphDeferredForwardUsesItsWeights) {
   const Param prm = GetParam();
   const Case& c = kCases[0];

@@ -215,6 +215,9 @@ OPT_INS = [
     (r"^DGeluBiasGrad/bf16/cublaslt_bgrad_bf16/", lambda n: n.replace("/cublaslt_bgrad_bf16/", "/cublaslt/", 1),
      "vs GELU gradient + bias kernel"),
     (r"^BM_AdamWModel.*multi:1", lambda n: n.replace("multi:1", "multi:0"), "vs one launch per tensor"),
+    # the qkv bias gradient from the attention backward's own column sums against the bias kernel's pass over dqkv
+    (r"^AttentionQkvBiasGrad/bf16/attention_sums/", lambda n: n.replace("/attention_sums/", "/bias_kernel/", 1),
+     "vs backward + bias kernel"),
     (r"^BM_layernorm_bwd_prefetch_bf16/", lambda n: n.replace("_prefetch_bf16/", "_bf16/", 1),
      "vs one row in flight a warp"),
     # a chain of launches with programmatic dependent launch (GPT2_PDL=on) against the same chain in stream order

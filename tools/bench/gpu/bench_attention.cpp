@@ -14,6 +14,10 @@
 // heaviest first (the forward's order before groups; the backward then ran a head's key tiles before its
 // query tiles, which the model says is within 0.3% of this), or one rank order over every head (the
 // backward's default since 2026-11-27); bench_table.py gives each against the default row.
+// AttentionQkvBiasGrad/bf16/<bias_kernel|attention_sums>/B:<B>: the default backward (recompute-dq) and the qkv
+// projection's bias gradient after it, by the bias kernel's pass over dqkv (the default) or from the column
+// sums the attention's blocks took as they stored dqkv (GPT2_ATTENTION_BIAS_SUMS=on: a row of 3C fp32 a 64-row
+// tile, then column_sums_add_cuda); the kernel table sets the second against the first.
 //   bench_gpu_kernels --benchmark_filter=attention
 #include <benchmark/benchmark.h>
 
@@ -23,6 +27,8 @@
 
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/common/device_buffer.hpp"
+#include "kernels/gemm/gemm_cuda.hpp"
+#include "kernels/reduce/reduce_cuda.hpp"
 #include "tools/bench/gpu/gpu_bench_util.hpp"
 
 namespace gpt2 {
@@ -126,6 +132,37 @@ void backward_bf16(benchmark::State& state, int B, bool generic, int path, int g
   gpt2::bench::error_row(state);
 }
 
+// The backward and the qkv bias gradient after it: by the bias kernel over dqkv, or from the attention's sums.
+void qkv_bias_grad_bf16(benchmark::State& state, int B, bool attention_sums) try {
+  const AttentionPathsRestored restored;
+  kernels::attention_set_backward_path(kernels::AttentionBackwardPath::kRecomputeDq);
+  AttentionBuffers buf(B);
+  kernels::attention_forward_cuda<bf16>(buf.out.data(), buf.lse.data(), buf.qkv.data(), B, kT, kC, kNH, nullptr);
+  const int N = B * kT;
+  DeviceBuffer<bf16> dbias(3 * kC);
+  dbias.zero();
+  DeviceBuffer<char> sums(attention_sums ? kernels::attention_bias_chunks_bytes(B, kT, kC)
+                                         : kernels::bias_backward_scratch_bytes(N, 3 * kC));
+  const double bytes = 2.0 * B * kT * (kC + 3 * kC + kC + 3 * kC) + 4.0 * B * kNH * kT * 3;
+  int rows = 0;
+  bench::time_launches(
+      state,
+      [&](cudaStream_t s) {
+        float* chunks = attention_sums ? reinterpret_cast<float*>(sums.data()) : nullptr;
+        rows =
+            kernels::attention_backward_cuda<bf16>(buf.dqkv.data(), buf.scratch.data(), buf.dout.data(), buf.qkv.data(),
+                                                   buf.out.data(), buf.lse.data(), B, kT, kC, kNH, s, chunks);
+        if (rows > 0)
+          kernels::column_sums_add_cuda<bf16>(dbias.data(), nullptr, 3 * kC, chunks, rows, 3 * kC, s);
+        else
+          kernels::bias_backward_cuda<bf16>(dbias.data(), sums.data(), buf.dqkv.data(), N, 3 * kC, s);
+      },
+      2.5 * forward_flops(B), bytes);
+  if (attention_sums && rows == 0) state.SetLabel("the path took no sums: the bias kernel ran");
+} catch (...) {
+  gpt2::bench::error_row(state);
+}
+
 void BM_attention_forward_bf16(benchmark::State& state) {
   forward_bf16(state, static_cast<int>(state.range(0)), state.range(1) != 0, static_cast<int>(state.range(2)), 0);
 }
@@ -160,6 +197,18 @@ BENCHMARK(BM_attention_backward_bf16)
     ->Args({8, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+const bool kQkvBiasGradRegistered = [] {
+  for (int B : {8, 16})
+    for (bool sums : {false, true}) {
+      const std::string name = std::string("AttentionQkvBiasGrad/bf16/") + (sums ? "attention_sums" : "bias_kernel") +
+                               "/B:" + std::to_string(B);
+      benchmark::RegisterBenchmark(name.c_str(), qkv_bias_grad_bf16, B, sums)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  return true;
+}();
 
 const bool kTileOrdersRegistered = [] {
   constexpr int kAllHeads = 1 << 20;  // more than any B * NH here: one group
