@@ -449,7 +449,7 @@ ncu_attention() {
 ncu_layernorm() {
   ncu_launches ncu_layernorm 110 layernorm_fwd_warp_per_row_vec='^BM_layernorm_fwd_bf16/65536/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/8192/768/' \
-    layernorm_bwd_sum_partials='^BM_layernorm_bwd_bf16/8192/768/' \
+    column_sums_add='^BM_layernorm_bwd_bf16/8192/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_bf16/65536/768/' \
     layernorm_bwd_warp_per_row_vec='^BM_layernorm_bwd_prefetch_bf16/65536/768/'
 }
@@ -740,7 +740,7 @@ PY
 }
 # "attention_bwd_tc<64>: us 313.2; sm% ...": each kernel's duration
 figure_ncu_attention() { grep -E '^attention_' "$1" | sed -E 's/^(attention_[a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/' | paste -sd, -; }
-figure_ncu_layernorm() { grep -E '^layernorm_' "$1" | sed -E 's/^layernorm_([a-z_]+)[^:]*: us ([0-9.]+).*/\1 \2 us/; s/_warp_per_row_vec//; s/_partials//' | paste -sd, -; }
+figure_ncu_layernorm() { grep -E '^(layernorm_|column_sums_add)' "$1" | sed -E 's/^(layernorm_)?([a-z_]+)[^:]*: us ([0-9.]+).*/\2 \3 us/; s/_warp_per_row_vec//' | paste -sd, -; }
 # "benchmark: 35.12 ms/step | 466512 tokens/s | mfu 37.9% | ... (mean of 10 steps after the first)": the mean
 # step's tok/s and MFU, then (a --profile-step run) the two kinds of op that took most of the profiled step's
 # device time: "466.5K tok/s, mfu 37.9% | gemm 55% attention 28%"

@@ -699,9 +699,11 @@ class ModelImpl final : public GPT2Cuda::Impl {
     const ModelTensorsT g = tensors(grads_.data());
     void* ws = a.workspace.data();
     // attention_backward_cuda takes no size: the path it runs must be the one the workspace was sized for
-    GPT2_CHECK(kernels::attention_backward_path() == a.attention_path &&
-                   kernels::attention_bias_sums() == a.attention_bias_sums,
-               "the attention backward's path changed between the forward and the backward of a step");
+    GPT2_CHECK(
+        kernels::attention_backward_path() == a.attention_path &&
+            kernels::attention_bias_sums() == a.attention_bias_sums,
+        "the attention backward's path (or GPT2_ATTENTION_BIAS_SUMS) changed between the forward and the backward "
+        "of a step");
     // the qkv bias gradient's chunks, where the attention backward sums them (attention_bias_sums)
     float* qkv_bias_chunks =
         a.attention_bias_sums ? reinterpret_cast<float*>(static_cast<char*>(ws) + qkv_bias_chunks_offset(cfg_, B, T_))

@@ -300,7 +300,8 @@ TEST(AttentionStoreDs, AgreesWithRecomputeDq) {
 // recompute-dq and store-ds (the mma.sync kernels) each 64-row tile of a sequence writes the column sums of the
 // bf16 dqkv values it stored, one chunk row per (sequence, tile), and the call returns the row count; dqkv keeps
 // every bit of the call without chunks. Every tensor-core head size, T = 1 and T not a multiple of 64 (a last
-// tile with rows >= T, which must not count), chunks poisoned first (a column left unwritten is NaN). Then
+// tile with rows >= T: their dK, dV, dQ are zero, from zero-filled rows, and the kernels mask them besides), chunks
+// poisoned first (a column left unwritten is NaN). Then
 // column_sums_add_cuda adds the chunks into a bias: dqkv's column sums over every row.
 TEST(AttentionBiasSums, ChunksAreTheColumnSumsOfDqkv) {
   using P = kernels::AttentionBackwardPath;
