@@ -200,7 +200,7 @@ GemmHandPath gemm_hand_path(const GemmContext& ctx, const bf16* a, const bf16* b
 // Bias gradient: dbias[j] += sum_i dout[i,j]
 //   [in] dout (N,OC);  [in,out] dbias (OC) +=;  scratch: bias_backward_scratch_bytes(N, OC) bytes.
 //   Deterministic: fp32 column sums of fixed row chunks go to scratch, then one pass adds the chunks
-//   in order. Sums in fp32; dbias is read and written as T.
+//   in a fixed order (column_sums_add_cuda). Sums in fp32; dbias is read and written as T.
 size_t bias_backward_scratch_bytes(int N, int OC);
 template <class T>
 void bias_backward_cuda(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream_t stream);
