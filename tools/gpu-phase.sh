@@ -636,6 +636,9 @@ phase_C() {
   # kernel's pass over dqkv (75 MB a layer at micro-batch 16) goes (AttentionQkvBiasGrad rows of the kernel table)
   train_124m opt_attention_bias_sums "faster than train_124m_cublaslt_mb16" 16 cublaslt GPT2_ATTENTION_BIAS_SUMS=on
   train_124m opt_pdl_hand "faster than train_124m_hand_mb16" 16 hand GPT2_PDL=on
+  # A/A again after the opt-ins: the default step drifting over the phase (clocks, heat) widens the band too,
+  # against phase A's run and this phase's first
+  train_124m aa_end_cublaslt_mb16 "same as train_124m_cublaslt_mb16; same as aa_cublaslt_mb16" 16 cublaslt
   # The mma.sync attention's block order (tile_order.hpp) at B = 8 and 64: each head alone and one group
   # over every head, against the default groups of heads (time / the default's; > 1.00x: the default wins)
   gpu_step attention_order 60 "default <= 1.00x of each" "$bin/bench_gpu_kernels" \
