@@ -373,6 +373,8 @@ train_124m() {
       # layouts) or MLP down's GELU gradient's (DGELU_BGRAD: MLP up's); the others: the bias kernel
       GPT2_CUBLASLT_BIAS_GRAD=bf16)
         expect+=("bias gradient: ([^;]*, )?cublaslt (dgelu |row-major )?epilogue bf16(,|;|\$)") ;;
+      # at least one hand GEMM epilogue stored its rows with bulk copies
+      GPT2_GEMM_STORE=bulk) expect+=("gemm store: bulk(;|\$)") ;;
       # every launch of ours with the programmatic attribute, none in plain stream order
       GPT2_PDL=on) expect+=("launch: programmatic(;|\$)") ;;
       # the qkv bias gradient from the attention backward's column sums
@@ -522,13 +524,13 @@ phase_A() {
   # leading '-' excludes what the rest matches: the bundle's Google Benchmark 1.7 has POSIX regexes, where
   # a (?!...) lookahead does not compile and selects nothing.)
   gpu_step kernels 240 "see kernel_table" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='-^(Ceiling/|(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|GemmNoAuxPrefetch|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/[24]/)' \
+    --benchmark_filter='-^(Ceiling/|(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|GemmNoAuxPrefetch|GemmBulkStore|WeightBiasGrad)/bf16/hand_wgmma|BM_attention_forward_bf16/[0-9]+/0/[12]/|BM_attention_backward_bf16/[0-9]+/0/[24]/)' \
     --benchmark_out="$bench_json" --benchmark_out_format=json --benchmark_min_time=0.05
   # 128x128 tiles (hand_wgmma), 128x256 (hand_wgmma256), 128x128 ping-pong (hand_wgmma_pingpong), and the
   # 128x128 weight gradient with its bias gradient fused and not, the products with an epilogue again
   # without it, and the GELU gradient's pre-activations read in the epilogue instead of by TMA ...
   gpu_step bench_gemm_wgmma 150 ">= 80% of cuBLASLt" "$bin/bench_gpu_kernels" \
-    --benchmark_filter='^(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|GemmNoAuxPrefetch|WeightBiasGrad)/bf16/hand_wgmma' \
+    --benchmark_filter='^(Gemm|GemmNoEpilogue|GemmAuxFromGlobal|GemmNoAuxPrefetch|GemmBulkStore|WeightBiasGrad)/bf16/hand_wgmma' \
     --benchmark_out="$logs/bench_gemm_wgmma.json" --benchmark_out_format=json --benchmark_min_time=0.05
   # ... and the attention forward (cooperative /0/1, ping-pong /0/2) and backward (/0/2; storing dS /0/4) on wgmma
   gpu_step bench_attention_wgmma 120 ">= 230 / 200 TFLOP/s" "$bin/bench_gpu_kernels" \
@@ -623,6 +625,9 @@ phase_C() {
     16 hand GPT2_GEMM_SM90=by-shape
   # The hand default without the 128x256 kernel's L2 prefetch of the GELU gradient's pre-activations (2026-12-06)
   train_124m opt_gemm_no_aux_prefetch "slower than train_124m_hand_mb16" 16 hand GPT2_GEMM_AUX_PREFETCH=0
+  # The hand default's epilogue copying its finished rows out with cp.async.bulk, drained under the next tile's
+  # products, instead of its threads storing them from the fp32 staging (2026-12-07)
+  train_124m opt_gemm_bulk_store "faster than train_124m_hand_mb16" 16 hand GPT2_GEMM_STORE=bulk
   # cuBLASLt never splitting K: what the fp32-only split-K is worth to the default step (H200: 9%)
   train_124m opt_cublaslt_no_split "vs train_124m_cublaslt_mb16" 16 cublaslt GPT2_CUBLASLT_REDUCTION=none
   # The bias gradients in cuBLASLt's epilogues with bf16 sums (the weight gradients' BGRADA, and MLP up's on MLP

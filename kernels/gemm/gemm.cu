@@ -785,25 +785,32 @@ void gemm_hand(GemmContext& ctx, T* c, const T* a, const T* b, const T* bias, T*
       const int max_blocks = ctx.test_hooks().wgmma_max_blocks;
       const bool tma_aux = !ctx.test_hooks().wgmma_aux_from_global;
       const bool prefetch_aux = !ctx.test_hooks().wgmma_no_aux_prefetch;
+      const bool bulk_store = ctx.test_hooks().wgmma_bulk_store;
       using gemm_detail::WgmmaAuxRead;
       WgmmaAuxRead aux_read = WgmmaAuxRead::kEpilogue;
-      const auto note_aux = [&](WgmmaAuxRead r) {
-        if (r != WgmmaAuxRead::kEpilogue) aux_read = r;
+      bool bulk_stored = false;
+      const auto note_aux = [&](gemm_detail::WgmmaRan r) {
+        if (r.aux != WgmmaAuxRead::kEpilogue) aux_read = r.aux;
+        bulk_stored = bulk_stored || r.bulk_store;
       };
       if (tail_from > 0) {  // the whole tiles, finished here (their bias-gradient columns into dbias)
         const int k_whole = static_cast<int>(ceil_div(K, gemm_detail::kWgmmaBK) * gemm_detail::kWgmmaBK);
-        note_aux(gemm_detail::gemm_bf16_wgmma(wgmma_kernel, max_blocks, tma_aux, prefetch_aux, a, b, M, N, K, trans_a,
-                                              trans_b, k_whole, 1, 0, tail_from, nullptr, epp, ep, dbias, nullptr,
-                                              stream));
+        note_aux(gemm_detail::gemm_bf16_wgmma(wgmma_kernel, max_blocks, tma_aux, prefetch_aux, bulk_store, a, b, M, N,
+                                              K, trans_a, trans_b, k_whole, 1, 0, tail_from, nullptr, epp, ep, dbias,
+                                              nullptr, stream));
       }
       // Every tile, or the tail: partials into the workspace when split, the epilogue applied after.
-      note_aux(gemm_detail::gemm_bf16_wgmma(
-          wgmma_kernel, max_blocks, tma_aux, prefetch_aux, a, b, M, N, K, trans_a, trans_b, k_per_split, used,
-          tail_from, tiles - tail_from, used > 1 ? ctx.splitk_workspace() : nullptr, epp,
-          used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
-          used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream));
+      note_aux(gemm_detail::gemm_bf16_wgmma(wgmma_kernel, max_blocks, tma_aux, prefetch_aux, bulk_store, a, b, M, N, K,
+                                            trans_a, trans_b, k_per_split, used, tail_from, tiles - tail_from,
+                                            used > 1 ? ctx.splitk_workspace() : nullptr, epp,
+                                            used > 1 ? GemmEpilogue::kNone : ep, used > 1 ? nullptr : dbias,
+                                            used > 1 && dbias != nullptr ? bias_scratch : nullptr, stream));
       if (aux_read == WgmmaAuxRead::kTma) ++ctx.test_hooks().wgmma_aux_tma_launches;
       if (aux_read == WgmmaAuxRead::kPrefetchL2) ++ctx.test_hooks().wgmma_aux_prefetch_launches;
+      if (bulk_stored) {
+        ++ctx.test_hooks().wgmma_bulk_store_launches;
+        record_kernel_path("gemm store", "bulk");  // only where asked for: the default line stays as it was
+      }
       if (tail_from > 0) ++ctx.test_hooks().wgmma_split_tails;
     }
 #endif
@@ -903,6 +910,10 @@ GemmContext::GemmContext(GemmBackend backend) : backend_(backend) {
     hooks_.wgmma_no_aux_prefetch = !choice_from_env<bool>(
         "GPT2_GEMM_AUX_PREFETCH", "setting of the wgmma GEMM's L2 prefetch of the GELU gradient's pre-activations",
         {{"1", true}, {"0", false}});
+    // GPT2_GEMM_STORE=bulk (opt-in): the wgmma epilogue copies its finished rows out with cp.async.bulk, which
+    // drain under the next tile's products, instead of its threads storing them (docs/performance.md)
+    hooks_.wgmma_bulk_store = choice_from_env<bool>("GPT2_GEMM_STORE", "way the wgmma GEMM's epilogue stores C",
+                                                    {{"threads", false}, {"bulk", true}});
     splitk_ws_bytes_ = kSplitKWorkspaceBytes;
     splitk_ws_ = static_cast<float*>(device_alloc(splitk_ws_bytes_, "the hand GEMM's split-K workspace"));
   } else {

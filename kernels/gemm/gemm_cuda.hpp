@@ -99,8 +99,12 @@ struct GemmTestHooks {
   // TMA prefetch of them into L2 during the products (the benchmarks' GemmNoAuxPrefetch A/B;
   // GPT2_GEMM_AUX_PREFETCH=0 sets it, for the 124M step's)
   bool wgmma_no_aux_prefetch = false;
+  // wgmma: the epilogue finishes its tiles in registers and copies bf16 rows out with cp.async.bulk, where the
+  // output allows it (gemm_sm90.cuh gemm_bf16_wgmma); GPT2_GEMM_STORE=bulk sets it
+  bool wgmma_bulk_store = false;
   int wgmma_aux_tma_launches = 0;  // out: wgmma launches that loaded the pre-activations by TMA (tests count them)
   int wgmma_aux_prefetch_launches = 0;  // out: wgmma launches that prefetched them into L2 (tests count them)
+  int wgmma_bulk_store_launches = 0;    // out: products whose epilogue stored with bulk copies (tests count them)
   int wgmma_split_tails = 0;       // out: products run as a split tail (GemmSplitPlan; tests count them)
 };
 

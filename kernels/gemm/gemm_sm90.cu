@@ -127,6 +127,12 @@ struct WgmmaTile {
   static constexpr int kEpilogueUnroll = kPingPong || kBN == 256 ? 2 : 4;
   static constexpr int kCStride = kStageCols + 8;
   static constexpr int kStagingBytesFor(bool aux) { return kWgRows * (aux ? kStageCols : kCStride) * 4; }
+  // The bulk-store epilogue's staging (WgmmaParams::bulk_store), in the same room: 64 rows of kBN bf16 and 16
+  // bytes more, so that each row starts 16-byte aligned (cp.async.bulk's rule) and the fragment stores, 8 rows
+  // x 4 lanes of 4 bytes a warp, fall on 32 banks (a row starts 4 banks past the one before it).
+  static constexpr int kBulkRowElems = kBN + 8;
+  static_assert(kWgRows * kBulkRowElems * 2 <= kStagingBytesFor(false) && kBulkRowElems * 2 % 16 == 0,
+                "bulk-store rows fit the staging and start 16-byte aligned");
   // The GELU gradient's pre-activations (kDGelu), read by TMA while the products run: each consumer loads
   // its own rows of the unit (64 x 128 cooperative, 128 x 128 ping-pong) as kAuxRowBlocks x 2 boxes of
   // 64 x 64. The 128x128 kernels have the room: cooperative 225 of 227 KiB with its 4 stages, ping-pong
@@ -199,7 +205,22 @@ struct WgmmaParams {
   // kDGelu without split-K and without aux_by_tma: the consumers prefetch their tiles of ep.aux into L2
   // (tmap_aux) as they start a unit, for the epilogue's loads.
   bool aux_prefetch;
+  // The epilogue's bulk stores (wgmma_bulk_store_takes): each consumer finishes its 64 x kBN tile in
+  // registers, stages it as bf16 rows and copies each row out with one cp.async.bulk, which drains while
+  // the next unit's products run; otherwise its threads store 4-column vectors from the fp32 staging.
+  bool bulk_store;
 };
+
+// Where the bulk-store epilogue applies: whole 16-byte rows of C (and of the pre-activations) from any
+// column tile (N a multiple of 8, 16-byte aligned bases), no split-K partials, no C += (it would read C
+// first) and not the GELU gradient (its pre-activations are read per element: the staged path).
+bool wgmma_bulk_store_takes(const EpilogueParams<bf16>& ep, GemmEpilogue epilogue, const float* partial) {
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool kind = epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
+                    (epilogue == GemmEpilogue::kNone && !ep.accumulate);
+  return kind && partial == nullptr && ep.vec4 && ep.N % 8 == 0 && aligned16(ep.c) &&
+         (epilogue != GemmEpilogue::kBiasGelu || aligned16(ep.aux));
+}
 
 // A consumer's 64 x kBN tile of pre-activations as TMA leaves it: 64 x 64 boxes 8 KB apart, each row 128
 // bytes whose 16-byte chunks are swizzled with the row (the same 128-byte swizzle as the operands).
@@ -264,6 +285,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageBytes + Cfg::kABytes; };
   constexpr bool kAux = kStagesAux<Cfg, kEp>;
+  // The bulk-store epilogue (WgmmaParams::bulk_store) is compiled where it may run: ping-pong already runs one
+  // consumer's epilogue under the other's products, and with it its bias+GELU kernel spilled 24 bytes (ptxas,
+  // 168 registers).
+  constexpr bool kBulkable = kEp != GemmEpilogue::kDGelu && !Cfg::kPingPong;
   constexpr int kStages = Cfg::kStagesFor(kAux);
   float* staging = reinterpret_cast<float*>(smem + kStages * Cfg::kStageBytes);
   constexpr int kStagingBytes = Cfg::kStagingBytesFor(kAux);
@@ -504,6 +529,63 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
 
+    // Epilogue with bulk stores (p.bulk_store; cooperative kernels, never the GELU gradient's): the bias, GELU
+    // and rounding in
+    // registers, element by element as finish4 does them (the same bits), the bf16 results into the staging rows,
+    // then thread r of the first two warps copies row r out with one cp.async.bulk and goes on. The
+    // copies drain while the next unit's products run; the staging is written again only once each copier
+    // has seen its copy read (wait_group.read) and the barrier has said so to the others. With the
+    // pre-activations (kBiasGelu) the rows go out twice: those first, then C.
+    if constexpr (kBulkable) {
+      if (p.bulk_store) {
+        bf16* rows = reinterpret_cast<bf16*>(stg);
+        constexpr int kRow = Cfg::kBulkRowElems;
+        constexpr int kOutputs = kEp == GemmEpilogue::kBiasGelu ? 2 : 1;
+        const bool copier = tid_wg < Cfg::kWgRows;
+        const uint32_t row_bytes = static_cast<uint32_t>(min(Cfg::kBN, p.N - u.n0)) * 2;  // N % 8 == 0
+#pragma unroll
+        for (int rb = 0; rb < Cfg::kRowBlocks; ++rb) {
+#pragma unroll
+          for (int o = 0; o < kOutputs; ++o) {
+            if (copier) cuda::bulk_wait_group_read<0>();
+            cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);  // the rows' last copies have read them
+#pragma unroll
+            for (int i = 0; i < Cfg::kAcc; i += 4) {
+              const int r = cuda::wgmma_acc_row(warp, lane, i), col = cuda::wgmma_acc_col(lane, i);
+              float2 lo = make_float2(acc[rb][i], acc[rb][i + 1]), hi = make_float2(acc[rb][i + 2], acc[rb][i + 3]);
+              if constexpr (kEp != GemmEpilogue::kNone) {
+                const int n = u.n0 + col;  // a column pair inside N or wholly past it (N % 8 == 0): not copied
+                const float2 b = n < p.N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.ep.bias + n))
+                                         : make_float2(0.0f, 0.0f);
+                lo.x += b.x, lo.y += b.y, hi.x += b.x, hi.y += b.y;
+              }
+              __nv_bfloat162 out_lo = __floats2bfloat162_rn(lo.x, lo.y), out_hi = __floats2bfloat162_rn(hi.x, hi.y);
+              if constexpr (kEp == GemmEpilogue::kBiasGelu) {
+                if (o == 1) {  // C: the GELU of the stored pre-activation
+                  const float2 pl = __bfloat1622float2(out_lo), ph = __bfloat1622float2(out_hi);
+                  out_lo = __floats2bfloat162_rn(cuda::gelu_f32(pl.x), cuda::gelu_f32(pl.y));
+                  out_hi = __floats2bfloat162_rn(cuda::gelu_f32(ph.x), cuda::gelu_f32(ph.y));
+                }
+              }
+              *reinterpret_cast<__nv_bfloat162*>(rows + r * kRow + col) = out_lo;
+              *reinterpret_cast<__nv_bfloat162*>(rows + (r + 8) * kRow + col) = out_hi;
+            }
+            cuda::fence_proxy_async_shared();  // the rows' stores, before the copies (the async proxy) read them
+            cuda::named_barrier_sync(1 + c, Cfg::kWarpgroupThreads);
+            if (copier) {
+              const int row = u.m0 + (rb0 + rb) * Cfg::kWgRows + tid_wg;
+              if (row < p.M) {
+                bf16* out = kEp == GemmEpilogue::kBiasGelu && o == 0 ? p.ep.aux : p.ep.c;
+                cuda::bulk_store_global(out + static_cast<size_t>(row) * p.N + u.n0, rows + tid_wg * kRow, row_bytes);
+              }
+              cuda::bulk_commit_group();
+            }
+          }
+        }
+        continue;
+      }
+    }
+
     // Epilogue: registers -> staging (fragment order) -> 4-column vectors along rows (coalesced), 64 rows
     // x 128 columns at a time. Accumulator registers 64h .. 64h+63 hold columns 128h .. 128h+127 (PTX:
     // register i of m64nN lies in column 8*(i/4) + ...), so the passes index acc with constants (unrolled).
@@ -534,6 +616,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   }
+  // The last copies out are complete before the block ends (their source is its shared memory).
+  if (kBulkable && p.bulk_store && tid_wg < Cfg::kWgRows) cuda::bulk_wait_group<0>();
 #else
   // Compiled for another architecture: this kernel is launched only where wgmma_device_ready() found
   // its sm_90a code, so this body never runs.
@@ -582,10 +666,10 @@ bool wgmma_takes(const bf16* a, const bf16* b, int lda, int ldb) {
   return aligned16(a) && aligned16(b) && lda % 8 == 0 && ldb % 8 == 0;
 }
 
-WgmmaAuxRead gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, bool aux_prefetch, const bf16* a,
-                             const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
-                             int splits, int tile0, int tile_count, float* partial, const EpilogueParams<bf16>& ep,
-                             GemmEpilogue epilogue, bf16* dbias, float* dbias_partial, cudaStream_t stream) {
+WgmmaRan gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, bool aux_prefetch, bool bulk_store,
+                         const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
+                         int splits, int tile0, int tile_count, float* partial, const EpilogueParams<bf16>& ep,
+                         GemmEpilogue epilogue, bf16* dbias, float* dbias_partial, cudaStream_t stream) {
   GPT2_CHECK(kernel != GemmWgmmaKernel::kDefault && kernel != GemmWgmmaKernel::kByShape,
              "gemm_bf16_wgmma needs a resolved kernel (gemm_wgmma_kernel_for)");
   GPT2_CHECK(k_per_split % kWgmmaBK == 0 && splits >= 1, "wgmma split-K range " << k_per_split << " x " << splits);
@@ -619,6 +703,8 @@ WgmmaAuxRead gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by
   // Where they do not come by TMA, into L2 while the products run (the epilogue reads them from global memory)
   p.aux_prefetch = aux_prefetch && !p.aux_by_tma && aux_tma_able;
   const CUtensorMap taux = p.aux_by_tma || p.aux_prefetch ? make_tensor_map(ep.aux, N, M, N) : ta;  // else never read
+  p.bulk_store =
+      bulk_store && kernel != GemmWgmmaKernel::k128x128PingPong && wgmma_bulk_store_takes(ep, epilogue, partial);
   // The configuration as a type, then the transposes and the epilogue as template arguments.
   auto with_cfg = [&](auto cfg) {
     using Cfg = decltype(cfg);
@@ -636,7 +722,10 @@ WgmmaAuxRead gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by
     case GemmWgmmaKernel::k128x128PingPong: with_cfg(WgmmaTile<128, true>{}); break;
     default: with_cfg(WgmmaTile<128>{}); break;
   }
-  return p.aux_by_tma ? WgmmaAuxRead::kTma : p.aux_prefetch ? WgmmaAuxRead::kPrefetchL2 : WgmmaAuxRead::kEpilogue;
+  return {p.aux_by_tma     ? WgmmaAuxRead::kTma
+          : p.aux_prefetch ? WgmmaAuxRead::kPrefetchL2
+                           : WgmmaAuxRead::kEpilogue,
+          p.bulk_store};
 }
 
 }  // namespace gpt2::kernels::gemm_detail

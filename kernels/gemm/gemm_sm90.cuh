@@ -43,12 +43,20 @@ inline int wgmma_tiles(GemmWgmmaKernel kernel, int M, int N) {
 // by TMA into shared memory during the products, or read by the epilogue after TMA prefetched them into L2
 // during the products.
 enum class WgmmaAuxRead { kEpilogue, kTma, kPrefetchL2 };
+// What a launch did: how it read kDGelu's pre-activations, and whether its epilogue stored with bulk copies.
+struct WgmmaRan {
+  WgmmaAuxRead aux;
+  bool bulk_store;
+};
 // aux_by_tma: kDGelu's pre-activations may be loaded by TMA during the products (where the kernel has the
 // room and TMA can describe ep.aux); aux_prefetch: where they are not, they may be prefetched into L2 during
-// the products (TMA can describe ep.aux); otherwise the epilogue reads them. Returns which it was.
-WgmmaAuxRead gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, bool aux_prefetch, const bf16* a,
-                             const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
-                             int splits, int tile0, int tile_count, float* partial, const EpilogueParams<bf16>& ep,
-                             GemmEpilogue epilogue, bf16* dbias, float* dbias_partial, cudaStream_t stream);
+// the products (TMA can describe ep.aux); otherwise the epilogue reads them. bulk_store: the epilogue may
+// finish its tiles in registers and copy bf16 rows out with cp.async.bulk (the cooperative kernels, where the
+// output allows it: no split-K partials, no C +=, not kDGelu, N a multiple of 8, 16-byte aligned C and
+// pre-activations); otherwise its threads store them. Returns what it did.
+WgmmaRan gemm_bf16_wgmma(GemmWgmmaKernel kernel, int max_blocks, bool aux_by_tma, bool aux_prefetch, bool bulk_store,
+                         const bf16* a, const bf16* b, int M, int N, int K, bool trans_a, bool trans_b, int k_per_split,
+                         int splits, int tile0, int tile_count, float* partial, const EpilogueParams<bf16>& ep,
+                         GemmEpilogue epilogue, bf16* dbias, float* dbias_partial, cudaStream_t stream);
 
 }  // namespace gpt2::kernels::gemm_detail

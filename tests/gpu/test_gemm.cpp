@@ -826,7 +826,8 @@ TEST(GemmCublasLtEnvironment, UnknownValuesAreErrors) {
                         {"GPT2_CUBLASLT_LOG_PLANS", "yes", GemmBackend::kCublasLt},
                         {"GPT2_CUBLASLT_EPILOGUES", "none", GemmBackend::kCublasLt},
                         {"GPT2_CUBLASLT_BIAS_GRAD", "fp16", GemmBackend::kCublasLt},
-                        {"GPT2_GEMM_AUX_PREFETCH", "off", GemmBackend::kHand}};
+                        {"GPT2_GEMM_AUX_PREFETCH", "off", GemmBackend::kHand},
+                        {"GPT2_GEMM_STORE", "tma", GemmBackend::kHand}};
   for (const auto& [var, bad, backend] : cases) {
     const char* was = std::getenv(var);
     const std::string saved = was != nullptr ? was : "";
@@ -864,6 +865,13 @@ TEST(GemmCublasLtEnvironment, BiasGradSums) {
 TEST(GemmHandEnvironment, AuxPrefetchSetting) {
   expect_env_sets_hook("GPT2_GEMM_AUX_PREFETCH", GemmBackend::kHand, {"0", "1", ""}, "0",
                        [](const GemmTestHooks& h) { return h.wgmma_no_aux_prefetch; });
+}
+
+// GPT2_GEMM_STORE=bulk asks for the wgmma epilogue's bulk stores (the hook it sets); threads and unset leave the
+// threads' stores.
+TEST(GemmHandEnvironment, StoreSetting) {
+  expect_env_sets_hook("GPT2_GEMM_STORE", GemmBackend::kHand, {"bulk", "threads", ""}, "bulk",
+                       [](const GemmTestHooks& h) { return h.wgmma_bulk_store; });
 }
 
 TEST(GemmHandPaths, ForcedMmaSyncOnEveryGpu) {
@@ -961,6 +969,67 @@ TEST_F(GemmWgmma, DGeluPreActivationsByTmaMatchGlobalReads) {
     check_case<bf16>({M, N, K, false, true, GemmEpilogue::kDGelu, false}, 1703,
                      {{room ? "[wgmma, aux by TMA] " : "[wgmma, aux prefetched into L2] ", h}});
   }
+}
+
+// The bulk-store epilogue (GPT2_GEMM_STORE=bulk, hook wgmma_bulk_store): the same bits as the threads' stores in
+// C and the pre-activations, for each epilogue it takes (none, bias, bias + GELU) on both cooperative kernels,
+// with 12 units on 3 blocks (each consumer stages rows again after its copies of the unit before: the wait
+// for their reads), a row tail and a column tail (8 columns of the last tile: short copies); against the CPU,
+// with nothing written outside C and the pre-activations. Where it does not apply the launch counter says so:
+// ping-pong, C +=, the GELU gradient, and N not a multiple of 8 (rows of 260 bf16 are no whole 16-byte
+// copies), which store as before.
+TEST_F(GemmWgmma, BulkStoreMatchesThreadStores) {
+  const int M = 392, K = 136;
+  uint32_t seed = 1750;
+  for (GemmWgmmaKernel kernel :
+       {GemmWgmmaKernel::k128x128, GemmWgmmaKernel::k128x256, GemmWgmmaKernel::k128x128PingPong}) {
+    SCOPED_TRACE(kernels::gemm_wgmma_kernel_name(kernel));
+    const bool cooperative = kernel != GemmWgmmaKernel::k128x128PingPong;
+    struct Case {
+      GemmEpilogue ep;
+      bool acc;
+      int N;
+      bool bulk;  // where the kernel is cooperative
+    };
+    const Case cases[] = {{GemmEpilogue::kNone, false, 264, true},     {GemmEpilogue::kBias, false, 264, true},
+                          {GemmEpilogue::kBiasGelu, false, 264, true}, {GemmEpilogue::kNone, true, 264, false},
+                          {GemmEpilogue::kDGelu, false, 264, false},   {GemmEpilogue::kBias, false, 260, false}};
+    for (const Case& cs : cases) {
+      SCOPED_TRACE("epilogue " + std::to_string(static_cast<int>(cs.ep)) + (cs.acc ? " C +=" : "") + " N " +
+                   std::to_string(cs.N));
+      const int N = cs.N;
+      // B transposed (N x K): its leading dimension is K, so N = 260 still takes the wgmma kernel
+      const auto a = rnd_t<bf16>(static_cast<size_t>(M) * K, seed),
+                 b = rnd_t<bf16>(static_cast<size_t>(N) * K, seed + 1);
+      const auto bias = rnd_t<bf16>(N, seed + 2), c0 = rnd_t<bf16>(static_cast<size_t>(M) * N, seed + 3);
+      const auto pre = rnd_t<bf16>(static_cast<size_t>(M) * N, seed + 4);
+      seed += 5;
+      GemmContext ctx(GemmBackend::kHand);
+      std::vector<float> c[2], aux[2];
+      for (int bulk = 0; bulk < 2; ++bulk) {
+        ctx.test_hooks() = path_hooks(kernels::GemmHandPath::kWgmma, 0, kernel);
+        ctx.test_hooks().wgmma_max_blocks = 3;
+        ctx.test_hooks().wgmma_bulk_store = bulk == 1;
+        aux[bulk] = cs.ep == GemmEpilogue::kBiasGelu ? std::vector<float>(static_cast<size_t>(M) * N, kNaN) : pre;
+        c[bulk] = gpu_gemm<bf16>(ctx, cs.acc ? c0 : std::vector<float>(static_cast<size_t>(M) * N, kNaN), a, b, &bias,
+                                 &aux[bulk], M, N, K, false, true, cs.acc, cs.ep);
+        EXPECT_EQ(ctx.test_hooks().wgmma_bulk_store_launches, bulk == 1 && cs.bulk && cooperative ? 1 : 0);
+      }
+      EXPECT_EQ(bit_mismatches(c[0], c[1]), 0) << "C";
+      EXPECT_EQ(bit_mismatches(aux[0], aux[1]), 0) << "pre-activations";
+      GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma, 0, kernel);
+      h.wgmma_max_blocks = 3;
+      h.wgmma_bulk_store = true;
+      check_case<bf16>({M, N, K, false, true, cs.ep, cs.acc}, seed++, {{"[wgmma, bulk stores] ", h}});
+    }
+  }
+  // A split tail: the whole tiles' launch stores with bulk copies, the split tiles' partials do not (the
+  // reduction finishes them): every tile against the CPU.
+  GemmTestHooks h = path_hooks(kernels::GemmHandPath::kWgmma, 2, GemmWgmmaKernel::k128x256);
+  h.hand_force_tail_from = 2;
+  h.wgmma_bulk_store = true;
+  check_case<bf16>({392, 776, 264, false, false, GemmEpilogue::kBiasGelu, false}, seed,
+                   {{"[wgmma, bulk, split tail] ", h}});
 }
 
 // The forced path really is wgmma for TMA-friendly operands, and mma.sync (the fallback) for a base one

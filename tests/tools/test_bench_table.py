@@ -73,6 +73,8 @@ wgmma = write("wgmma.json", [
     {"name": "GemmAuxFromGlobal/bf16/hand_wgmma/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 390.0, "real_time": 150.0},
     {"name": "GemmNoAuxPrefetch/bf16/hand_wgmma256/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 500.0,
      "real_time": 105.0},
+    {"name": "GemmBulkStore/bf16/hand_wgmma256/qkv/fwd/BT:8192/manual_time", "TFLOP_per_s": 800.0,
+     "real_time": 56.0},
 ])
 out = subprocess.run([sys.executable, os.path.join(repo, "tools/gpu/bench_table.py"), ceilings, kernels, wgmma],
                      capture_output=True, text=True, check=True).stdout
@@ -150,7 +152,8 @@ expect(any(l.startswith("Gemm/bf16/hand_wgmma/qkv/fwd") and "1.50x" in l for l i
 expect(any(l.startswith("Gemm/bf16/hand_wgmma_pingpong/qkv/fwd") and "a test error" in l for l in cost),
        "an epilogue-cost error row names its error")
 cost = cost[:cost.index("")] if "" in cost else cost
-expect(len(cost) == 2 and not any(l.startswith(("GemmNoEpilogue", "GemmAuxFromGlobal", "GemmNoAuxPrefetch"))
+expect(len(cost) == 2 and not any(l.startswith(("GemmNoEpilogue", "GemmAuxFromGlobal", "GemmNoAuxPrefetch",
+                                                 "GemmBulkStore"))
                                    for l in lines),
        "2 epilogue-cost rows, no diagnosis row among the kernels")
 aux = lines[lines.index(next(l for l in lines if l.startswith("GELU gradient's pre-activations"))) + 1:]
@@ -161,6 +164,10 @@ pf = lines[lines.index(next(l for l in lines if l.startswith("GELU gradient's pr
 pf = pf[:pf.index("")] if "" in pf else pf
 expect(len(pf) == 1 and pf[0].startswith("Gemm/bf16/hand_wgmma256/qkv/fwd") and "1.50x" in pf[0],
        "the L2 prefetch: 105 us without it / 70 with it")
+bs = lines[lines.index(next(l for l in lines if l.startswith("wgmma epilogue's bulk stores"))) + 1:]
+bs = bs[:bs.index("")] if "" in bs else bs
+expect(len(bs) == 1 and bs[0].startswith("Gemm/bf16/hand_wgmma256/qkv/fwd") and "1.25x" in bs[0],
+       "the bulk stores: 70 us with the threads' stores / 56 with bulk copies")
 # The block order: one head a group 62.5 us against the default's 50 (1.25x), all heads 108 against 120 (0.90x),
 # B = 64 without its default row; none of them among the kernels (they are the default kernels, targets and all).
 order = lines[lines.index(next(l for l in lines if l.startswith("attention block order"))) + 1:]
@@ -230,10 +237,14 @@ if len(sys.argv) > 3:
             expect("Gemm/" + n.split("/", 1)[1] in names, f"{n}: no benchmark of the product by TMA")
         if n.startswith("GemmNoAuxPrefetch/"):
             expect("Gemm/" + n.split("/", 1)[1] in names, f"{n}: no benchmark of the product with the prefetch")
+        if n.startswith("GemmBulkStore/"):
+            expect("Gemm/" + n.split("/", 1)[1] in names, f"{n}: no benchmark of the product with the threads' stores")
     expect(sum(n.startswith("GemmNoEpilogue/") for n in names) == 25,
            "25 epilogue-cost rows: 4 forward products and mlp_down dinp, for 5 kernels")
     expect(sum(n.startswith("GemmAuxFromGlobal/") for n in names) == 2, "mlp_down dinp's A/B at both row counts")
     expect(sum(n.startswith("GemmNoAuxPrefetch/") for n in names) == 2, "the L2 prefetch's A/B at both row counts")
+    expect(sum(n.startswith("GemmBulkStore/") for n in names) == 18,
+           "the bulk stores' A/B: 5 forwards and 4 input gradients (not mlp_down's GELU gradient) at both row counts")
     orders = [n for n in names if n.startswith("AttentionTileOrder/")]
     expect(len(orders) == 8, f"8 block-order rows (fwd, bwd x one_head, all_heads x B 8, 64), got {len(orders)}")
     for n in orders:

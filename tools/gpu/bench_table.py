@@ -160,6 +160,9 @@ DIAGNOSES = [
     ("GemmNoAuxPrefetch/", lambda n: n.replace("GemmNoAuxPrefetch/", "Gemm/", 1), True, True,
      "GELU gradient's pre-activations prefetched into L2 during the products, 128x256 (time without the prefetch / "
      "time with it; > 1.00x: the prefetch pays)"),
+    ("GemmBulkStore/", lambda n: n.replace("GemmBulkStore/", "Gemm/", 1), True, False,
+     "wgmma epilogue's bulk stores, 128x256 (time with the threads' stores / time with bulk copies; > 1.00x: the "
+     "bulk copies pay)"),
     ("AttentionTileOrder/", attention_default_row, False, True,
      "attention block order (time in this order / time in the default: the forward's groups of heads sized for L2, "
      "the backward's one group; "

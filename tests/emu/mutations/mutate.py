@@ -178,6 +178,14 @@ GEMM = {
     # runs the tail's tiles too (their partials not applied: C written twice, the bias sums added twice)
     "tail_units_all_tiles": [("  const int units = p.tiles * p.splits;\n",
                               "  const int units = tiles_m * tiles_n * p.splits;\n")],
+    # the bulk-store epilogue: the staging rows written again before the copies of the unit before have read them
+    "bulk_no_read_wait": [("            if (copier) cuda::bulk_wait_group_read<0>();\n", "")],
+    # ... the bias left out of the fragment's second row (r + 8)
+    "bulk_bias_row8": [("lo.x += b.x, lo.y += b.y, hi.x += b.x, hi.y += b.y;", "lo.x += b.x, lo.y += b.y;")],
+    # ... every copy a whole tile wide, past N in the last column tile
+    "bulk_row_bytes_tile": [("static_cast<uint32_t>(min(Cfg::kBN, p.N - u.n0)) * 2;", "static_cast<uint32_t>(Cfg::kBN) * 2;")],
+    # ... two copiers' rows swapped
+    "bulk_rows_swapped": [("rows + tid_wg * kRow, row_bytes);", "rows + (tid_wg ^ 1) * kRow, row_bytes);")],
 }
 
 

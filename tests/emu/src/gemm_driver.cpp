@@ -75,15 +75,21 @@ struct Case {
   gpt2::kernels::GemmWgmmaKernel kernel = gpt2::kernels::GemmWgmmaKernel::k128x128;  // tiles and schedule
   bool bias_grad = false;  // the fused bias gradient (ta, !tb, kNone only)
   int tail_from = 0;       // > 0 with splits > 1: a split tail (GemmTestHooks::hand_force_tail_from)
+  bool bulk_store = false;  // the epilogue's bulk stores, where they apply (GemmTestHooks::wgmma_bulk_store)
   int tile_n() const { return gd::wgmma_tile_n(kernel); }
   std::string str() const {
-    char b[192];
-    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d%s%s", gpt2::kernels::gemm_wgmma_kernel_name(kernel),
+    char b[224];
+    snprintf(b, sizeof b, "%s M=%d N=%d K=%d%s%s ep=%s%s split=%d%s%s%s", gpt2::kernels::gemm_wgmma_kernel_name(kernel),
              M, N, K, ta ? " A^T" : "", tb ? " B^T" : "", ep_name(ep), acc ? " C+=" : "", splits,
-             tail_from > 0 ? (" tail from " + std::to_string(tail_from)).c_str() : "", bias_grad ? " +dbias" : "");
+             tail_from > 0 ? (" tail from " + std::to_string(tail_from)).c_str() : "", bias_grad ? " +dbias" : "",
+             bulk_store ? " bulk" : "");
     return b;
   }
 };
+Case bulk(Case c) {
+  c.bulk_store = true;
+  return c;
+}
 // A weight gradient with its bias gradient fused: dW (M x N) += inp^T (M x K rows) dout (K rows x N).
 Case bias_grad_case(int M, int N, int K, int splits, int tail_from = 0) {
   Case c{M, N, K, true, false, GemmEpilogue::kNone, true, splits};
@@ -293,16 +299,26 @@ Result run_case(const Case& g, uint32_t seed) {
   Dev<bf16> dbias(in.dbias0);
   Dev<float> dbias_ws(std::vector<float>(g.bias_grad && used > 1 ? static_cast<size_t>(used) * g.N : 0, kNaN), kNaN);
   (void)emu::take_prefetches();  // from here on, this case's
+  bool bulk_stored = false;
   if (tail_from > 0) {  // gemm.cu gemm_hand's split tail: the whole tiles first, finished by the kernel
     const int k_whole = static_cast<int>(gpt2::cuda::ceil_div(g.K, gd::kWgmmaBK) * gd::kWgmmaBK);
-    gd::gemm_bf16_wgmma(g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_whole, 1, 0, tail_from,
-                        nullptr, epp, g.ep, g.bias_grad ? dbias.data() : nullptr, nullptr, nullptr);
+    bulk_stored = gd::gemm_bf16_wgmma(g.kernel, 0, true, true, g.bulk_store, a.data(), b.data(), g.M, g.N, g.K, g.ta,
+                                      g.tb, k_whole, 1, 0, tail_from, nullptr, epp, g.ep,
+                                      g.bias_grad ? dbias.data() : nullptr, nullptr, nullptr)
+                      .bulk_store;
   }
-  const gd::WgmmaAuxRead aux_read = gd::gemm_bf16_wgmma(
-      g.kernel, 0, true, true, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used, tail_from,
-                      tiles - tail_from, used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
-                      g.bias_grad && used == 1 ? dbias.data() : nullptr,
-                      g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);
+  const gd::WgmmaRan ran = gd::gemm_bf16_wgmma(
+      g.kernel, 0, true, true, g.bulk_store, a.data(), b.data(), g.M, g.N, g.K, g.ta, g.tb, k_per_split, used,
+      tail_from, tiles - tail_from, used > 1 ? ws.data() : nullptr, epp, used > 1 ? GemmEpilogue::kNone : g.ep,
+      g.bias_grad && used == 1 ? dbias.data() : nullptr, g.bias_grad && used > 1 ? dbias_ws.data() : nullptr, nullptr);
+  const gd::WgmmaAuxRead aux_read = ran.aux;
+  bulk_stored = bulk_stored || ran.bulk_store;
+  // Where the bulk stores apply (gemm_sm90.cuh): asked for, a cooperative kernel, an epilogue that writes rows
+  // without reading C or the pre-activations, whole 16-byte rows, and a launch that finishes tiles.
+  const bool bulk_expected =
+      g.bulk_store && g.kernel != gpt2::kernels::GemmWgmmaKernel::k128x128PingPong &&
+      (g.ep == GemmEpilogue::kBias || g.ep == GemmEpilogue::kBiasGelu || (g.ep == GemmEpilogue::kNone && !g.acc)) &&
+      epp.vec4 && g.N % 8 == 0 && (used == 1 || tail_from > 0);
   long guard = c.guard_writes() + (g.ep == GemmEpilogue::kBiasGelu ? aux.guard_writes() : 0) +
                (used > 1 ? ws.guard_writes(kNaN) : 0) + (g.bias_grad ? dbias.guard_writes() : 0) +
                (g.bias_grad && used > 1 ? dbias_ws.guard_writes(kNaN) : 0);
@@ -387,6 +403,11 @@ Result run_case(const Case& g, uint32_t seed) {
       r.pass = false;
     }
   }
+  if (bulk_stored != bulk_expected) {
+    printf("  bulk stores: the launches %s them, where they %s\n", bulk_stored ? "made" : "did not make",
+           bulk_expected ? "apply" : "do not apply");
+    r.pass = false;
+  }
   r.guard = guard;
   r.pass = r.pass && guard == 0;
   r.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -438,6 +459,8 @@ int main(int argc, char** argv) {
     cases.push_back({256, 3072, 768, false, true, GemmEpilogue::kDGelu, false, 1});      // dinp of fc_proj * gelu'
     cases.push_back({768, 768, 1024, true, false, GemmEpilogue::kNone, true, 2});        // dw += inp^T dout, split 2
     cases.push_back(bias_grad_case(768, 2304, 256, 1));  // qkv's dw and dbias, fused (split-K: the full set)
+    cases.push_back(
+        bulk({256, 3072, 768, false, false, GemmEpilogue::kBiasGelu, false, 1}));  // fc forward, bulk stores
     cases.push_back({1160, 1288, 200, false, false, GemmEpilogue::kBiasGelu, false, 1});
     cases.push_back({1160, 1288, 200, true, false, GemmEpilogue::kNone, true, 1});
     // the MLP's weight gradients as the model splits them on 128x128 tiles: 144 tiles, 132 whole, 12 split
@@ -462,6 +485,11 @@ int main(int argc, char** argv) {
     cases.push_back(tail_case(296, 264, 392, false, false, GemmEpilogue::kBiasGelu, false, 3, 5));
     cases.push_back(tail_case(200, 136, 392, true, true, GemmEpilogue::kNone, true, 3, 1));
     cases.push_back(bias_grad_case(200, 520, 392, 3, 2));
+    // the bulk-store epilogue: tails in both dimensions (the last 256-wide tile 8 columns wide), 9 units on 3
+    // blocks (the staging written again after its copies of the unit before), a split tail
+    cases.push_back(bulk({296, 264, 136, false, false, GemmEpilogue::kBiasGelu, false, 1}));
+    cases.push_back(bulk({296, 264, 136, false, true, GemmEpilogue::kBias, false, 1}));
+    cases.push_back(bulk(tail_case(296, 264, 392, false, false, GemmEpilogue::kBiasGelu, false, 3, 5)));
   } else {
     for (int t = 0; t < 4; ++t) all_eps(136, 72, 72, t, 1);      // kTmaShapes[0]: one 128x128 tile + tails
     for (int t = 0; t < 4; ++t) all_eps(200, 136, 104, t, 1);    // kTmaShapes[2]: 4 tiles on 3 blocks
@@ -496,6 +524,13 @@ int main(int argc, char** argv) {
     cases.push_back(tail_case(296, 264, 392, true, false, GemmEpilogue::kNone, true, 4, 8));
     cases.push_back(bias_grad_case(200, 520, 392, 3, 2));
     cases.push_back(bias_grad_case(296, 264, 1032, 4, 4));
+    // the bulk-store epilogue: every transpose and epilogue (C += and the GELU gradient store as before), 9
+    // tiles on 3 blocks, one tile with boxes mostly out of bounds, 3 tiles across N the last 8 wide, a split tail
+    for (int t = 0; t < 4; ++t)
+      for (GemmEpilogue ep : eps) cases.push_back(bulk({296, 264, 136, (t & 1) != 0, (t & 2) != 0, ep, false, 1}));
+    cases.push_back(bulk({8, 8, 8, false, false, GemmEpilogue::kBiasGelu, false, 1}));
+    cases.push_back(bulk({136, 520, 136, false, true, GemmEpilogue::kNone, false, 1}));
+    cases.push_back(bulk(tail_case(296, 264, 392, false, false, GemmEpilogue::kBias, false, 3, 5)));
   }
   std::vector<Case> runs;
   for (GemmWgmmaKernel k : kernels)

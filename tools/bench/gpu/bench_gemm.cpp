@@ -26,6 +26,9 @@
 // The 128x256 wgmma kernel (the hand default on 9.0), whose shared memory has no room for them, without its
 // TMA prefetch of them into L2 during the products (the test hook wgmma_no_aux_prefetch): the A/B of that.
 //   GemmNoAuxPrefetch/bf16/hand_wgmma256/mlp_down/dinp/BT:<rows>
+// The 128x256 wgmma kernel's epilogue with bulk stores (the test hook wgmma_bulk_store, GPT2_GEMM_STORE=bulk):
+// every product where they apply (the forwards, the input gradients but mlp_down's GELU gradient), the A/B of it.
+//   GemmBulkStore/bf16/hand_wgmma256/<layer>/<fwd|dinp>/BT:<rows>
 // MLP down's input gradient with MLP up's bias gradient (gemm_dgelu_bias_grad_cuda) on cuBLASLt: cublaslt is the
 // default's GELU gradient's product and then the bias kernel over its result (which the default runs in MLP up's
 // weight gradient), cublaslt_bgrad_bf16 the DGELU_BGRAD epilogue with bf16 sums (GPT2_CUBLASLT_BIAS_GRAD=bf16;
@@ -139,9 +142,9 @@ Product product_for(const Layer& l, Pass p, int rows) {
 // kernel on every device), else the hand wgmma kernel to run.
 // strip_epilogue: the same product with GemmEpilogue::kNone (GemmNoEpilogue rows); aux_from_global: the
 // test hook wgmma_aux_from_global (GemmAuxFromGlobal rows); no_aux_prefetch: wgmma_no_aux_prefetch
-// (GemmNoAuxPrefetch rows).
+// (GemmNoAuxPrefetch rows); bulk_store: wgmma_bulk_store (GemmBulkStore rows).
 void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmma_kernel, Layer layer, Pass pass,
-             int rows, bool strip_epilogue, bool aux_from_global, bool no_aux_prefetch) try {
+             int rows, bool strip_epilogue, bool aux_from_global, bool no_aux_prefetch, bool bulk_store) try {
   const bool wgmma = wgmma_kernel != k::GemmWgmmaKernel::kDefault;
   if (wgmma && !k::gemm_hand_wgmma_available()) {
     state.SkipWithError("the wgmma GEMM needs a compute capability 9.0 device and a build for architecture 90");
@@ -162,6 +165,7 @@ void BM_Gemm(benchmark::State& state, k::GemmBackend be, k::GemmWgmmaKernel wgmm
     ctx.test_hooks().wgmma_kernel = wgmma_kernel;
     ctx.test_hooks().wgmma_aux_from_global = aux_from_global;
     ctx.test_hooks().wgmma_no_aux_prefetch = no_aux_prefetch;
+    ctx.test_hooks().wgmma_bulk_store = bulk_store;
     if (k::gemm_hand_path(ctx, a.data(), b.data(), p.M, p.N, p.K, p.trans_a, p.trans_b) != k::GemmHandPath::kWgmma) {
       state.SkipWithError("the wgmma GEMM does not take these operands (TMA cannot describe them)");
       return;
@@ -283,22 +287,34 @@ const bool kRegistered = [] {
                                                 : name_of(be);
             const std::string name = std::string(strip ? "GemmNoEpilogue" : "Gemm") + "/bf16/" + kernel + "/" +
                                      l.name + "/" + pass_name(pass) + "/BT:" + std::to_string(rows);
-            benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows, strip, false, false)
+            benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, be, wk, l, pass, rows, strip, false, false, false)
                 ->UseManualTime()
                 ->Unit(benchmark::kMicrosecond);
           }
   for (int rows : {8192, 65536}) {
     const std::string name = "GemmAuxFromGlobal/bf16/hand_wgmma/mlp_down/dinp/BT:" + std::to_string(rows);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k::GemmBackend::kHand, k::GemmWgmmaKernel::k128x128,
-                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, true, false)
+                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, true, false, false)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
     const std::string np = "GemmNoAuxPrefetch/bf16/hand_wgmma256/mlp_down/dinp/BT:" + std::to_string(rows);
     benchmark::RegisterBenchmark(np.c_str(), BM_Gemm, k::GemmBackend::kHand, k::GemmWgmmaKernel::k128x256,
-                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, false, true)
+                                 kLayers[3] /* mlp_down */, Pass::kDinp, rows, false, false, true, false)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  for (int rows : {8192, 65536})
+    for (const Layer& l : kLayers)
+      for (Pass pass : {Pass::kFwd, Pass::kDinp}) {
+        const Product p = product_for(l, pass, rows);
+        if (p.ep == k::GemmEpilogue::kDGelu || p.accumulate) continue;  // stored by the threads either way
+        const std::string name = std::string("GemmBulkStore/bf16/hand_wgmma256/") + l.name + "/" + pass_name(pass) +
+                                 "/BT:" + std::to_string(rows);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k::GemmBackend::kHand, k::GemmWgmmaKernel::k128x256, l,
+                                     pass, rows, false, false, false, true)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
   for (int rows : {8192, 65536})
     for (bool bgrad_bf16 : {false, true}) {
       const std::string name = std::string("DGeluBiasGrad/bf16/") + (bgrad_bf16 ? "cublaslt_bgrad_bf16" : "cublaslt") +
