@@ -117,7 +117,9 @@ int main(int argc, char** argv) {
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(argc, argv).options(opts).style(style).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).style(style).run();
+    gpt2::reject_stray_words(parsed);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << kUsage << "\n" << opts;
       return 0;

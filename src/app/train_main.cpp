@@ -1,8 +1,10 @@
 // gpt2-train: see --help.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "app/train_options.hpp"
 #include "comm/communicator.hpp"
@@ -10,6 +12,35 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/stop_signal.hpp"
+
+namespace {
+
+// 52 bits of FNV-1a: exact in a double, the type the all-reduce below takes.
+double text_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return static_cast<double>(h >> 12);
+}
+
+// The options that not every rank was given the same value of (ParsedArgs::option_values), each as this rank
+// has it; empty when they agree. One all-reduce of (h, -h) under max gives each option's highest and lowest
+// hash. Ranks started with different options run different jobs that meet in the same collectives: a rank
+// told --max-steps 5 left the others in their next all-reduce (a segfault inside Open MPI), one told another
+// --micro-batch or --lr trained something else without a word.
+std::vector<std::string> options_that_differ(const std::vector<std::string>& values, gpt2::Communicator& comm) {
+  int count[2] = {static_cast<int>(values.size()), -static_cast<int>(values.size())};
+  comm.allreduce(count, 2, gpt2::ReduceOp::kMax, "option check (count)");
+  if (count[0] != -count[1]) return {"(the ranks run different builds of gpt2-train: their options differ)"};
+  std::vector<double> h(2 * values.size());
+  for (size_t i = 0; i < values.size(); ++i) h[i] = text_hash(values[i]), h[values.size() + i] = -h[i];
+  comm.allreduce(h.data(), h.size(), gpt2::ReduceOp::kMax, "option check (values)");
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (h[i] != -h[values.size() + i]) differ.push_back(values[i]);
+  return differ;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // First, before MPI_Init (which can take seconds): a stop signal at any moment of start-up must end in
@@ -25,11 +56,25 @@ int main(int argc, char** argv) {
   // lost) ends the job after the timeout instead of hanging it.
   const int mine = static_cast<int>(args.outcome);  // kRun 0, kHelp 1, kError 2
   int worst = mine, rank0 = mine;
+  std::vector<std::string> differ;
   {
     gpt2::MpiCommunicator comm(MPI_COMM_WORLD, args.outcome == gpt2::ParsedArgs::Outcome::kRun
                                                    ? args.config.comm_timeout_s : 600.0);
     comm.allreduce(&worst, 1, gpt2::ReduceOp::kMax, "option check");
     comm.broadcast(&rank0, sizeof(rank0), 0, "option check (rank 0)");
+    if (worst == static_cast<int>(gpt2::ParsedArgs::Outcome::kRun) && env.world_size() > 1)
+      differ = options_that_differ(args.option_values, comm);
+  }
+  if (!differ.empty()) {
+    if (env.rank() == 0) {
+      std::string list;
+      for (const std::string& d : differ) list += (list.empty() ? "" : ", ") + d;
+      std::fprintf(stderr,
+                   "gpt2-train: error: the ranks were not all given the same options; these differ (rank 0 "
+                   "has): %s. Give every rank the same command line and config files.\n",
+                   list.c_str());
+    }
+    env.exit_all(2);
   }
   const int kError = static_cast<int>(gpt2::ParsedArgs::Outcome::kError);
   if (worst == kError) {

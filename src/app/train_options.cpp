@@ -1,9 +1,12 @@
 #include "app/train_options.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "app/option_errors.hpp"
@@ -55,6 +58,45 @@ const char* kUsage =
     "\n"
     "Configs are INI files of 'option = value' lines using the long option names below; --config may be\n"
     "repeated (later files override earlier ones) and the command line overrides every file.\n";
+
+}  // namespace
+
+namespace {
+
+// An option's value as text, for the ranks' comparison: every type this file declares (float and double in
+// their shortest form that reads back as the same number: 0.1, not 0.10000000149011612).
+template <class F>
+std::string shortest(F x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), x);
+  return std::string(buf, r.ptr);
+}
+std::string value_text(const boost::any& v) {
+  std::ostringstream os;
+  if (const auto* x = boost::any_cast<int>(&v))
+    os << *x;
+  else if (const auto* x = boost::any_cast<long>(&v))
+    os << *x;
+  else if (const auto* x = boost::any_cast<long long>(&v))
+    os << *x;
+  else if (const auto* x = boost::any_cast<unsigned long>(&v))
+    os << *x;
+  else if (const auto* x = boost::any_cast<unsigned long long>(&v))
+    os << *x;
+  else if (const auto* x = boost::any_cast<float>(&v))
+    os << shortest(*x);
+  else if (const auto* x = boost::any_cast<double>(&v))
+    os << shortest(*x);
+  else if (const auto* x = boost::any_cast<bool>(&v))
+    os << (*x ? "true" : "false");
+  else if (const auto* x = boost::any_cast<std::string>(&v))
+    os << *x;
+  else if (const auto* x = boost::any_cast<std::vector<std::string>>(&v))
+    for (const std::string& e : *x) os << e << '\n';
+  else
+    os << "(a value of type " << v.type().name() << ")";  // a new option type: add it above
+  return os.str();
+}
 
 }  // namespace
 
@@ -190,6 +232,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     // No prefix guessing: a misspelled option is an error, never silently another option.
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
     po::parsed_options cmdline = po::command_line_parser(argc, argv).options(all).style(style).run();
+    reject_stray_words(cmdline, "; a config file goes after --config");
     // Repeating an option on the command line: the last one wins, as in most tools (--config composes).
     auto& opts = cmdline.options;
     for (size_t i = 0; i < opts.size(); ++i) {
@@ -241,6 +284,17 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     out.outcome = ParsedArgs::Outcome::kError;
     out.message = option_error_message(e);
     return out;
+  }
+
+  // Left out of the ranks' comparison: what may differ from node to node. Paths (a node-local copy of the data
+  // or of a checkpoint; the trainer compares the data files' contents across ranks, and the models they build),
+  // and --threads (cores per node; the results do not depend on it).
+  static const char* const kPerNode[] = {"help",     "config",    "out",    "train-data",
+                                         "val-data", "init-from", "resume", "threads"};
+  for (const auto& d : all.options()) {
+    const std::string& name = d->long_name();
+    if (std::find(std::begin(kPerNode), std::end(kPerNode), name) != std::end(kPerNode)) continue;
+    out.option_values.push_back("--" + name + (vm.count(name) ? " " + value_text(vm[name].value()) : ""));
   }
 
   auto error = [&](const std::string& m) {

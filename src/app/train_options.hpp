@@ -12,6 +12,11 @@ struct ParsedArgs {
   enum class Outcome { kRun = 0, kHelp = 1, kError = 2 } outcome = Outcome::kRun;  // ordered by severity
   std::string message;  // --help text, or the error
   TrainConfig config;
+  // The options the ranks of a job must agree on (train_main.cpp), in the order the program declares them, as
+  // "--name VALUE" ("--name" alone when unset), after the config files: all but --help, --config (whose files
+  // are merged into the others) and what may differ from node to node (paths, --threads). Filled when parsing
+  // succeeded.
+  std::vector<std::string> option_values;
 };
 
 // Parses argv and every --config file (later files override earlier ones; the command line

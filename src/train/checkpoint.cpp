@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <sstream>
 #include <vector>
 
 #include "core/file_io.hpp"
@@ -48,18 +50,46 @@ size_t hf_numel(const ParamInfo& p) {
   return n;
 }
 
-// A checkpoint must never hold NaN or Inf: resuming from it could only fail again. Names the first
-// offending tensor so the message says where the divergence shows.
-void require_finite(const std::string& path, const ParamTable& table, const float* base, const char* what) {
+// A checkpoint never holds NaN or Inf: resuming from it could only fail again. The first such value of a
+// set of tensors ("<what> <tensor> holds <x> at index <i>"), or "" when there is none; wte's padding rows are
+// not in the file and not looked at.
+std::string first_non_finite(const ParamTable& table, const float* base, const char* what) {
   for (const ParamInfo& p : table.params()) {
     const float* x = base + p.offset;
-    const size_t n = hf_numel(p);  // wte's padding rows are not written
+    const size_t n = hf_numel(p);
     for (size_t i = 0; i < n; ++i)
-      GPT2_REQUIRE(std::isfinite(x[i]), "refusing to write checkpoint " << path << ": " << what << " " << p.name
-                                                                        << " holds " << x[i] << " at index " << i
-                                                                        << " (training diverged; lower --lr or check "
-                                                                           "the data)");
+      if (!std::isfinite(x[i])) {
+        std::ostringstream os;
+        os << what << " " << p.name << " holds " << x[i] << " at index " << i;
+        return os.str();
+      }
   }
+  return "";
+}
+
+// Before a write: names the first offending tensor, so the message says where the divergence shows.
+void require_finite(const std::string& path, const ParamTable& table, const float* base, const char* what) {
+  const std::string bad = first_non_finite(table, base, what);
+  GPT2_REQUIRE(bad.empty(), "refusing to write checkpoint " << path << ": " << bad
+                                                            << " (training diverged; lower --lr or check the data)");
+}
+
+// After a read: no checkpoint this program writes holds one (require_finite), so the file was damaged or
+// written by something else; loading it would train, sample or export from garbage.
+void require_finite_loaded(const std::string& path, const ParamTable& table, const float* base, const char* what) {
+  const std::string bad = first_non_finite(table, base, what);
+  GPT2_REQUIRE(bad.empty(), "checkpoint " << path << " is corrupt: " << bad
+                                          << " (a checkpoint written by gpt2-train never holds NaN or Inf; use an "
+                                             "earlier one)");
+}
+
+// A counter attribute of a checkpoint, at least `min`: a negative step would start the data order before its
+// beginning (found as an internal check deep in the batch loader, naming neither file nor attribute).
+int64_t read_count_attr(hid_t loc, const char* name, const std::string& path, int64_t min) {
+  const int64_t v = h5::read_attr_i64(loc, name, path);
+  GPT2_REQUIRE(v >= min, "checkpoint " << path << " is corrupt: attribute " << name << " is " << v << " (at least "
+                                       << min << " expected)");
+  return v;
 }
 
 // step_*.h5 in <out>/ckpt, oldest first (the zero-padded step numbers sort in step order).
@@ -196,6 +226,7 @@ bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, 
   std::fill(params.begin(), params.end(), 0.0f);
   for (const ParamInfo& p : model.table().params())
     h5::read_f32(g.get(), p.name, params.data() + p.offset, hshape(p.hf_shape), path);
+  require_finite_loaded(path, model.table(), params.data(), "parameter");
   bool loaded_opt = false;
   if (opt != nullptr && h5::has_object(f.get(), "optimizer")) {
     h5::Id go = h5::open_group(f.get(), "optimizer", path);
@@ -207,17 +238,22 @@ bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, 
       h5::read_f32(gm.get(), p.name, opt->m + p.offset, hshape(p.hf_shape), path);
       h5::read_f32(gv.get(), p.name, opt->v + p.offset, hshape(p.hf_shape), path);
     }
-    opt->step = static_cast<long>(h5::read_attr_i64(go.get(), "step", path));
+    require_finite_loaded(path, model.table(), opt->m, "Adam first moment of");
+    require_finite_loaded(path, model.table(), opt->v, "Adam second moment of");
+    opt->step = static_cast<long>(read_count_attr(go.get(), "step", path, 0));
     loaded_opt = true;
   }
   if (state != nullptr) {
-    state->step = h5::read_attr_i64(f.get(), "step", path);
-    state->tokens_seen = h5::read_attr_i64(f.get(), "tokens_seen", path);
+    state->step = read_count_attr(f.get(), "step", path, 0);
+    state->tokens_seen = read_count_attr(f.get(), "tokens_seen", path, 0);
     state->seed = static_cast<uint64_t>(h5::read_attr_i64(f.get(), "seed", path));
-    state->world_size = static_cast<int>(h5::read_attr_i64(f.get(), "world_size", path));
-    state->global_batch_tokens = h5::has_attr(f.get(), "global_batch_tokens")
-                                     ? h5::read_attr_i64(f.get(), "global_batch_tokens", path) : 0;
-    state->seq_len = h5::has_attr(f.get(), "seq_len") ? static_cast<int>(h5::read_attr_i64(f.get(), "seq_len", path)) : 0;
+    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+    state->world_size = static_cast<int>(std::min(read_count_attr(f.get(), "world_size", path, 1), kMaxInt));
+    state->global_batch_tokens =
+        h5::has_attr(f.get(), "global_batch_tokens") ? read_count_attr(f.get(), "global_batch_tokens", path, 0) : 0;
+    state->seq_len = h5::has_attr(f.get(), "seq_len")
+                         ? static_cast<int>(std::min(read_count_attr(f.get(), "seq_len", path, 0), kMaxInt))
+                         : 0;
   }
   return loaded_opt;
 }
@@ -271,8 +307,13 @@ std::string probe_checkpoint(const std::string& path) {
   for (int i = 0; i < 5; ++i)
     if (!probe_attr_i64(f.get(), dims[i], &v[i]) || v[i] <= 0 || v[i] > (1 << 30))
       return std::string("attribute ") + dims[i] + " is missing or invalid";
-  for (const char* a : {"step", "tokens_seen", "seed", "world_size"})
-    if (!probe_attr_i64(f.get(), a, &step)) return std::string("attribute ") + a + " is missing or invalid";
+  for (const char* a : {"step", "tokens_seen", "seed", "world_size"}) {
+    const int64_t least = std::strcmp(a, "seed") == 0         ? std::numeric_limits<int64_t>::min()
+                          : std::strcmp(a, "world_size") == 0 ? 1
+                                                              : 0;
+    if (!probe_attr_i64(f.get(), a, &step) || step < least)
+      return std::string("attribute ") + a + " is missing or invalid";
+  }
   c.n_layer = static_cast<int>(v[0]);
   c.n_head = static_cast<int>(v[1]);
   c.n_embd = static_cast<int>(v[2]);

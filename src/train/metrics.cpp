@@ -1,6 +1,7 @@
 #include "train/metrics.hpp"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -57,7 +58,11 @@ void MetricsWriter::step(const StepMetrics& m) {
 
 void MetricsWriter::val(long step, double val_loss) {
   if (!f_) return;
-  flush_or_die(std::fprintf(f_, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, val_loss));
+  // JSON has no NaN or infinity: null (the trainer stops on one before it gets here)
+  if (std::isfinite(val_loss))
+    flush_or_die(std::fprintf(f_, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, val_loss));
+  else
+    flush_or_die(std::fprintf(f_, "{\"step\":%ld,\"val_loss\":null}\n", step));
 }
 
 void MetricsWriter::raw(const std::string& json_object) {

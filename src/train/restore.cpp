@@ -64,7 +64,13 @@ TrainState restore_state(const TrainConfig& cfg, const std::string& resume_path,
   TrainState state;
   state.seed = cfg.seed;
   if (!resume_path.empty()) {
-    load_model_and_optimizer(resume_path, model, opt, &state);
+    // --resume continues a run exactly: Adam's moments are part of it (starting them again from zero changes
+    // every step after); a checkpoint without them is a starting point, which --init-from is for.
+    GPT2_REQUIRE(load_model_and_optimizer(resume_path, model, opt, &state),
+                 "checkpoint " << resume_path << " has no optimizer state (its /optimizer group): --resume needs "
+                               << "Adam's moments to continue the run; to start a new run from its weights use "
+                                  "--init-from "
+                               << resume_path);
     GPT2_REQUIRE((state.global_batch_tokens == 0 || state.global_batch_tokens == cfg.global_batch_tokens) &&
                      (state.seq_len == 0 || state.seq_len == T),
                  "checkpoint " << resume_path << " was written with --global-batch-tokens " << state.global_batch_tokens

@@ -384,6 +384,10 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   };
   auto run_val = [&](int64_t step) {
     const double vl = validate();
+    // The same value on every rank (all-reduced): every rank stops here, before the step's checkpoint
+    GPT2_REQUIRE(std::isfinite(vl), "the validation loss is " << vl << " at step " << step
+                                                              << ": the model diverged (try a lower --lr or "
+                                                                 "--grad-clip); no checkpoint of this step is written");
     log_info("step %6lld | val loss %.4f\n", static_cast<long long>(step), vl);
     if (rank == 0) metrics.val(static_cast<long>(step), vl);
   };

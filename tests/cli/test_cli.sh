@@ -52,6 +52,20 @@ expect_fail config-nested 2 "'config' is not allowed inside a config file" "${tr
 # Ranks that disagree about the options (rank 1 alone gets a bad one) still all exit 2, no hang.
 expect_fail options-differ-per-rank 2 "error on rank 1: unknown option '--bogus'" \
   mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" : -n 1 "$bin/gpt2-train" "${tiny[@]}" --bogus 1
+# Ranks given different values (rank 1 another --max-steps, another --lr) run different jobs: every rank exits 2
+# before the first step, naming what differs (rank 0 had once ended after 3 steps inside Open MPI's all-reduce)
+expect_fail ranks-different-values 2 "these differ \(rank 0 has\): --max-steps 3\. Give every rank the same" \
+  mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" : -n 1 "$bin/gpt2-train" "${tiny[@]}" \
+  --train-data "$work/good.h5" --max-steps 5
+expect_fail ranks-different-lr 2 "these differ \(rank 0 has\): --lr 0\.1\." \
+  mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" --lr 0.1 : -n 1 "$bin/gpt2-train" \
+  "${tiny[@]}" --train-data "$work/good.h5"
+# A word that is no option nor an option's value (Boost set it aside: --lr 0.1 0.2 trained with 0.1)
+expect_fail stray-word 2 "unexpected argument '0\.2'" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --lr 0.1 0.2
+expect_fail stray-config 2 "unexpected argument 'ci\.ini'.*a config file goes after --config" "${train[@]}" ci.ini
+expect_fail stray-word-sample 2 "unexpected argument 'God'" "$bin/gpt2-sample" --ckpt "$work/none.h5" --prompt And God
+expect_fail stray-word-data 2 "unexpected argument '0\.2'" "$bin/gpt2-data" prepare --input "$work/notes.h5" \
+  --out "$work/stray" --val-fraction 0.1 0.2
 expect_fail config-missing 2 "cannot read config file" "${train[@]}" --config "$work/nope.ini"
 expect_fail bad-number 2 "invalid|lr" "${train[@]}" "${tiny[@]}" --lr abc
 expect_fail no-model 2 "no model given" "${train[@]}" --train-data "$work/good.h5"
@@ -139,6 +153,48 @@ PY
     "${train[@]}" --config configs/ci.ini --out "$work/ci4" --resume "$work/ci/ckpt/$ck" --global-batch-tokens 1024
   expect_fail init-from-wrong-model 1 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
     --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
+  # Damaged copies of it, made with h5py: a NaN in a parameter (loads nowhere: training, sampling, export), no
+  # optimizer state (--resume refuses, --init-from is for that), a negative step
+  /usr/bin/python3 - "$work/ci/ckpt/$ck" "$work" <<'PY' || { echo "FAIL damaged-checkpoints: h5py"; fails=$((fails+1)); }
+import shutil, sys
+import h5py
+src, work = sys.argv[1], sys.argv[2]
+for name in ("nan", "noopt", "negstep"):
+    shutil.copy(src, f"{work}/ck_{name}.h5")
+with h5py.File(f"{work}/ck_nan.h5", "r+") as f:
+    w = f["model/ln_f.weight"]
+    x = w[...]
+    x[3] = float("nan")
+    w[...] = x
+with h5py.File(f"{work}/ck_noopt.h5", "r+") as f:
+    del f["optimizer"]
+with h5py.File(f"{work}/ck_negstep.h5", "r+") as f:
+    f.attrs["step"] = -7
+PY
+  expect_fail resume-nan-checkpoint 1 "checkpoint $work/ck_nan.h5 is corrupt: parameter ln_f.weight holds nan at index 3" \
+    "${train[@]}" --config configs/ci.ini --out "$work/cknan" --resume "$work/ck_nan.h5"
+  expect_fail sample-nan-checkpoint 1 "ck_nan.h5 is corrupt: parameter ln_f.weight holds nan" \
+    "$bin/gpt2-sample" --ckpt "$work/ck_nan.h5" --max-new-tokens 4
+  expect_fail export-nan-checkpoint 1 "ck_nan.h5 is corrupt" "$bin/gpt2-data" export-hf "$work/ck_nan.h5" "$work/hfnan"
+  expect_fail resume-without-optimizer 1 "has no optimizer state .*use --init-from" \
+    "${train[@]}" --config configs/ci.ini --out "$work/cknoopt" --resume "$work/ck_noopt.h5"
+  expect_ok init-from-without-optimizer "${train[@]}" --config configs/ci.ini --out "$work/cknoopt2" \
+    --init-from "$work/ck_noopt.h5" --max-steps 2
+  expect_fail resume-negative-step 1 "ck_negstep.h5 is corrupt: attribute step is -7" \
+    "${train[@]}" --config configs/ci.ini --out "$work/ckneg" --resume "$work/ck_negstep.h5"
+fi
+# A run that diverges stops at the first loss, gradient norm or validation loss that is not finite, with no
+# checkpoint of that step, and its metrics.jsonl stays JSON
+if expect_fail diverged nz "the (validation loss|loss|gradient norm) is -?(nan|inf)" "${train[@]}" --config configs/ci.ini \
+    --out "$work/diverge" --lr 1e6 --val-every 1 --ckpt-every 1 --max-steps 6; then
+  /usr/bin/python3 - "$work/diverge" <<'PY' && echo "ok   diverged-metrics-json" || { echo "FAIL diverged-metrics-json"; fails=$((fails+1)); }
+import glob, json, math, sys
+import h5py
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+for path in glob.glob(f"{sys.argv[1]}/ckpt/step_*.h5"):
+    with h5py.File(path) as f:
+        assert all(math.isfinite(v) for d in f["model"].values() for v in d[...].ravel()), path
+PY
 fi
 # A checkpoint write that fails leaves the previous checkpoint and `latest` intact: the step-20 file
 # cannot be created (a directory squats on its temporary name), the run fails with a message, and
