@@ -384,6 +384,9 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     return error("--profile-step must be a step of the run, 1 to --max-steps (" + std::to_string(c.max_steps) +
                  "), or 0 for none (got " + std::to_string(c.profile_step) + ")");
   if (c.val_batches <= 0) return error("--val-batches must be positive");
+  // --benchmark reads no files, --eval-only reads nothing else (it once said "--eval-only needs --val-data" with
+  // --val-data given)
+  if (c.benchmark && c.eval_only) return error("--benchmark and --eval-only cannot be combined");
   c.schedule.max_steps = c.max_steps;
   return out;
 }

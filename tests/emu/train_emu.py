@@ -205,6 +205,12 @@ compare("GPU bf16 ~ CPU", {s: bf16[s] for s in range(1, steps + 1)}, cpu, 2e-2)
 # 128x256 tiles; GPT2_GEMM_SM90=0 runs mma.sync, every other GPU's.
 check("the bf16 hand GEMM ran wgmma 128x256 (the default on 9.0)", "gemm: hand wgmma 128x256;" in train.log,
       ": 'gemm: hand wgmma 128x256;' in its log")
+# The wgmma GEMM's bulk-store epilogue (GPT2_GEMM_STORE=bulk): the same bits as its threads' stores, so the
+# same losses as the default run's, every one
+bulk16, _ = train("bf16_bulk_store", steps, cuda, extra_env={"GPT2_GEMM_STORE": "bulk"})
+compare("GPU bf16, the wgmma GEMM's bulk stores == its threads' stores", bulk16,
+        {s: bf16[s] for s in range(1, steps + 1)}, 0.0)
+check("the bulk-store run stored with bulk copies", "gemm store: bulk" in train.log, ": 'gemm store: bulk' in its log")
 mma16, _ = train("bf16_mma_sync", steps, cuda, extra_env={"GPT2_GEMM_SM90": "0"})
 compare("GPU bf16, mma.sync GEMM ~ CPU", mma16, cpu, 2e-2)
 check("the GPT2_GEMM_SM90=0 run ran mma.sync alone", "gemm: hand mma.sync;" in train.log,
