@@ -5,6 +5,7 @@
 #include <boost/program_options/parsers.hpp>
 
 #include <cctype>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,6 +56,19 @@ inline void reject_stray_words(const boost::program_options::parsed_options& par
   if (!stray.empty())
     throw po::error("unexpected argument '" + stray.front() + "': each option takes one value (quote a value that " +
                     "has spaces" + hint + ")");
+}
+
+// Boost reads "-1" into an unsigned option as 2^64 - 1 without a word (`--seed -1` seeded with
+// 18446744073709551615): a value of one of `names` that starts with '-' is a po::error naming the option.
+inline void reject_negative_unsigned(const boost::program_options::parsed_options& parsed,
+                                     std::initializer_list<const char*> names) {
+  namespace po = boost::program_options;
+  for (const po::option& o : parsed.options)
+    for (const char* name : names)
+      if (o.string_key == name)
+        for (const std::string& v : o.value)
+          if (v.find_first_not_of(" \t") != std::string::npos && v[v.find_first_not_of(" \t")] == '-')
+            throw po::error("--" + o.string_key + " must be a whole number >= 0 (got '" + v + "')");
 }
 
 }  // namespace gpt2

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
     const po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).style(style).run();
     gpt2::reject_stray_words(parsed);
+    gpt2::reject_negative_unsigned(parsed, {"seed"});
     po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << kUsage << "\n" << opts;

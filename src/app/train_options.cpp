@@ -233,6 +233,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
     po::parsed_options cmdline = po::command_line_parser(argc, argv).options(all).style(style).run();
     reject_stray_words(cmdline, "; a config file goes after --config");
+    reject_negative_unsigned(cmdline, {"seed", "sample-seed"});
     // Repeating an option on the command line: the last one wins, as in most tools (--config composes).
     auto& opts = cmdline.options;
     for (size_t i = 0; i < opts.size(); ++i) {
@@ -263,6 +264,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
         if (!is.good()) throw po::error("cannot read config file '" + *it + "'");
         try {
           po::parsed_options parsed = po::parse_config_file(is, all, /*allow_unregistered=*/false);
+          reject_negative_unsigned(parsed, {"seed", "sample-seed"});
           for (const auto& o : parsed.options)
             if (o.string_key == "config" || o.string_key == "help")
               throw po::error("'" + o.string_key + "' is not allowed inside a config file (give --config on the command line)");

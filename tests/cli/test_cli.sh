@@ -66,6 +66,11 @@ expect_fail stray-config 2 "unexpected argument 'ci\.ini'.*a config file goes af
 expect_fail stray-word-sample 2 "unexpected argument 'God'" "$bin/gpt2-sample" --ckpt "$work/none.h5" --prompt And God
 expect_fail stray-word-data 2 "unexpected argument '0\.2'" "$bin/gpt2-data" prepare --input "$work/notes.h5" \
   --out "$work/stray" --val-fraction 0.1 0.2
+expect_fail negative-seed 2 "--seed must be a whole number >= 0 \(got '-1'\)" "${train[@]}" "${tiny[@]}" --seed -1
+printf 'seed = -5\n' > "$work/negseed.ini"
+expect_fail negative-seed-in-config 2 "negseed.ini.*--seed must be a whole number >= 0" "${train[@]}" "${tiny[@]}" \
+  --config "$work/negseed.ini"
+expect_fail negative-seed-sample 2 "--seed must be a whole number >= 0" "$bin/gpt2-sample" --ckpt "$work/none.h5" --seed -1
 expect_fail benchmark-eval-only 2 "--benchmark and --eval-only cannot be combined" "${train[@]}" "${tiny[@]}" \
   --benchmark --eval-only --val-data "$work/good.h5"
 expect_fail config-missing 2 "cannot read config file" "${train[@]}" --config "$work/nope.ini"
