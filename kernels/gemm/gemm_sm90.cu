@@ -580,6 +580,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               }
               cuda::bulk_commit_group();
             }
+            __syncwarp();  // a row tail splits a copier warp: whole again before the barriers and wgmma that follow
           }
         }
         continue;

@@ -184,6 +184,8 @@ GEMM = {
     "bulk_bias_row8": [("lo.x += b.x, lo.y += b.y, hi.x += b.x, hi.y += b.y;", "lo.x += b.x, lo.y += b.y;")],
     # ... every copy a whole tile wide, past N in the last column tile
     "bulk_row_bytes_tile": [("static_cast<uint32_t>(min(Cfg::kBN, p.N - u.n0)) * 2;", "static_cast<uint32_t>(Cfg::kBN) * 2;")],
+    # ... the block ends with copies whose source (its shared memory) nothing has waited for
+    "bulk_no_final_wait": [("  if (kBulkable && p.bulk_store && tid_wg < Cfg::kWgRows) cuda::bulk_wait_group<0>();\n", "")],
     # ... two copiers' rows swapped
     "bulk_rows_swapped": [("rows + tid_wg * kRow, row_bytes);", "rows + (tid_wg ^ 1) * kRow, row_bytes);")],
 }

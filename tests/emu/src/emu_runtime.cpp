@@ -1110,7 +1110,20 @@ void syncthreads() {
 void thread_exit_hook() {
   Block& b = blk();
   cp_async_land_all();  // a thread's copies still land after it exits
-  if (!cur().bulk.open.empty()) bulk_commit();  // issued, never committed: they complete at the kernel's end
+  // A bulk copy's source is the block's shared memory, which goes when the block ends: a thread that issued
+  // copies waits (cp.async.bulk.wait_group, or its .read form) until they have read it before it exits.
+  // (Their writes may still land after: they complete here.)
+  size_t unread = 0;
+  for (const BulkCopy& c : cur().bulk.open) unread += c.read ? 0 : 1;
+  for (const auto& group : cur().bulk.committed)
+    for (const BulkCopy& c : group) unread += c.read ? 0 : 1;
+  if (unread > 0)
+    fail(
+        "a thread exits with %zu bulk copies (cp.async.bulk) whose shared-memory source no wait has read: a "
+        "cp.async.bulk.wait_group[.read] is missing before the block ends, and the copies would read freed "
+        "shared memory",
+        unread);
+  if (!cur().bulk.open.empty()) bulk_commit();
   bulk_wait(0, false);
   const bool in_wg = static_cast<size_t>(cur().tid / 128) < b.wgs.size();
   Group* gs[2] = {b.warps[cur().tid / 32].get(), in_wg ? b.wgs[cur().tid / 128].get() : nullptr};
