@@ -329,7 +329,9 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     double lo = hi;
     comm.allreduce(&hi, 1, ReduceOp::kMax, "initial weights check (max)");
     comm.allreduce(&lo, 1, ReduceOp::kMin, "initial weights check (min)");
-    GPT2_REQUIRE(hi == lo, "ranks start from different weights (different --seed or --init-from per rank?)");
+    // (--seed is an option the ranks agreed on, and --init-from is rank 0's file on every rank.)
+    GPT2_REQUIRE(hi == lo, "ranks start from different weights: the checkpoint differs from rank to rank (another "
+                           "--resume file, or a node-local copy that differs); give every rank the same file");
   }
 
   if (rank == 0 && !cfg.out_dir.empty()) make_dir(cfg.out_dir);
