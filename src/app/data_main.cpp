@@ -1,4 +1,4 @@
-// gpt2-data: prepares token files (DESIGN.md section 5) and inspects them.
+// gpt2-data: prepares token files (DESIGN.md section 5), inspects them and checkpoints, exports a model.
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "app/option_errors.hpp"
 #include "core/error.hpp"
+#include "core/hdf5.hpp"
 #include "data/byte_tokenizer.hpp"
 #include "data/gpt2_tokenizer.hpp"
 #include "data/prepare.hpp"
@@ -31,7 +32,10 @@ const char* kUsage =
     "      <|endoftext|> between documents (gpt2), and writes DIR/train.h5 and DIR/val.h5 (or shards\n"
     "      DIR/train_000000.h5, ...). Every 1/val-fraction-th document goes to validation.\n"
     "  gpt2-data inspect FILE\n"
-    "      Prints token count, vocabulary, dtype, documents and a decoded excerpt.\n"
+    "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt.\n"
+    "      A checkpoint (or a run's --out directory, for its latest): prints its model and step, and\n"
+    "      reads every tensor back, verifying its CRC-32 and that it is finite; exits 1 naming the\n"
+    "      first damaged tensor (e.g. after copying checkpoints between clusters).\n"
     "  gpt2-data export-hf CKPT DIR\n"
     "      Writes the model of checkpoint CKPT (a step_*.h5 file, or a run's --out directory for its\n"
     "      latest checkpoint) as DIR/model.safetensors and DIR/config.json, which Hugging Face\n"
@@ -130,7 +134,34 @@ int prepare(int argc, char** argv) {
   return 0;
 }
 
+// A checkpoint: an HDF5 file with a /model group, or a run directory (ckpt/ inside).
+bool is_checkpoint(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return true;
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::Id f = h5::open_read(path);
+  return h5::has_object(f.get(), "model");
+}
+
+int inspect_checkpoint_file(const std::string& arg) {
+  const std::string path = resolve_checkpoint(arg);
+  const CheckpointReport r = inspect_checkpoint(path);
+  std::printf("file:       %s\n", path.c_str());
+  std::printf("model:      %s\n", r.config.describe().c_str());
+  std::printf("step:       %lld (%lld tokens seen, written by %d rank(s), seed %llu)\n",
+              static_cast<long long>(r.state.step), static_cast<long long>(r.state.tokens_seen), r.state.world_size,
+              static_cast<unsigned long long>(r.state.seed));
+  if (r.has_optimizer)
+    std::printf("optimizer:  AdamW moments, step %ld\n", r.optimizer_step);
+  else
+    std::printf("optimizer:  none (--init-from only)\n");
+  std::printf("tensors:    %d read back (%.1f MB), all finite; CRC-32 verified on %d%s\n", r.tensors, r.bytes / 1e6,
+              r.crc_verified,
+              r.crc_verified == r.tensors ? " (all)" : r.crc_verified == 0 ? " (written without checksums)" : "");
+  return 0;
+}
+
 int inspect(const std::string& path) {
+  if (is_checkpoint(path)) return inspect_checkpoint_file(path);
   TokenFile f(path);
   std::printf("file:       %s\n", path.c_str());
   std::printf("tokens:     %llu\n", static_cast<unsigned long long>(f.size()));

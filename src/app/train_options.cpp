@@ -59,10 +59,6 @@ const char* kUsage =
     "Configs are INI files of 'option = value' lines using the long option names below; --config may be\n"
     "repeated (later files override earlier ones) and the command line overrides every file.\n";
 
-}  // namespace
-
-namespace {
-
 // An option's value as text, for the ranks' comparison: every type this file declares (float and double in
 // their shortest form that reads back as the same number: 0.1, not 0.10000000149011612).
 template <class F>

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
 
 #include "core/file_io.hpp"
 
@@ -122,6 +125,31 @@ std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std
   return dims;
 }
 
+// The checksums are of little-endian bytes; a big-endian host would need to swap before summing.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "crc32 attributes are defined on little-endian fp32");
+
+uint32_t crc32_of(const void* data, size_t bytes) {
+  constexpr size_t kPiece = size_t{4} << 20;
+  const auto* p = static_cast<const Bytef*>(data);
+  const size_t pieces = bytes == 0 ? 1 : (bytes + kPiece - 1) / kPiece;
+  std::vector<uLong> crc(pieces);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t off = i * kPiece;
+    crc[i] = ::crc32(0L, p + off, static_cast<uInt>(std::min(kPiece, bytes - off)));
+  }
+  uLong out = crc[0];
+  for (size_t i = 1; i < pieces; ++i)
+    out = ::crc32_combine(out, crc[i], static_cast<z_off_t>(std::min(kPiece, bytes - i * kPiece)));
+  return static_cast<uint32_t>(out);
+}
+
+static size_t element_count(const std::vector<hsize_t>& shape) {
+  size_t n = 1;
+  for (hsize_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
 void write_f32(hid_t loc, const std::string& name, const float* data, const std::vector<hsize_t>& shape) {
   Id space(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr));
   H5_CHECK(space.get(), "dataspace for " << name);
@@ -129,6 +157,7 @@ void write_f32(hid_t loc, const std::string& name, const float* data, const std:
   H5_CHECK(ds.get(), "cannot create dataset " << object_path(loc, name) << " in " << file_name(loc));
   H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
            "cannot write dataset " << object_path(loc, name) << " in " << file_name(loc));
+  write_attr_i64(ds.get(), "crc32", crc32_of(data, element_count(shape) * sizeof(float)));
 }
 
 static const char* type_class_name(H5T_class_t c) {
@@ -150,8 +179,8 @@ static std::string shape_str(const std::vector<hsize_t>& s) {
   return out + ")";
 }
 
-void read_f32(hid_t loc, const std::string& name, float* data, const std::vector<hsize_t>& shape,
-              const std::string& file) {
+bool read_f32(hid_t loc, const std::string& name, float* data, const std::vector<hsize_t>& shape,
+              const std::string& file, Crc crc) {
   std::vector<hsize_t> got = dataset_shape(loc, name, file);
   GPT2_REQUIRE(got == shape, file << ": dataset " << object_path(loc, name) << " has shape " << shape_str(got)
                                    << ", expected " << shape_str(shape));
@@ -163,6 +192,20 @@ void read_f32(hid_t loc, const std::string& name, float* data, const std::vector
                     << ", expected floats");
   H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
            "read dataset " << object_path(loc, name) << " in " << file << " (truncated or corrupt file?)");
+  const std::string where = file + ": dataset " + object_path(loc, name);
+  if (!has_attr(ds.get(), "crc32")) {
+    GPT2_REQUIRE(crc == Crc::kIfPresent, where << " has no crc32 attribute, which this file promises on every tensor "
+                                                  "(damaged, or edited by a tool that dropped it)");
+    return false;
+  }
+  const int64_t stored = read_attr_i64(ds.get(), "crc32", file);
+  const uint32_t actual = crc32_of(data, element_count(shape) * sizeof(float));
+  GPT2_REQUIRE(stored == static_cast<int64_t>(actual),
+               where << " fails its CRC-32 check (attribute crc32 is " << stored << ", the data gives " << actual
+                     << "): the file changed after it was written (a bad disk, copy or transfer); use another "
+                        "copy or an earlier checkpoint. If you changed the tensor on purpose, set its crc32 to "
+                        "Python's zlib.crc32(values.astype('<f4').tobytes())");
+  return true;
 }
 
 static void write_attr(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, const void* v) {

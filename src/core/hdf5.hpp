@@ -78,10 +78,22 @@ Id open_dataset(hid_t loc, const std::string& name, const std::string& file, hid
 // Dataset shape (dims); error if missing.
 std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std::string& file);
 
+// zlib's CRC-32 of `bytes` bytes: the value Python's zlib.crc32() gives for them. Computed in 4 MiB
+// pieces on every OpenMP thread and joined with crc32_combine, so a checkpoint's checksums cost a
+// fraction of its write.
+uint32_t crc32_of(const void* data, size_t bytes);
+
+// Writes a float dataset (contiguous, little-endian fp32) and its attribute `crc32`: the CRC-32 of
+// its values as little-endian fp32 bytes, so a byte that changes after the write (a bad disk, a bad
+// copy between file systems) fails the read instead of loading as a wrong weight.
 void write_f32(hid_t loc, const std::string& name, const float* data, const std::vector<hsize_t>& shape);
-// Reads a float dataset whose shape must equal `shape` exactly.
-void read_f32(hid_t loc, const std::string& name, float* data, const std::vector<hsize_t>& shape,
-              const std::string& file);
+// Whether a dataset must carry `crc32` (files that promise one on every tensor) or is verified only
+// when it does (files from before checksums, or from other tools).
+enum class Crc { kIfPresent, kRequired };
+// Reads a float dataset whose shape must equal `shape` exactly, and checks its crc32 attribute;
+// returns whether it had one (and it matched: a mismatch ends the job, naming file and dataset).
+bool read_f32(hid_t loc, const std::string& name, float* data, const std::vector<hsize_t>& shape,
+              const std::string& file, Crc crc = Crc::kIfPresent);
 
 void write_attr_i64(hid_t loc, const std::string& name, int64_t v);
 void write_attr_f64(hid_t loc, const std::string& name, double v);

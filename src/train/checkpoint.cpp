@@ -92,6 +92,24 @@ int64_t read_count_attr(hid_t loc, const char* name, const std::string& path, in
   return v;
 }
 
+// Root attribute of a checkpoint written since 2026-12-07: "crc32" when every tensor carries its CRC-32.
+// Older checkpoints have none and load as before (their tensors are not verified).
+constexpr const char* kTensorChecksum = "tensor_checksum";
+
+bool promises_checksums(hid_t f, const std::string& path) {
+  if (!h5::has_attr(f, kTensorChecksum)) return false;
+  const std::string kind = h5::read_attr_str(f, kTensorChecksum, path);
+  GPT2_REQUIRE(kind == "crc32", "checkpoint " << path << " has tensor checksums of kind '" << kind
+                                              << "'; this build verifies crc32 only");
+  return true;
+}
+
+// The groups that hold one dataset per parameter.
+std::vector<const char*> tensor_groups(bool with_optimizer) {
+  if (with_optimizer) return {"model", "optimizer/m", "optimizer/v"};
+  return {"model"};
+}
+
 // step_*.h5 in <out>/ckpt, oldest first (the zero-padded step numbers sort in step order).
 std::vector<std::string> list_checkpoint_names(const std::string& out_dir) {
   std::vector<std::string> names;
@@ -117,8 +135,9 @@ bool probe_attr_i64(hid_t loc, const char* name, int64_t* v) {
   return H5Aread(attr.get(), H5T_NATIVE_INT64, v) >= 0;
 }
 
-// "" when every tensor of `table` is a dataset of the right shape in group `name` of `f`.
-std::string probe_tensors(hid_t f, const std::string& name, const ParamTable& table) {
+// "" when every tensor of `table` is a dataset of the right shape in group `name` of `f` (with its crc32
+// attribute when `checksums`; the values themselves are verified by the load, which reads them anyway).
+std::string probe_tensors(hid_t f, const std::string& name, const ParamTable& table, bool checksums) {
   if (h5::object_kind(f, name) != "group") return "it has no group /" + name;
   h5::Id g(H5Gopen2(f, name.c_str(), H5P_DEFAULT));
   if (!g.valid()) return "HDF5 cannot open /" + name;
@@ -130,6 +149,38 @@ std::string probe_tensors(hid_t f, const std::string& name, const ParamTable& ta
     std::vector<hsize_t> dims(nd > 0 ? nd : 0);
     if (nd < 0 || H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0 || dims != hshape(p.hf_shape))
       return "/" + name + "/" + p.name + " has the wrong shape";
+    int64_t crc = 0;
+    if (checksums && !probe_attr_i64(ds.get(), "crc32", &crc)) return "/" + name + "/" + p.name + " has no crc32";
+  }
+  return "";
+}
+
+// "" when every tensor of group `name` reads back, matches its crc32 (when it has one) and is finite: what
+// load_checkpoint checks as it reads, so that --resume auto passes over a checkpoint whose bytes changed on
+// disk instead of failing on it at every requeue. Tensors in our writer's form only (contiguous, stored in
+// exactly their fp32 bytes, within the file's size); any other (a compressed copy made with h5py) is left to
+// the load, as a size read from a corrupt header must not become an allocation.
+std::string probe_values(hid_t f, const std::string& name, const ParamTable& table, hsize_t file_bytes) {
+  h5::Id g(H5Gopen2(f, name.c_str(), H5P_DEFAULT));
+  if (!g.valid()) return "HDF5 cannot open /" + name;
+  std::vector<float> buf;
+  for (const ParamInfo& p : table.params()) {
+    const std::string where = "/" + name + "/" + p.name;
+    h5::Id ds(H5Dopen2(g.get(), p.name.c_str(), H5P_DEFAULT));
+    h5::Id dcpl(H5Dget_create_plist(ds.get()));
+    const hsize_t bytes = static_cast<hsize_t>(hf_numel(p)) * sizeof(float);
+    if (!ds.valid() || !dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS ||
+        H5Dget_storage_size(ds.get()) != bytes || bytes > file_bytes)
+      continue;
+    buf.resize(hf_numel(p));
+    if (H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0)
+      return where + " cannot be read (truncated or corrupt)";
+    int64_t crc = 0;
+    if (probe_attr_i64(ds.get(), "crc32", &crc) && crc != static_cast<int64_t>(h5::crc32_of(buf.data(), bytes)))
+      return where + " fails its CRC-32 check (its bytes changed after the write)";
+    const auto bad = std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != buf.end())
+      return where + " holds " + std::to_string(*bad) + " at index " + std::to_string(bad - buf.begin());
   }
   return "";
 }
@@ -149,6 +200,8 @@ void save_checkpoint(const std::string& path, const GPT2& model, const Optimizer
     h5::Id f = h5::create(tmp);
     const GPT2Config& c = model.config();
     h5::write_attr_i64(f.get(), "format_version", 1);
+    // Every tensor below carries its CRC-32 (h5::write_f32); this promise makes a missing one an error.
+    h5::write_attr_str(f.get(), kTensorChecksum, "crc32");
     h5::write_attr_i64(f.get(), "n_layer", c.n_layer);
     h5::write_attr_i64(f.get(), "n_head", c.n_head);
     h5::write_attr_i64(f.get(), "n_embd", c.n_embd);
@@ -222,10 +275,11 @@ bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, 
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::Id f = h5::open_read(path);
   h5::Id g = h5::open_group(f.get(), "model", path);
+  const h5::Crc crc = promises_checksums(f.get(), path) ? h5::Crc::kRequired : h5::Crc::kIfPresent;
   std::vector<float>& params = model.params();
   std::fill(params.begin(), params.end(), 0.0f);
   for (const ParamInfo& p : model.table().params())
-    h5::read_f32(g.get(), p.name, params.data() + p.offset, hshape(p.hf_shape), path);
+    h5::read_f32(g.get(), p.name, params.data() + p.offset, hshape(p.hf_shape), path, crc);
   require_finite_loaded(path, model.table(), params.data(), "parameter");
   bool loaded_opt = false;
   if (opt != nullptr && h5::has_object(f.get(), "optimizer")) {
@@ -235,8 +289,8 @@ bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, 
     std::fill(opt->m, opt->m + model.table().total(), 0.0f);
     std::fill(opt->v, opt->v + model.table().total(), 0.0f);
     for (const ParamInfo& p : model.table().params()) {
-      h5::read_f32(gm.get(), p.name, opt->m + p.offset, hshape(p.hf_shape), path);
-      h5::read_f32(gv.get(), p.name, opt->v + p.offset, hshape(p.hf_shape), path);
+      h5::read_f32(gm.get(), p.name, opt->m + p.offset, hshape(p.hf_shape), path, crc);
+      h5::read_f32(gv.get(), p.name, opt->v + p.offset, hshape(p.hf_shape), path, crc);
     }
     require_finite_loaded(path, model.table(), opt->m, "Adam first moment of");
     require_finite_loaded(path, model.table(), opt->v, "Adam second moment of");
@@ -256,6 +310,39 @@ bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, 
                          : 0;
   }
   return loaded_opt;
+}
+
+CheckpointReport inspect_checkpoint(const std::string& path) {
+  CheckpointReport r;
+  r.config = read_checkpoint_config(path);
+  const ParamTable table(r.config);
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::Id f = h5::open_read(path);
+  const h5::Crc crc = promises_checksums(f.get(), path) ? h5::Crc::kRequired : h5::Crc::kIfPresent;
+  r.has_optimizer = h5::has_object(f.get(), "optimizer");
+  std::vector<float> buf;
+  for (const char* group : tensor_groups(r.has_optimizer)) {
+    h5::Id g = h5::open_group(f.get(), group, path);
+    for (const ParamInfo& p : table.params()) {
+      buf.resize(hf_numel(p));
+      r.crc_verified += h5::read_f32(g.get(), p.name, buf.data(), hshape(p.hf_shape), path, crc) ? 1 : 0;
+      const auto bad = std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
+      GPT2_REQUIRE(bad == buf.end(), "checkpoint " << path << " is corrupt: /" << group << "/" << p.name << " holds "
+                                                   << *bad << " at index " << (bad - buf.begin()));
+      ++r.tensors;
+      r.bytes += static_cast<double>(buf.size()) * sizeof(float);
+    }
+  }
+  if (r.has_optimizer) {
+    h5::Id go = h5::open_group(f.get(), "optimizer", path);
+    r.optimizer_step = static_cast<long>(read_count_attr(go.get(), "step", path, 0));
+  }
+  r.state.step = read_count_attr(f.get(), "step", path, 0);
+  r.state.tokens_seen = read_count_attr(f.get(), "tokens_seen", path, 0);
+  r.state.seed = static_cast<uint64_t>(h5::read_attr_i64(f.get(), "seed", path));
+  r.state.world_size = static_cast<int>(
+      std::min<int64_t>(read_count_attr(f.get(), "world_size", path, 1), std::numeric_limits<int>::max()));
+  return r;
 }
 
 std::string checkpoint_path(const std::string& out_dir, int64_t step) {
@@ -289,8 +376,13 @@ void prune_checkpoints(const std::string& out_dir, int keep, const std::string& 
 
 namespace {
 
-// How long the probe may take before the file counts as corrupt (libhdf5 can spin on a corrupt length).
-constexpr int kProbeTimeoutS = 60;
+// How long the probe may take before the file counts as corrupt (libhdf5 can spin on a corrupt length): a
+// minute, and as long again as reading the file at 50 MB/s (a busy parallel file system) takes.
+int probe_timeout_s(const std::string& path) {
+  struct stat st {};
+  const double bytes = stat(path.c_str(), &st) == 0 ? static_cast<double>(st.st_size) : 0.0;
+  return 60 + static_cast<int>(std::min(bytes / 50e6, 1e6));
+}
 
 // checkpoint_problem's work, in the calling process; the caller holds hdf5_mutex().
 std::string probe_checkpoint(const std::string& path) {
@@ -302,17 +394,20 @@ std::string probe_checkpoint(const std::string& path) {
   h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!f.valid()) return "HDF5 cannot open it (truncated or corrupt)";
   GPT2Config c;
-  int64_t v[5], step = 0;
+  int64_t v[5];
   const char* dims[5] = {"n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len"};
   for (int i = 0; i < 5; ++i)
     if (!probe_attr_i64(f.get(), dims[i], &v[i]) || v[i] <= 0 || v[i] > (1 << 30))
       return std::string("attribute ") + dims[i] + " is missing or invalid";
-  for (const char* a : {"step", "tokens_seen", "seed", "world_size"}) {
-    const int64_t least = std::strcmp(a, "seed") == 0         ? std::numeric_limits<int64_t>::min()
-                          : std::strcmp(a, "world_size") == 0 ? 1
-                                                              : 0;
-    if (!probe_attr_i64(f.get(), a, &step) || step < least)
-      return std::string("attribute ") + a + " is missing or invalid";
+  struct Counter {
+    const char* name;
+    int64_t least;  // what load_checkpoint accepts (read_count_attr's minimum; any seed)
+  };
+  for (const Counter& a : {Counter{"step", 0}, Counter{"tokens_seen", 0},
+                           Counter{"seed", std::numeric_limits<int64_t>::min()}, Counter{"world_size", 1}}) {
+    int64_t value = 0;
+    if (!probe_attr_i64(f.get(), a.name, &value) || value < a.least)
+      return std::string("attribute ") + a.name + " is missing or invalid";
   }
   c.n_layer = static_cast<int>(v[0]);
   c.n_head = static_cast<int>(v[1]);
@@ -322,11 +417,17 @@ std::string probe_checkpoint(const std::string& path) {
   const std::string err = c.validate();
   if (!err.empty()) return "invalid model: " + err;
   const ParamTable table(c);
-  std::string problem = probe_tensors(f.get(), "model", table);
-  if (problem.empty() && h5::has_object(f.get(), "optimizer")) {
-    problem = probe_tensors(f.get(), "optimizer/m", table);
-    if (problem.empty()) problem = probe_tensors(f.get(), "optimizer/v", table);
+  const bool checksums = H5Aexists(f.get(), kTensorChecksum) > 0;
+  std::string problem = probe_tensors(f.get(), "model", table, checksums);
+  const bool with_optimizer = h5::has_object(f.get(), "optimizer");
+  if (problem.empty() && with_optimizer) {
+    problem = probe_tensors(f.get(), "optimizer/m", table, checksums);
+    if (problem.empty()) problem = probe_tensors(f.get(), "optimizer/v", table, checksums);
   }
+  // The values last: every tensor read once more (on rank 0, in the probe's process), about a second for
+  // 124M's 1.5 GB.
+  for (const char* group : tensor_groups(with_optimizer))
+    if (problem.empty()) problem = probe_values(f.get(), group, table, static_cast<hsize_t>(st.st_size));
   return problem;
 }
 
@@ -370,7 +471,8 @@ std::string checkpoint_problem(const std::string& path) {
   }
   close(fds[1]);
   std::string answer;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kProbeTimeoutS);
+  const int timeout_s = probe_timeout_s(path);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   bool timed_out = false;
   for (;;) {
     const auto left =
@@ -395,7 +497,7 @@ std::string checkpoint_problem(const std::string& path) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out)
-    return "libhdf5 did not finish reading its metadata within " + std::to_string(kProbeTimeoutS) +
+    return "libhdf5 did not finish reading it within " + std::to_string(timeout_s) +
            " s (a corrupt file)";
   if (WIFSIGNALED(status))
     return std::string("libhdf5 crashed reading it (") + strsignal(WTERMSIG(status)) + "): a corrupt file";

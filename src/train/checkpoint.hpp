@@ -42,6 +42,20 @@ GPT2Config read_checkpoint_config(const std::string& path);
 // step count in opt->step.
 bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, TrainState* state);
 
+// What `gpt2-data inspect CKPT` reports: the file's model and counters, and every tensor read back one at
+// a time (memory: the largest tensor), its CRC-32 verified where the file has them and its values checked
+// finite. Any failure ends the job naming the file, tensor and reason, as a load would.
+struct CheckpointReport {
+  GPT2Config config;
+  TrainState state;
+  bool has_optimizer = false;
+  long optimizer_step = 0;
+  int tensors = 0;       // datasets read back
+  int crc_verified = 0;  // of which with a crc32 that matched
+  double bytes = 0;      // their fp32 bytes
+};
+CheckpointReport inspect_checkpoint(const std::string& path);
+
 // "<dir>/ckpt/step_00001000.h5"
 std::string checkpoint_path(const std::string& out_dir, int64_t step);
 // Points <out>/ckpt/latest at `path`: atomic (tmp, fsync, rename, fsync of the directory); a write
@@ -50,9 +64,10 @@ void write_latest(const std::string& out_dir, const std::string& path);
 // The checkpoint <out>/ckpt/latest names, or "" if it is missing or empty (not checked further).
 std::string read_latest(const std::string& out_dir);
 // Why `path` is not a checkpoint that load_checkpoint would accept (not HDF5, truncated, attributes
-// or tensors missing or misshapen), or "" when it is. Reads metadata only, never ends the job: the
-// probe runs in a child process, because libhdf5 1.10 itself crashes on some corrupt files (found by
-// fuzz_checkpoint) and can spin on others; a crash or 60 s without an answer is reported as the problem.
+// or tensors missing or misshapen, a tensor that fails its CRC-32 or holds NaN/Inf), or "" when it is.
+// Never ends the job: the probe runs in a child process, because libhdf5 1.10 itself crashes on some
+// corrupt files (found by fuzz_checkpoint) and can spin on others; a crash, or no answer within a minute
+// plus the file's size at 50 MB/s, is reported as the problem. It reads every tensor once.
 std::string checkpoint_problem(const std::string& path);
 // The same probe in this process (what the child runs; the fuzzer calls it to see its memory errors).
 std::string checkpoint_problem_in_process(const std::string& path);

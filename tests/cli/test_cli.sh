@@ -160,24 +160,87 @@ PY
     "${train[@]}" --config configs/ci.ini --out "$work/ci4" --resume "$work/ci/ckpt/$ck" --global-batch-tokens 1024
   expect_fail init-from-wrong-model 1 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
     --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
-  # Damaged copies of it, made with h5py: a NaN in a parameter (loads nowhere: training, sampling, export), no
-  # optimizer state (--resume refuses, --init-from is for that), a negative step
+  # Damaged copies of it, made with h5py: a NaN in a parameter (loads nowhere: training, sampling, export; its
+  # crc32 updated as the error message says, so the NaN check is what refuses it), a value changed without
+  # that, one byte flipped on disk, a tensor's crc32 dropped, no optimizer state (--resume refuses,
+  # --init-from is for that), a negative step. Every tensor's crc32 attribute is zlib's, as Python computes it.
   /usr/bin/python3 - "$work/ci/ckpt/$ck" "$work" <<'PY' || { echo "FAIL damaged-checkpoints: h5py"; fails=$((fails+1)); }
-import shutil, sys
+import shutil, sys, zlib
 import h5py
 src, work = sys.argv[1], sys.argv[2]
-for name in ("nan", "noopt", "negstep"):
+with h5py.File(src, "r") as f:
+    assert f.attrs["tensor_checksum"] == "crc32", dict(f.attrs)
+    names = []
+    f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    assert len(names) == 3 * len(f["model"]), names
+    for n in names:
+        d = f[n]
+        assert d.attrs["crc32"] == zlib.crc32(d[...].astype("<f4").tobytes()), n
+for name in ("nan", "edited", "flipped", "nocrc", "noopt", "negstep"):
     shutil.copy(src, f"{work}/ck_{name}.h5")
 with h5py.File(f"{work}/ck_nan.h5", "r+") as f:
     w = f["model/ln_f.weight"]
     x = w[...]
     x[3] = float("nan")
     w[...] = x
+    w.attrs["crc32"] = zlib.crc32(x.astype("<f4").tobytes())
+with h5py.File(f"{work}/ck_edited.h5", "r+") as f:
+    w = f["model/ln_f.weight"]
+    w[0] = w[0] * 2
+with h5py.File(f"{work}/ck_flipped.h5", "r") as f:
+    at = f["optimizer/v/h.0.mlp.c_proj.weight"].id.get_offset() + 1001
+with open(f"{work}/ck_flipped.h5", "r+b") as raw:
+    raw.seek(at)
+    b = raw.read(1)[0]
+    raw.seek(at)
+    raw.write(bytes([b ^ 1]))
+with h5py.File(f"{work}/ck_nocrc.h5", "r+") as f:
+    del f["model/wpe.weight"].attrs["crc32"]
 with h5py.File(f"{work}/ck_noopt.h5", "r+") as f:
     del f["optimizer"]
 with h5py.File(f"{work}/ck_negstep.h5", "r+") as f:
     f.attrs["step"] = -7
 PY
+  expect_fail resume-edited-checkpoint 1 "ck_edited.h5: dataset /model/ln_f.weight fails its CRC-32 check .*a bad disk, copy or transfer" \
+    "${train[@]}" --config configs/ci.ini --out "$work/ckedit" --resume "$work/ck_edited.h5"
+  expect_fail sample-edited-checkpoint 1 "dataset /model/ln_f.weight fails its CRC-32 check" \
+    "$bin/gpt2-sample" --ckpt "$work/ck_edited.h5" --max-new-tokens 4
+  expect_fail export-edited-checkpoint 1 "dataset /model/ln_f.weight fails its CRC-32 check" \
+    "$bin/gpt2-data" export-hf "$work/ck_edited.h5" "$work/hfedit"
+  expect_fail resume-flipped-byte 1 "ck_flipped.h5: dataset /optimizer/v/h.0.mlp.c_proj.weight fails its CRC-32 check" \
+    "${train[@]}" --config configs/ci.ini --out "$work/ckflip" --resume "$work/ck_flipped.h5"
+  # gpt2-data inspect reads every tensor back: a run directory's latest passes with all 84 CRC-32s verified
+  # (28 parameters, m and v), a flipped byte fails it
+  if out=$("$bin/gpt2-data" inspect "$work/ci" 2>&1) && grep -q "tensors:    84 read back .* CRC-32 verified on 84 (all)" <<<"$out"; then
+    echo "ok   inspect-checkpoint"
+  else
+    echo "FAIL inspect-checkpoint: $out"; fails=$((fails+1))
+  fi
+  expect_fail inspect-flipped-byte 1 "dataset /optimizer/v/h.0.mlp.c_proj.weight fails its CRC-32 check" \
+    "$bin/gpt2-data" inspect "$work/ck_flipped.h5"
+  expect_fail init-from-without-crc 1 "dataset /model/wpe.weight has no crc32 attribute, which this file promises" \
+    "${train[@]}" --config configs/ci.ini --out "$work/cknocrc" --init-from "$work/ck_nocrc.h5" --max-steps 2
+  # --resume auto passes over a latest checkpoint whose bytes changed (its probe reads every tensor) and continues
+  # from the newest one that loads, saying why: a requeued job does not fail on it at every start
+  if expect_ok ckpt-every-20 "${train[@]}" --config configs/ci.ini --out "$work/ciauto" --ckpt-every 20; then
+    /usr/bin/python3 - "$work/ciauto/ckpt/step_00000040.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    at = f["model/h.1.attn.c_attn.weight"].id.get_offset() + 77
+with open(sys.argv[1], "r+b") as raw:
+    raw.seek(at)
+    b = raw.read(1)[0]
+    raw.seek(at)
+    raw.write(bytes([b ^ 0x40]))
+PY
+    out=$(timeout 120 "${train[@]}" --config configs/ci.ini --out "$work/ciauto" --resume auto --max-steps 22 2>&1)
+    if [[ $? -eq 0 ]] && grep -q "names step_00000040.h5, which does not load: /model/h.1.attn.c_attn.weight fails its CRC-32 check" <<<"$out" \
+        && grep -q "resumed from .*step_00000020.h5 at step 20" <<<"$out"; then
+      echo "ok   resume-auto-skips-damaged"
+    else
+      echo "FAIL resume-auto-skips-damaged: $(tail -5 <<<"$out")"; fails=$((fails+1))
+    fi
+  fi
   expect_fail resume-nan-checkpoint 1 "checkpoint $work/ck_nan.h5 is corrupt: parameter ln_f.weight holds nan at index 3" \
     "${train[@]}" --config configs/ci.ini --out "$work/cknan" --resume "$work/ck_nan.h5"
   expect_fail sample-nan-checkpoint 1 "ck_nan.h5 is corrupt: parameter ln_f.weight holds nan" \

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 
 import h5py
 import numpy as np
@@ -303,7 +304,10 @@ def non_finite_loss_stops_before_update(work):
     bad = f"{work}/overflow.h5"
     shutil.copy(ckpt(src, 1), bad)
     with h5py.File(bad, "a") as f:
-        f["model/wte.weight"][...] = 1e38
+        w = f["model/wte.weight"]
+        w[...] = 1e38
+        # updated as a deliberate edit must be (README "Checkpoints"): the CRC-32 check is not what stops it
+        w.attrs["crc32"] = zlib.crc32(w[...].astype("<f4").tobytes())
     before = digest(bad)
     out = f"{work}/run"
     r = train(out, 3, "--ckpt-every", "1", "--init-from", bad)

@@ -6,6 +6,7 @@
 import json
 import os
 import struct
+import zlib
 
 import h5py
 import numpy as np
@@ -65,7 +66,8 @@ with h5py.File(out("token_file", "array_attributes.h5"), "w") as f:
     f.attrs["tokenizer"] = np.array(["byte", "byte", "byte"], dtype=h5py.string_dtype())
     f.attrs["format_version"] = np.int64(1)
 
-# A checkpoint of the smallest model: L1 H1 C4 V8 maxT4, with optimizer state.
+# A checkpoint of the smallest model: L1 H1 C4 V8 maxT4, as written before tensor checksums (tiny.h5) and
+# since, with optimizer state and every tensor's crc32 (tiny_opt.h5).
 L, C, V, T = 1, 4, 8, 4
 shapes = {"wte.weight": (V, C), "wpe.weight": (T, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
 for i in range(L):
@@ -81,12 +83,18 @@ for with_opt in (False, True):
                      "step": 3, "tokens_seen": 96, "seed": 1337, "data_step": 3, "world_size": 1,
                      "global_batch_tokens": 32, "seq_len": 4}.items():
             f.attrs[k] = np.int64(v)
+        def tensor(name, x):
+            d = f.create_dataset(name, data=x)
+            if with_opt:
+                d.attrs["crc32"] = np.int64(zlib.crc32(x.astype("<f4").tobytes()))
+        if with_opt:
+            f.attrs["tensor_checksum"] = "crc32"
         for name, s in shapes.items():
-            f.create_dataset("model/" + name, data=rng.standard_normal(s).astype(np.float32))
+            tensor("model/" + name, rng.standard_normal(s).astype(np.float32))
         if with_opt:
             for name, s in shapes.items():
-                f.create_dataset("optimizer/m/" + name, data=np.zeros(s, np.float32))
-                f.create_dataset("optimizer/v/" + name, data=np.zeros(s, np.float32))
+                tensor("optimizer/m/" + name, np.zeros(s, np.float32))
+                tensor("optimizer/v/" + name, np.zeros(s, np.float32))
             f["optimizer"].attrs["step"] = np.int64(3)
             for k, v in {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "grad_clip": 1.0}.items():
                 f["optimizer"].attrs[k] = np.float64(v)
