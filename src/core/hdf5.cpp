@@ -128,12 +128,12 @@ std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std
 // The checksums are of little-endian bytes; a big-endian host would need to swap before summing.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "crc32 attributes are defined on little-endian fp32");
 
-uint32_t crc32_of(const void* data, size_t bytes) {
+uint32_t crc32_of(const void* data, size_t bytes, bool threads) {
   constexpr size_t kPiece = size_t{4} << 20;
   const auto* p = static_cast<const Bytef*>(data);
   const size_t pieces = bytes == 0 ? 1 : (bytes + kPiece - 1) / kPiece;
   std::vector<uLong> crc(pieces);
-#pragma omp parallel for schedule(static) if (pieces > 1)
+#pragma omp parallel for schedule(static) if (threads && pieces > 1)
   for (size_t i = 0; i < pieces; ++i) {
     const size_t off = i * kPiece;
     crc[i] = ::crc32(0L, p + off, static_cast<uInt>(std::min(kPiece, bytes - off)));

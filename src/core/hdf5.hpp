@@ -80,8 +80,9 @@ std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std
 
 // zlib's CRC-32 of `bytes` bytes: the value Python's zlib.crc32() gives for them. Computed in 4 MiB
 // pieces on every OpenMP thread and joined with crc32_combine, so a checkpoint's checksums cost a
-// fraction of its write.
-uint32_t crc32_of(const void* data, size_t bytes);
+// fraction of its write. `threads` false: on this thread alone, as a forked child must (libgomp's pool
+// does not survive fork(): a parallel region in the child of a process that ran one waits forever).
+uint32_t crc32_of(const void* data, size_t bytes, bool threads = true);
 
 // Writes a float dataset (contiguous, little-endian fp32) and its attribute `crc32`: the CRC-32 of
 // its values as little-endian fp32 bytes, so a byte that changes after the write (a bad disk, a bad

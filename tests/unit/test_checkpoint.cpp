@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -142,6 +143,24 @@ TEST(Checkpoint, EveryTensorHasItsCrc32AndAChangedByteFailsItsLoad) {
   std::filesystem::copy_file(path, bad_v);
   flip_stored_bit(bad_v, "optimizer/v/wte.weight", 0);
   EXPECT_DEATH(load_checkpoint(bad_v, back, &opt2, nullptr), "dataset /optimizer/v/wte.weight fails its CRC-32 check");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Checkpoint, ProbeOfLargeTensorsInAChildOfAnOpenMPProcess) {
+  // The probe runs in a child forked from a process whose OpenMP threads have run (training, the CRC-32s
+  // of a save): a parallel region there would wait forever on threads that fork() did not copy, and the
+  // probe would time out on a good checkpoint. wte here is 6.4 MB, more than one 4 MiB piece.
+  GPT2Config c = tiny();
+  c.vocab_size = 50257;
+  GPT2 model(c);
+  model.init(4);
+  std::vector<float> m(model.table().total()), v(model.table().total());
+  OptimizerState opt{AdamWConfig{}, 0, m.data(), v.data()};
+  const std::string dir = temp_dir();
+  save_checkpoint(checkpoint_path(dir, 1), model, &opt, TrainState{});  // ran the CRC-32 on the threads
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(checkpoint_problem(checkpoint_path(dir, 1)), "");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   std::filesystem::remove_all(dir);
 }
 
