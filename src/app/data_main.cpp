@@ -31,11 +31,11 @@ const char* kUsage =
     "      Tokenizes the documents (each text file, or each JSON line's field), in parallel, with\n"
     "      <|endoftext|> between documents (gpt2), and writes DIR/train.h5 and DIR/val.h5 (or shards\n"
     "      DIR/train_000000.h5, ...). Every 1/val-fraction-th document goes to validation.\n"
-    "  gpt2-data inspect FILE\n"
+    "  gpt2-data inspect FILE|RUN_DIR\n"
     "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt.\n"
-    "      A checkpoint (or a run's --out directory, for its latest): prints its model and step, and\n"
-    "      reads every tensor back, verifying its CRC-32 and that it is finite; exits 1 naming the\n"
-    "      first damaged tensor (e.g. after copying checkpoints between clusters).\n"
+    "      A checkpoint (or a run's --out directory: the checkpoint its ckpt/latest names): prints its\n"
+    "      model and step, and reads every tensor back, verifying its CRC-32 and that it is finite;\n"
+    "      exits 1 naming the first damaged tensor (e.g. after copying checkpoints between clusters).\n"
     "  gpt2-data export-hf CKPT DIR\n"
     "      Writes the model of checkpoint CKPT (a step_*.h5 file, or a run's --out directory for its\n"
     "      latest checkpoint) as DIR/model.safetensors and DIR/config.json, which Hugging Face\n"
@@ -143,7 +143,14 @@ bool is_checkpoint(const std::string& path) {
 }
 
 int inspect_checkpoint_file(const std::string& arg) {
-  const std::string path = resolve_checkpoint(arg);
+  // A run directory: the checkpoint its ckpt/latest names, with no fallback to an older one (as --resume auto
+  // has): a damaged latest must fail here, not pass by verifying another file.
+  std::string path = arg;
+  if (std::filesystem::is_directory(arg)) {
+    path = read_latest(arg);
+    GPT2_REQUIRE(!path.empty(), arg << " has no ckpt/latest naming a checkpoint: give a checkpoint file (e.g. "
+                                    << arg << "/ckpt/step_*.h5)");
+  }
   const CheckpointReport r = inspect_checkpoint(path);
   std::printf("file:       %s\n", path.c_str());
   std::printf("model:      %s\n", r.config.describe().c_str());
@@ -200,7 +207,7 @@ int main(int argc, char** argv) {
   if (cmd == "prepare") return prepare(argc - 1, argv + 1);
   if (cmd == "inspect") {
     if (argc != 3) {
-      std::fprintf(stderr, "usage: gpt2-data inspect FILE\n");
+      std::fprintf(stderr, "usage: gpt2-data inspect FILE|RUN_DIR\n");
       return 2;
     }
     return inspect(argv[2]);

@@ -264,27 +264,44 @@ double read_attr_f64(hid_t loc, const std::string& name, const std::string& file
   return v;
 }
 
+// The value of a string attribute already opened (fixed or variable length, in its own character set); false
+// when HDF5 cannot read it.
+static bool read_str(hid_t attr, std::string* out) {
+  Id ftype(H5Aget_type(attr));
+  Id mtype(H5Tcopy(H5T_C_S1));
+  H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    H5Tset_size(mtype.get(), H5T_VARIABLE);
+    char* p = nullptr;
+    if (H5Aread(attr, mtype.get(), &p) < 0) return false;
+    *out = p ? p : "";
+    Id space(H5Aget_space(attr));
+    H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, &p);
+    return true;
+  }
+  const size_t n = H5Tget_size(ftype.get());
+  out->assign(n, '\0');
+  H5Tset_size(mtype.get(), n);
+  if (H5Aread(attr, mtype.get(), out->data()) < 0) return false;
+  while (!out->empty() && out->back() == '\0') out->pop_back();
+  return true;
+}
+
 std::string read_attr_str(hid_t loc, const std::string& name, const std::string& file) {
   Id attr = open_attr(loc, name, file, H5T_STRING);
-  Id ftype(H5Aget_type(attr.get()));
-  if (H5Tis_variable_str(ftype.get()) > 0) {
-    Id mtype(H5Tcopy(H5T_C_S1));
-    H5Tset_size(mtype.get(), H5T_VARIABLE);
-    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
-    char* p = nullptr;
-    H5_CHECK(H5Aread(attr.get(), mtype.get(), &p), "read attribute " << name << " in " << file);
-    std::string out = p ? p : "";
-    Id space(H5Aget_space(attr.get()));
-    H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, &p);
-    return out;
-  }
-  size_t n = H5Tget_size(ftype.get());
-  std::string out(n, '\0');
-  Id mtype(H5Tcopy(H5T_C_S1));
-  H5Tset_size(mtype.get(), n);
-  H5_CHECK(H5Aread(attr.get(), mtype.get(), out.data()), "read attribute " << name << " in " << file);
-  while (!out.empty() && out.back() == '\0') out.pop_back();
+  std::string out;
+  H5_CHECK(read_str(attr.get(), &out) ? 0 : -1, "read attribute " << name << " in " << file);
   return out;
+}
+
+bool probe_attr_str(hid_t loc, const std::string& name, std::string* out) {
+  if (H5Aexists(loc, name.c_str()) <= 0) return false;
+  Id attr(H5Aopen(loc, name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) return false;
+  Id type(H5Aget_type(attr.get()));
+  Id space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1) return false;
+  return read_str(attr.get(), out);
 }
 
 Id create_group(hid_t loc, const std::string& name) {

@@ -104,6 +104,9 @@ void write_attr_str(hid_t loc, const std::string& name, const std::string& v);
 int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file);
 double read_attr_f64(hid_t loc, const std::string& name, const std::string& file);
 std::string read_attr_str(hid_t loc, const std::string& name, const std::string& file);
+// The same for a probe that must not end the job: false when the attribute is missing, not one string, or
+// unreadable.
+bool probe_attr_str(hid_t loc, const std::string& name, std::string* out);
 
 // Creates a group (and missing parents).
 Id create_group(hid_t loc, const std::string& name);

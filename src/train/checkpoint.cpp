@@ -104,6 +104,21 @@ bool promises_checksums(hid_t f, const std::string& path) {
   return true;
 }
 
+// The root attributes that continue a run (TrainState), checked as load_checkpoint takes them.
+TrainState read_train_state(hid_t f, const std::string& path) {
+  TrainState state;
+  state.step = read_count_attr(f, "step", path, 0);
+  state.tokens_seen = read_count_attr(f, "tokens_seen", path, 0);
+  state.seed = static_cast<uint64_t>(h5::read_attr_i64(f, "seed", path));
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  state.world_size = static_cast<int>(std::min(read_count_attr(f, "world_size", path, 1), kMaxInt));
+  state.global_batch_tokens =
+      h5::has_attr(f, "global_batch_tokens") ? read_count_attr(f, "global_batch_tokens", path, 0) : 0;
+  state.seq_len =
+      h5::has_attr(f, "seq_len") ? static_cast<int>(std::min(read_count_attr(f, "seq_len", path, 0), kMaxInt)) : 0;
+  return state;
+}
+
 // The groups that hold one dataset per parameter.
 std::vector<const char*> tensor_groups(bool with_optimizer) {
   if (with_optimizer) return {"model", "optimizer/m", "optimizer/v"};
@@ -299,18 +314,7 @@ bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, 
     opt->step = static_cast<long>(read_count_attr(go.get(), "step", path, 0));
     loaded_opt = true;
   }
-  if (state != nullptr) {
-    state->step = read_count_attr(f.get(), "step", path, 0);
-    state->tokens_seen = read_count_attr(f.get(), "tokens_seen", path, 0);
-    state->seed = static_cast<uint64_t>(h5::read_attr_i64(f.get(), "seed", path));
-    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-    state->world_size = static_cast<int>(std::min(read_count_attr(f.get(), "world_size", path, 1), kMaxInt));
-    state->global_batch_tokens =
-        h5::has_attr(f.get(), "global_batch_tokens") ? read_count_attr(f.get(), "global_batch_tokens", path, 0) : 0;
-    state->seq_len = h5::has_attr(f.get(), "seq_len")
-                         ? static_cast<int>(std::min(read_count_attr(f.get(), "seq_len", path, 0), kMaxInt))
-                         : 0;
-  }
+  if (state != nullptr) *state = read_train_state(f.get(), path);
   return loaded_opt;
 }
 
@@ -326,6 +330,10 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
   for (const char* group : tensor_groups(r.has_optimizer)) {
     h5::Id g = h5::open_group(f.get(), group, path);
     for (const ParamInfo& p : table.params()) {
+      // The shape before the buffer: a corrupt vocab_size must not become a 10 GB allocation first.
+      const std::vector<hsize_t> got = h5::dataset_shape(g.get(), p.name, path);
+      GPT2_REQUIRE(got == hshape(p.hf_shape), "checkpoint " << path << " is corrupt: /" << group << "/" << p.name
+                                                            << " does not have the shape its model attributes give");
       buf.resize(hf_numel(p));
       r.crc_verified += h5::read_f32(g.get(), p.name, buf.data(), hshape(p.hf_shape), path, crc) ? 1 : 0;
       const auto bad = std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
@@ -339,11 +347,7 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
     h5::Id go = h5::open_group(f.get(), "optimizer", path);
     r.optimizer_step = static_cast<long>(read_count_attr(go.get(), "step", path, 0));
   }
-  r.state.step = read_count_attr(f.get(), "step", path, 0);
-  r.state.tokens_seen = read_count_attr(f.get(), "tokens_seen", path, 0);
-  r.state.seed = static_cast<uint64_t>(h5::read_attr_i64(f.get(), "seed", path));
-  r.state.world_size = static_cast<int>(
-      std::min<int64_t>(read_count_attr(f.get(), "world_size", path, 1), std::numeric_limits<int>::max()));
+  r.state = read_train_state(f.get(), path);
   return r;
 }
 
@@ -420,6 +424,9 @@ std::string probe_checkpoint(const std::string& path) {
   if (!err.empty()) return "invalid model: " + err;
   const ParamTable table(c);
   const bool checksums = H5Aexists(f.get(), kTensorChecksum) > 0;
+  std::string checksum_kind;
+  if (checksums && (!h5::probe_attr_str(f.get(), kTensorChecksum, &checksum_kind) || checksum_kind != "crc32"))
+    return std::string("attribute ") + kTensorChecksum + " is not \"crc32\" (the one kind this build verifies)";
   std::string problem = probe_tensors(f.get(), "model", table, checksums);
   const bool with_optimizer = h5::has_object(f.get(), "optimizer");
   if (problem.empty() && with_optimizer) {
@@ -500,7 +507,7 @@ std::string checkpoint_problem(const std::string& path) {
   }
   if (timed_out)
     return "libhdf5 did not finish reading it within " + std::to_string(timeout_s) +
-           " s (a corrupt file)";
+           " s (a corrupt file, or a file system slower than 50 MB/s)";
   if (WIFSIGNALED(status))
     return std::string("libhdf5 crashed reading it (") + strsignal(WTERMSIG(status)) + "): a corrupt file";
   if (answer.empty() || answer[0] != '=') return "cannot be probed (the probe process ended without an answer)";

@@ -67,7 +67,8 @@ std::string read_latest(const std::string& out_dir);
 // or tensors missing or misshapen, a tensor that fails its CRC-32 or holds NaN/Inf), or "" when it is.
 // Never ends the job: the probe runs in a child process, because libhdf5 1.10 itself crashes on some
 // corrupt files (found by fuzz_checkpoint) and can spin on others; a crash, or no answer within a minute
-// plus the file's size at 50 MB/s, is reported as the problem. It reads every tensor once.
+// plus the file's size at 50 MB/s, is reported as the problem. It reads every tensor in our writer's form
+// (contiguous fp32) once; one rewritten chunked or compressed by another tool is left to the load.
 std::string checkpoint_problem(const std::string& path);
 // The same probe in this process (what the child runs; the fuzzer calls it to see its memory errors).
 std::string checkpoint_problem_in_process(const std::string& path);

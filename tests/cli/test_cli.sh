@@ -233,6 +233,9 @@ with open(sys.argv[1], "r+b") as raw:
     raw.seek(at)
     raw.write(bytes([b ^ 0x40]))
 PY
+    # (inspect of the run directory verifies the checkpoint latest names, with no fallback to an older one)
+    expect_fail inspect-run-dir-damaged-latest 1 "step_00000040.h5: dataset /model/h.1.attn.c_attn.weight fails its CRC-32 check" \
+      "$bin/gpt2-data" inspect "$work/ciauto"
     out=$(timeout 120 "${train[@]}" --config configs/ci.ini --out "$work/ciauto" --resume auto --max-steps 22 2>&1)
     if [[ $? -eq 0 ]] && grep -q "names step_00000040.h5, which does not load: /model/h.1.attn.c_attn.weight fails its CRC-32 check" <<<"$out" \
         && grep -q "resumed from .*step_00000020.h5 at step 20" <<<"$out"; then

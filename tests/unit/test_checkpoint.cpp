@@ -138,7 +138,7 @@ TEST(Checkpoint, EveryTensorHasItsCrc32AndAChangedByteFailsItsLoad) {
   flip_stored_bit(bad, "model/h.0.mlp.c_fc.weight", 4 * 37 + 1);
   EXPECT_DEATH(load_checkpoint(bad, back, &opt2, nullptr),
                "flipped.h5: dataset /model/h.0.mlp.c_fc.weight fails its CRC-32 check");
-  // The same in the optimizer's state (which the probe of --resume auto does not read: the load does).
+  // The same in the optimizer's state.
   const std::string bad_v = dir + "/flipped_v.h5";
   std::filesystem::copy_file(path, bad_v);
   flip_stored_bit(bad_v, "optimizer/v/wte.weight", 0);
@@ -206,6 +206,14 @@ TEST(Checkpoint, ProbeAndResumeChoice) {
     ASSERT_GE(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, &nan), 0);
   }
   EXPECT_EQ(checkpoint_problem(good2), "/model/ln_f.bias holds nan at index 5");
+  const std::string md5 = dir + "/md5.h5";
+  std::filesystem::copy_file(checkpoint_path(dir, 2), md5);
+  {  // checksums of a kind this build does not verify: the load refuses them, so the probe must too
+    h5::Id f(H5Fopen(md5.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    ASSERT_TRUE(f.valid());
+    h5::write_attr_str(f.get(), "tensor_checksum", "md5");
+  }
+  EXPECT_NE(checkpoint_problem(md5).find("tensor_checksum is not \"crc32\""), std::string::npos) << checkpoint_problem(md5);
 
   // Truncate step 3 (as a copy cut short would be) and empty latest: step 2 is the newest that loads.
   std::string raw;

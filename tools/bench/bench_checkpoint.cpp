@@ -1,7 +1,7 @@
 // Checkpoint write and read: what a run waits for at every --ckpt-every, and what --resume costs. A
-// checkpoint holds the parameters and Adam's m and v in fp32, each tensor in chunks with a Fletcher32
-// checksum (src/core/hdf5.cpp); a write includes the fsync and the rename, a read the checksums and the
-// NaN/Inf check.
+// checkpoint holds the parameters and Adam's m and v in fp32, each tensor with its CRC-32 attribute
+// (src/core/hdf5.cpp); a write includes the sums, the fsync and the rename, a read the CRC-32 and NaN/Inf
+// checks (not the --resume auto probe, which reads a candidate once more).
 //
 //   bench_checkpoint [benchmark flags]      (files go to $TMPDIR, default /tmp; removed at exit)
 //
