@@ -188,6 +188,8 @@ GEMM = {
     "bulk_no_final_wait": [("  if (kBulkable && p.bulk_store && tid_wg < Cfg::kWgRows) cuda::bulk_wait_group<0>();\n", "")],
     # ... two copiers' rows swapped
     "bulk_rows_swapped": [("rows + tid_wg * kRow, row_bytes);", "rows + (tid_wg ^ 1) * kRow, row_bytes);")],
+    # ... the rows' generic stores not made visible to the async proxy before the copies read them
+    "bulk_no_proxy_fence": [("            cuda::fence_proxy_async_shared();  // the rows' stores, before the copies (the async proxy) read them\n", "")],
 }
 
 
@@ -232,6 +234,8 @@ ATTENTION_BWD = {
     "dq_free_before_read": [("        cuda::bulk_wait_group_read<0>();      // this lane's rows are read from the buffer:\n"
                              "        cuda::mbarrier_arrive(&dq_empty[c]);  // the consumer may refill it while the adds complete\n",
                              "        cuda::mbarrier_arrive(&dq_empty[c]);\n")],
+    # the consumers' dQ stores not made visible to the async proxy before the writer's bulk reductions read them
+    "dq_no_proxy_fence": [("      cuda::fence_proxy_async_shared();  // the writer's bulk reductions (async proxy) read these stores\n", "")],
     # the writer sends a consumer's dQ buffer before the consumer filled it (the wrong dq_full parity)
     "dq_full_parity": [("cuda::mbarrier_wait(&dq_full[c], (j / Cfg::kConsumers) & 1);",
                         "cuda::mbarrier_wait(&dq_full[c], ((j / Cfg::kConsumers) & 1) ^ 1);")],
@@ -372,6 +376,8 @@ ATTENTION_BWD_STOREDS = {
     # ds_empty expects the reader's 128 arrivals, as with the dQ share: the writer's 32 never complete a phase,
     # the consumers wait for tile j + 2's buffer forever (the watchdog traps)
     "writer_empty_count": [("kStoreDs ? 32 : Cfg::kWarpgroupThreads", "Cfg::kWarpgroupThreads")],
+    # the consumers' dS^T stores not made visible to the async proxy before the writer's bulk copies read them
+    "ds_no_proxy_fence": [("      if constexpr (kStoreDs) cuda::fence_proxy_async_shared();  // the writer's bulk copies (async proxy) read it\n", "")],
 }
 
 # ---- attention_decode.cu: one query row against the key/value cache (generation) ------------------------

@@ -418,6 +418,14 @@ struct Block {
   std::vector<uint64_t> chunk_version;
   std::vector<int> chunk_pending, chunk_readers;
 
+  // The proxies (fence.proxy.async): every shared range a bulk copy has read, (offset, bytes) -> what it
+  // held at the block's last fence.proxy.async (or the last TMA landing on it: the async proxy sees its own
+  // writes). The async proxy sees generic stores only after a fence, so a copy issued from a range that
+  // differs from this was written after every fence. Any thread's fence refreshes every range: a fence
+  // dropped from all writers is caught, one dropped from some (another thread fences later) is not.
+  std::mutex fence_mu;  // taken alone, or after mu
+  std::map<std::pair<uint32_t, int>, std::vector<unsigned char>> fenced_sources;
+
   std::vector<std::unique_ptr<Group>> warps, wgs;
 
   // What each thread waits in, for the deadlock report (WaitWhat{} while it runs). Locked after mu or a group's
@@ -697,6 +705,12 @@ void dma_loop(Block* b) {
       --b->chunk_pending[ch];
     }
     for (auto& e : c.elems) std::memcpy(b->window + e.first, &e.second, 2);
+    {
+      std::lock_guard<std::mutex> fg(b->fence_mu);
+      for (auto& [range, held] : b->fenced_sources)
+        if (range.first < c.dst + c.bytes && c.dst < range.first + static_cast<uint32_t>(range.second))
+          std::memcpy(held.data(), b->window + range.first, held.size());
+    }
     auto it = b->bars.find(c.bar);
     if (it == b->bars.end() || !it->second.inited) fail("TMA completion on an uninitialised mbarrier 0x%x", c.bar);
     Mbar& m = it->second;
@@ -1443,7 +1457,14 @@ std::vector<PrefetchRec> take_prefetches() {
   return out;
 }
 
-void fence_proxy_async() {}
+void fence_proxy_async() {
+  if (cur().blk == nullptr) return;
+  Block& b = blk();
+  std::lock_guard<std::mutex> g(b.fence_mu);
+  for (auto& [range, held] : b.fenced_sources)
+    std::memcpy(held.data(), smem_at(range.first, static_cast<uint32_t>(range.second), "fence.proxy.async"),
+                held.size());
+}
 
 // Named barrier `id` for an arrival of `op` (bar.sync or bar.arrive) over `threads` threads; b.mu held.
 static NamedBar& named_bar_at(Block& b, int id, int threads, const char* op) {
@@ -1681,7 +1702,19 @@ void bulk_copy(void* gdst, const void* ssrc, int bytes, bool add_f32) {
   if (bytes <= 0 || bytes % 16) fail("%s of %d bytes: not a positive multiple of 16", what, bytes);
   if (src % 16) fail("%s from shared address 0x%x, not 16-byte aligned", what, src);
   if (reinterpret_cast<uintptr_t>(gdst) % 16) fail("%s to global address %p, not 16-byte aligned", what, gdst);
-  (void)smem_at(src, bytes, what);  // in the block's shared memory
+  const unsigned char* now = smem_at(src, bytes, what);  // in the block's shared memory
+  {
+    Block& b = blk();
+    std::lock_guard<std::mutex> g(b.fence_mu);
+    auto [it, first] = b.fenced_sources.try_emplace({src, bytes});
+    if (first)  // nothing to compare with yet: the range's first copy is not checked
+      it->second.assign(now, now + bytes);
+    else if (std::memcmp(it->second.data(), now, static_cast<size_t>(bytes)) != 0)
+      fail("%s from shared address 0x%x (%d bytes) by thread %d: generic stores changed that memory after the "
+           "block's last fence.proxy.async, so the async proxy may not see them (each writing thread needs "
+           "fence.proxy.async.shared::cta before the barrier that precedes the copy)",
+           what, src, bytes, cur().tid);
+  }
   cur().bulk.open.push_back(BulkCopy{static_cast<unsigned char*>(gdst), src, bytes, add_f32});
 }
 void bulk_commit() {

@@ -83,6 +83,8 @@ struct PrefetchRec {
   int coords[5];
 };
 std::vector<PrefetchRec> take_prefetches();
+// fence.proxy.async.shared::cta: the generic stores to shared memory so far become visible to the async
+// proxy; a bulk copy from a range stored to after every fence fails (emu_runtime.cpp, Block::fenced_sources).
 void fence_proxy_async();
 void named_barrier(int id, int threads, const char* file, int line);  // file:line, the bar.sync call site
 void named_barrier_arrive(int id, int threads);  // bar.arrive: counts, does not wait
