@@ -32,7 +32,8 @@ const char* kUsage =
     "      <|endoftext|> between documents (gpt2), and writes DIR/train.h5 and DIR/val.h5 (or shards\n"
     "      DIR/train_000000.h5, ...). Every 1/val-fraction-th document goes to validation.\n"
     "  gpt2-data inspect FILE|RUN_DIR\n"
-    "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt.\n"
+    "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt, and\n"
+    "      reads every token back, verifying its id and the file's CRC-32 (exit 1 if damaged).\n"
     "      A checkpoint (or a run's --out directory: the checkpoint its ckpt/latest names): prints its\n"
     "      model and step, and reads every tensor back, verifying its CRC-32 and that it is finite;\n"
     "      exits 1 naming the first damaged tensor (e.g. after copying checkpoints between clusters).\n"
@@ -177,6 +178,10 @@ int inspect(const std::string& path) {
   std::printf("tokenizer:  %s\n", f.tokenizer().c_str());
   if (f.eot_token() >= 0) std::printf("eot_token:  %d\n", f.eot_token());
   if (f.num_documents() >= 0) std::printf("documents:  %lld starting in this file\n", static_cast<long long>(f.num_documents()));
+  std::fflush(stdout);  // the description first: the check below reads the whole file
+  const bool crc = f.verify_crc32();
+  std::printf("checked:    every token read back and < vocab_size; CRC-32 %s\n",
+              crc ? "verified" : "not verified (the file has none: written by another tool, or before 2026-12-07)");
   const size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), 200));
   std::vector<int32_t> head(n);
   if (n > 0) f.read(0, n, head.data());

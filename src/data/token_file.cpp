@@ -1,6 +1,7 @@
 #include "data/token_file.hpp"
 
 #include <glob.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -31,16 +32,20 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
     h5::Id ds(H5Dcreate2(f.get(), "tokens", u16 ? H5T_STD_U16LE : H5T_STD_U32LE, space.get(), H5P_DEFAULT,
                          dcpl.get(), H5P_DEFAULT));
     H5_CHECK(ds.get(), "create /tokens in " << tmp);
+    uint32_t crc = 0;  // of the tokens as stored (little-endian: the only byte order this builds for)
     if (n > 0) {
       if (u16) {
         std::vector<uint16_t> t16(tokens.begin(), tokens.end());
         H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, t16.data()),
                  "cannot write /tokens in " << tmp);
+        crc = h5::crc32_of(t16.data(), t16.size() * sizeof(uint16_t));
       } else {
         H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
                  "cannot write /tokens in " << tmp);
+        crc = h5::crc32_of(tokens.data(), tokens.size() * sizeof(uint32_t));
       }
     }
+    h5::write_attr_i64(ds.get(), "crc32", crc);
     if (!opt.doc_offsets.empty()) {
       const hsize_t nd = opt.doc_offsets.size();
       h5::Id dspace(H5Screate_simple(1, &nd, nullptr));
@@ -154,6 +159,31 @@ void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
                                                                      << path_ << " is >= the file's vocab_size "
                                                                      << vocab_size_ << " (corrupt or mislabelled file)");
   }
+}
+
+bool TokenFile::verify_crc32() {
+  if (!h5::has_attr(dataset_.get(), "crc32")) return false;
+  const int64_t stored = h5::read_attr_i64(dataset_.get(), "crc32", path_);
+  constexpr size_t kPiece = size_t{1} << 20;  // tokens a read
+  std::vector<int32_t> piece;
+  std::vector<uint16_t> t16;
+  uLong crc = 0;
+  for (uint64_t at = 0; at < num_tokens_; at += kPiece) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, num_tokens_ - at));
+    piece.resize(n);
+    read(at, n, piece.data());  // each token < vocab_size, so it narrows back to its stored width exactly
+    if (dtype_bits_ == 16) {
+      t16.assign(piece.begin(), piece.end());
+      crc = crc32_combine(crc, h5::crc32_of(t16.data(), n * 2), static_cast<z_off_t>(n * 2));
+    } else {
+      crc = crc32_combine(crc, h5::crc32_of(piece.data(), n * 4), static_cast<z_off_t>(n * 4));
+    }
+  }
+  GPT2_REQUIRE(stored == static_cast<int64_t>(crc),
+               path_ << ": /tokens fails its CRC-32 check (attribute crc32 is " << stored << ", the tokens give " << crc
+                     << "): the file changed after it was written (a bad disk, copy or transfer); use another copy "
+                        "or prepare it again");
+  return true;
 }
 
 std::vector<std::string> expand_data_glob(const std::string& pattern) {

@@ -1,5 +1,7 @@
 // Token files (DESIGN.md section 5): HDF5, dataset /tokens (1-D uint16 or uint32, chunked), root
 // attributes vocab_size, tokenizer, eot_token (optional), format_version = 1; optional /doc_offsets.
+// gpt2-data writes /tokens with attribute crc32 (zlib's CRC-32 of the tokens as stored, little-endian),
+// which `gpt2-data inspect` verifies; training reads windows at random and does not.
 // A dataset is one file or a glob of shard files.
 #pragma once
 
@@ -45,6 +47,10 @@ class TokenFile {
   size_t chunk_cache_bytes() const;
   // Reads tokens [offset, offset + n) and checks each is < vocab_size (caller holds hdf5_mutex()).
   void read(uint64_t offset, size_t n, int32_t* out);
+  // Reads every token (each checked as read() does) and compares /tokens' crc32 attribute with them:
+  // false when the file has none (written by another tool), true when it matches; a mismatch ends the
+  // job naming the file. Caller holds hdf5_mutex().
+  bool verify_crc32();
 
  private:
   std::string path_;

@@ -130,6 +130,30 @@ expect_fail eval-only-needs-val 1 "--eval-only needs --val-data" "${train[@]}" "
 expect_fail init-from-missing 1 "file not found" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --init-from "$work/none.h5"
 expect_fail data-missing-text 1 "cannot read text file" "$bin/gpt2-data" prepare --text "$work/none.txt" --out "$work/d"
 expect_fail data-inspect-bad 1 "not an HDF5 file" "$bin/gpt2-data" inspect "$work/notes.h5"
+# gpt2-data writes /tokens with its CRC-32 (zlib's over the stored uint16s, as Python computes it); inspect reads
+# every token back and verifies it, and fails on a token file one of whose bytes changed on disk
+if expect_ok data-prepare-crc "$bin/gpt2-data" prepare --tokenizer byte --input "$src/README.md" --out "$work/tokcrc" \
+    --val-fraction 0.2 --no-progress; then
+  if out=$("$bin/gpt2-data" inspect "$work/tokcrc/train.h5" 2>&1) && grep -q "CRC-32 verified" <<<"$out"; then
+    echo "ok   data-inspect-crc"
+  else
+    echo "FAIL data-inspect-crc: $out"; fails=$((fails+1))
+  fi
+  /usr/bin/python3 - "$work/tokcrc/train.h5" <<'PY' || { echo "FAIL data-crc-h5py"; fails=$((fails+1)); }
+import sys, zlib
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    d = f["tokens"]
+    assert d.attrs["crc32"] == zlib.crc32(d[...].astype("<u2").tobytes()), "crc32 is not zlib's"
+    at = d.id.get_chunk_info(0).byte_offset + 1000
+with open(sys.argv[1], "r+b") as raw:
+    raw.seek(at)
+    b = raw.read(1)[0]
+    raw.seek(at)
+    raw.write(bytes([b ^ 0x04]))  # stays a byte-level id (< 256): only the CRC-32 can tell
+PY
+  expect_fail data-inspect-flipped 1 "train.h5: /tokens fails its CRC-32 check" "$bin/gpt2-data" inspect "$work/tokcrc/train.h5"
+fi
 expect_fail data-unknown-cmd 2 "unknown command" "$bin/gpt2-data" frobnicate
 
 # --- good runs ---
