@@ -44,9 +44,12 @@ safetensors(out("safetensors", "scalar_empty.safetensors"),
             [("s", np.float32(3.0), "F32"), ("e", np.zeros((0, 4), np.float32), "F32"), ("i", np.int64([7]), "I64")])
 
 
-def token_file(path, tokens, dtype, vocab, eot=None, docs=None):
+def token_file(path, tokens, dtype, vocab, eot=None, docs=None, crc=False):
     with h5py.File(path, "w") as f:
-        f.create_dataset("tokens", data=np.asarray(tokens, dtype=dtype), chunks=(max(1, min(len(tokens), 64)),))
+        t = np.asarray(tokens, dtype=dtype)
+        d = f.create_dataset("tokens", data=t, chunks=(max(1, min(len(tokens), 64)),))
+        if crc:  # as gpt2-data writes it since 2026-12-07
+            d.attrs["crc32"] = np.int64(zlib.crc32(t.astype(t.dtype.newbyteorder("<")).tobytes()))
         f.attrs["vocab_size"] = vocab
         f.attrs["tokenizer"] = "byte" if vocab == 256 else "gpt2"
         f.attrs["format_version"] = 1
@@ -57,7 +60,8 @@ def token_file(path, tokens, dtype, vocab, eot=None, docs=None):
 
 
 token_file(out("token_file", "u16.h5"), list(b"In the beginning God created"), np.uint16, 256)
-token_file(out("token_file", "u32_docs.h5"), [464, 50256, 318, 257, 50256], np.uint32, 50257, eot=50256, docs=[0, 2])
+token_file(out("token_file", "u32_docs.h5"), [464, 50256, 318, 257, 50256], np.uint32, 50257, eot=50256, docs=[0, 2],
+           crc=True)
 # Regression seeds of findings: array attributes (read_attr_* wrote past one value); corrupt_chunk_size.h5
 # (a chunk stored in 55 of 56 bytes, which libhdf5 over-reads) is the fuzzer's own input, kept as found.
 with h5py.File(out("token_file", "array_attributes.h5"), "w") as f:
