@@ -190,7 +190,8 @@ declare -A train_mains=([gpt2-train]=src/app/train_main.cpp [gpt2-sample]=src/ap
 train_lib_objs=()
 train_flags=(-I/usr/include/hdf5/serial)
 for f in $(mpicxx --showme:incdirs 2> /dev/null); do train_flags+=(-I"$f"); done
-train_link=(-lboost_program_options -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5 $(mpicxx --showme:link 2> /dev/null)
+# (zlib: the CRC-32s of checkpoints and token files, src/core/hdf5.cpp)
+train_link=(-lboost_program_options -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5 -lz $(mpicxx --showme:link 2> /dev/null)
   -lopenblas)
 build_train() {
   build_gpu_tests || return 1
