@@ -150,8 +150,8 @@ bool probe_attr_i64(hid_t loc, const char* name, int64_t* v) {
   return H5Aread(attr.get(), H5T_NATIVE_INT64, v) >= 0;
 }
 
-// "" when every tensor of `table` is a dataset of the right shape in group `name` of `f` (with its crc32
-// attribute when `checksums`; the values themselves are verified by the load, which reads them anyway).
+// "" when every tensor of `table` is a dataset of the right shape in group `name` of `f`, with its crc32
+// attribute when `checksums` (probe_values reads the values after every group's metadata passed).
 std::string probe_tensors(hid_t f, const std::string& name, const ParamTable& table, bool checksums) {
   if (h5::object_kind(f, name) != "group") return "it has no group /" + name;
   h5::Id g(H5Gopen2(f, name.c_str(), H5P_DEFAULT));
@@ -427,12 +427,10 @@ std::string probe_checkpoint(const std::string& path) {
   std::string checksum_kind;
   if (checksums && (!h5::probe_attr_str(f.get(), kTensorChecksum, &checksum_kind) || checksum_kind != "crc32"))
     return std::string("attribute ") + kTensorChecksum + " is not \"crc32\" (the one kind this build verifies)";
-  std::string problem = probe_tensors(f.get(), "model", table, checksums);
   const bool with_optimizer = h5::has_object(f.get(), "optimizer");
-  if (problem.empty() && with_optimizer) {
-    problem = probe_tensors(f.get(), "optimizer/m", table, checksums);
-    if (problem.empty()) problem = probe_tensors(f.get(), "optimizer/v", table, checksums);
-  }
+  std::string problem;
+  for (const char* group : tensor_groups(with_optimizer))
+    if (problem.empty()) problem = probe_tensors(f.get(), group, table, checksums);
   // The values last: every tensor read once more (on rank 0, in the probe's process), about a second for
   // 124M's 1.5 GB.
   for (const char* group : tensor_groups(with_optimizer))
