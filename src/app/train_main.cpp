@@ -15,13 +15,6 @@
 
 namespace {
 
-// 52 bits of FNV-1a: exact in a double, the type the all-reduce below takes.
-double text_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return static_cast<double>(h >> 12);
-}
-
 // The options that not every rank was given the same value of (ParsedArgs::option_values), each as this rank
 // has it; empty when they agree. One all-reduce of (h, -h) under max gives each option's highest and lowest
 // hash. Ranks started with different options run different jobs that meet in the same collectives: a rank
@@ -32,7 +25,7 @@ std::vector<std::string> options_that_differ(const std::vector<std::string>& val
   comm.allreduce(count, 2, gpt2::ReduceOp::kMax, "option check (count)");
   if (count[0] != -count[1]) return {"(the ranks run different builds of gpt2-train: their options differ)"};
   std::vector<double> h(2 * values.size());
-  for (size_t i = 0; i < values.size(); ++i) h[i] = text_hash(values[i]), h[values.size() + i] = -h[i];
+  for (size_t i = 0; i < values.size(); ++i) h[i] = gpt2::text_hash(values[i]), h[values.size() + i] = -h[i];
   comm.allreduce(h.data(), h.size(), gpt2::ReduceOp::kMax, "option check (values)");
   std::vector<std::string> differ;
   for (size_t i = 0; i < values.size(); ++i)

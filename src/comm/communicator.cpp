@@ -483,6 +483,12 @@ std::string broadcast_string(Communicator& comm, std::string s, int root, const 
   return s;
 }
 
+double text_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return static_cast<double>(h >> 12);
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : Communicator(comm, timeout_s) {
   MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);

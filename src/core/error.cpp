@@ -1,5 +1,6 @@
 #include "core/error.hpp"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,7 +16,11 @@ namespace {
 ErrorContext g_context;
 AbortHook g_abort_hook = nullptr;
 FatalReporter g_fatal_reporter = nullptr;
+thread_local int t_fatal_as_exception = 0;  // FatalAsException scopes alive on this thread
 }  // namespace
+
+FatalAsException::FatalAsException() { ++t_fatal_as_exception; }
+FatalAsException::~FatalAsException() { --t_fatal_as_exception; }
 
 void set_error_context_rank(int rank) { g_context.rank = rank; }
 void set_error_context_device(int device) { g_context.device = device; }
@@ -28,35 +33,47 @@ std::string hostname() {
   return buf;
 }
 
-void fatal(const std::string& what, const char* file, int line) {
+void print_error(const std::string& what) {
   log_flush(2.0);  // rank 0's queued progress lines first (log_set_async), if their reader is reading
   std::string where = "[gpt2";
   if (g_context.rank >= 0) where += " rank " + std::to_string(g_context.rank);
   where += " host " + hostname();
   if (g_context.device >= 0) where += " device " + std::to_string(g_context.device);
   where += "]";
-  if (file != nullptr) {
-    std::fprintf(stderr, "%s error: %s (at %s:%d)\n", where.c_str(), what.c_str(), file, line);
-  } else {
-    std::fprintf(stderr, "%s error: %s\n", where.c_str(), what.c_str());
-  }
+  std::fprintf(stderr, "%s error: %s\n", where.c_str(), what.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
+}
+
+namespace {
+[[noreturn]] void end_job(int exit_code, const std::string& what) {
+  if (t_fatal_as_exception > 0 && !omp_in_parallel()) throw FatalError{what, exit_code};
+  print_error(what);
   if (FatalReporter r = g_fatal_reporter) {
     g_fatal_reporter = nullptr;  // once: a failure inside the reporter must not recurse
     r();
     std::fflush(stderr);
   }
-  if (g_abort_hook != nullptr) g_abort_hook(1, what);
-  std::exit(1);
+  if (g_abort_hook != nullptr) g_abort_hook(exit_code, what);
+  std::exit(exit_code);
 }
+}  // namespace
+
+void fatal(const std::string& what, const char* file, int line) {
+  end_job(1, file == nullptr ? what : what + " (at " + file + ":" + std::to_string(line) + ")");
+}
+
+void fatal_usage(const std::string& what) { end_job(2, what); }
 
 namespace {
 [[noreturn]] void on_terminate() {
+  t_fatal_as_exception = 0;  // from here on every error ends the job (this handler must not throw)
   const std::exception_ptr e = std::current_exception();
   if (!e) fatal("std::terminate called without an exception (a noexcept function threw, or a joinable thread was destroyed)");
   try {
     std::rethrow_exception(e);
+  } catch (const FatalError& x) {  // thrown where nothing catches it (a noexcept function, a destructor)
+    end_job(x.exit_code, x.what);
   } catch (const std::bad_alloc& x) {
     fatal(msg() << "out of memory (" << x.what() << "): the model, batch or data do not fit in this process's "
                    "memory; use a smaller model, batch or fewer ranks per node");

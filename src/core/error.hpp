@@ -30,6 +30,31 @@ void set_fatal_reporter(FatalReporter reporter);
 // Prints "[gpt2 rank R host H device D] error: WHAT" (plus "(at FILE:LINE)" when given) to stderr
 // and ends the job with status 1.
 [[noreturn]] void fatal(const std::string& what, const char* file = nullptr, int line = 0);
+// The same for a command line that asks for something impossible (options that contradict each other,
+// a batch the ranks cannot share), found after the options parsed: status 2, as for a bad option.
+[[noreturn]] void fatal_usage(const std::string& what);
+
+// Prints "[gpt2 rank R host H device D] error: WHAT" to stderr (rank 0's queued log lines first), and
+// nothing else: for the callers that end the job themselves (comm/fail_together.hpp).
+void print_error(const std::string& what);
+
+// What fatal() throws, instead of printing and ending the job, on a thread inside a FatalAsException
+// scope: for startup work that every rank runs alike and so usually fails alike on every rank, where
+// one rank is to print the error once for all (comm/fail_together.hpp).
+struct FatalError {
+  std::string what;   // the message, with "(at FILE:LINE)" for internal checks
+  int exit_code = 1;  // 1 or 2 (fatal_usage)
+};
+// While one is alive, fatal() on this thread throws FatalError. Not inside an OpenMP parallel region
+// (an exception must not leave one): there fatal() prints and ends the job as always, as on every other
+// thread. Scopes nest.
+class FatalAsException {
+ public:
+  FatalAsException();
+  ~FatalAsException();
+  FatalAsException(const FatalAsException&) = delete;
+  FatalAsException& operator=(const FatalAsException&) = delete;
+};
 
 // Makes an exception that escapes main, or any thread, end the job through fatal() ("[gpt2 rank R host H]
 // error: out of memory ...", MPI_Abort on every rank) instead of std::terminate's abort and backtrace on
@@ -71,4 +96,10 @@ std::string hostname();
 #define GPT2_REQUIRE(cond, ...)                                                           \
   do {                                                                                    \
     if (!(cond)) ::gpt2::fatal((::gpt2::msg() << __VA_ARGS__).str());                     \
+  } while (0)
+
+// The same for options that cannot work together (exit status 2, as a bad option): fatal_usage().
+#define GPT2_REQUIRE_OPTIONS(cond, ...)                                                   \
+  do {                                                                                    \
+    if (!(cond)) ::gpt2::fatal_usage((::gpt2::msg() << __VA_ARGS__).str());               \
   } while (0)

@@ -285,10 +285,10 @@ GPT2Config read_checkpoint_config(const std::string& path) {
 bool load_checkpoint(const std::string& path, GPT2& model, OptimizerState* opt, TrainState* state) {
   const GPT2Config fc = read_checkpoint_config(path);
   const GPT2Config& mc = model.config();
-  GPT2_REQUIRE(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
-                   fc.vocab_size == mc.vocab_size && fc.max_seq_len == mc.max_seq_len,
-               "checkpoint " << path << " holds a model " << fc.describe() << " but this run builds "
-                             << mc.describe() << "; pass matching model options");
+  GPT2_REQUIRE_OPTIONS(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
+                           fc.vocab_size == mc.vocab_size && fc.max_seq_len == mc.max_seq_len,
+                       "checkpoint " << path << " holds a model " << fc.describe() << " but this run builds "
+                                     << mc.describe() << "; pass matching model options");
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::Id f = h5::open_read(path);
   h5::Id g = h5::open_group(f.get(), "model", path);

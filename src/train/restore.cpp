@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "comm/fail_together.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/hf_interop.hpp"
@@ -33,26 +34,43 @@ bool load_model_and_optimizer(const std::string& path, GPT2& model, AdamW& opt, 
 std::string choose_checkpoint(TrainConfig& cfg, Communicator& comm) {
   const int rank = comm.rank();
   if (rank == 0 && !cfg.out_dir.empty() && !cfg.benchmark) remove_stale_temporaries(cfg.out_dir);
+  // --resume and --init-from may name another path on each node (a node-local copy), but not 'auto' on some
+  // ranks and a file on others, or a file on some and none on others: the ranks would take different
+  // collectives below and wait in them until the timeout.
+  const int resume_kind = cfg.resume == "auto" ? 1 : (cfg.resume != "none" && !cfg.resume.empty()) ? 2 : 0;
+  const int kind = resume_kind + 3 * static_cast<int>(!cfg.init_from.empty());
+  int kinds[2] = {kind, -kind};
+  comm.allreduce(kinds, 2, ReduceOp::kMax, "--resume and --init-from check");
+  fail_together(comm, "--resume and --init-from", [&] {
+    GPT2_REQUIRE_OPTIONS(kinds[0] == -kinds[1],
+                         "--resume and --init-from must be given alike on every rank: a path may differ from node "
+                         "to node, but not 'auto' on some ranks and a file on others, or a file on some and none "
+                         "on others");
+  });
   std::string resume_path;
   if (cfg.resume == "auto") {
-    GPT2_REQUIRE(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
+    fail_together(comm, "--resume auto", [&] {
+      GPT2_REQUIRE_OPTIONS(!cfg.out_dir.empty(), "--resume auto needs --out (it looks for <out>/ckpt/latest)");
+    });
     if (rank == 0) resume_path = find_resume_checkpoint(cfg.out_dir);
     resume_path = broadcast_string(comm, resume_path, 0, "resume checkpoint");
   } else if (cfg.resume != "none" && !cfg.resume.empty()) {
-    resume_path = resolve_checkpoint(cfg.resume);
+    fail_together(comm, "--resume", [&] { resume_path = resolve_checkpoint(cfg.resume); });
   }
   // --init-from takes a checkpoint, a run's --out directory (its latest checkpoint) or safetensors.
   if (resume_path.empty() && !cfg.init_from.empty())
     cfg.init_from = broadcast_string(comm, rank == 0 ? resolve_checkpoint(cfg.init_from) : "", 0, "--init-from checkpoint");
   if (cfg.model_from_checkpoint) {  // no model options: the architecture is the checkpoint's (as from_pretrained)
     const std::string& src = !resume_path.empty() ? resume_path : cfg.init_from;
-    GPT2_REQUIRE(!src.empty(), "no model given and no checkpoint to take it from: use --model PRESET, or --n-layer, "
-                               "--n-head and --n-embd, or --init-from CHECKPOINT");
-    GPT2Config fc = is_safetensors(src) ? read_hf_config(src, cfg.model) : read_checkpoint_config(src);
-    // An explicit --vocab-size or --max-seq-len stays, so that a mismatch is reported, not ignored.
-    if (cfg.model.vocab_size > 0) fc.vocab_size = cfg.model.vocab_size;
-    if (cfg.model.max_seq_len > 0) fc.max_seq_len = cfg.model.max_seq_len;
-    cfg.model = fc;
+    fail_together(comm, "model from checkpoint", [&] {
+      GPT2_REQUIRE_OPTIONS(!src.empty(), "no model given and no checkpoint to take it from: use --model PRESET, or "
+                                         "--n-layer, --n-head and --n-embd, or --init-from CHECKPOINT");
+      GPT2Config fc = is_safetensors(src) ? read_hf_config(src, cfg.model) : read_checkpoint_config(src);
+      // An explicit --vocab-size or --max-seq-len stays, so that a mismatch is reported, not ignored.
+      if (cfg.model.vocab_size > 0) fc.vocab_size = cfg.model.vocab_size;
+      if (cfg.model.max_seq_len > 0) fc.max_seq_len = cfg.model.max_seq_len;
+      cfg.model = fc;
+    });
     log_info("model %s from %s\n", cfg.model.describe().c_str(), src.c_str());
   }
 
@@ -71,7 +89,7 @@ TrainState restore_state(const TrainConfig& cfg, const std::string& resume_path,
                                << "Adam's moments to continue the run; to start a new run from its weights use "
                                   "--init-from "
                                << resume_path);
-    GPT2_REQUIRE((state.global_batch_tokens == 0 || state.global_batch_tokens == cfg.global_batch_tokens) &&
+    GPT2_REQUIRE_OPTIONS((state.global_batch_tokens == 0 || state.global_batch_tokens == cfg.global_batch_tokens) &&
                      (state.seq_len == 0 || state.seq_len == T),
                  "checkpoint " << resume_path << " was written with --global-batch-tokens " << state.global_batch_tokens
                                << " and --seq-len " << state.seq_len << "; resume with the same values (this run has "
@@ -89,7 +107,7 @@ TrainState restore_state(const TrainConfig& cfg, const std::string& resume_path,
     if (is_safetensors(cfg.init_from)) {  // Hugging Face weights (e.g. the released gpt2), for fine-tuning
       const GPT2Config fc = read_hf_config(cfg.init_from, cfg.model);
       const GPT2Config& mc = cfg.model;
-      GPT2_REQUIRE(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
+      GPT2_REQUIRE_OPTIONS(fc.n_layer == mc.n_layer && fc.n_head == mc.n_head && fc.n_embd == mc.n_embd &&
                        fc.vocab_size == mc.vocab_size && fc.max_seq_len == mc.max_seq_len,
                    "--init-from " << cfg.init_from << " holds a model " << fc.describe() << " but this run builds "
                                   << mc.describe() << ": set " << model_options_for(fc));

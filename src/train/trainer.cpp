@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/fail_together.hpp"
 #include "comm/mpi_env.hpp"
 #include "comm/nccl_version.hpp"
 #include "core/error.hpp"
@@ -135,24 +136,26 @@ StepResult train_step(ModelRunner& runner, Communicator& comm, const RankBatch& 
   r.exposed_ms = runner.finish_communication();
   r.loss = runner.take_loss_sum() / g.accum;
   if (g.world > 1) comm.allreduce(&r.loss, 1, ReduceOp::kAvg, "loss");
-  GPT2_REQUIRE(std::isfinite(r.loss), "the loss is " << r.loss << " at step " << step + 1
-                                                     << ": training diverged (try a lower --lr or --grad-clip, or "
-                                                        "check the data); the weights were not updated");
+  GPT2_REQUIRE_ON_ALL_RANKS(comm, std::isfinite(r.loss),
+                            "the loss is " << r.loss << " at step " << step + 1
+                                           << ": training diverged (try a lower --lr or --grad-clip, or check the "
+                                              "data); the weights were not updated");
   r.grad_norm = std::sqrt(runner.grad_sum_squares());
-  GPT2_REQUIRE(std::isfinite(r.grad_norm), "the gradient norm is " << r.grad_norm << " at step " << step + 1
-                                                                   << " (loss " << r.loss
-                                                                   << "): training diverged (try a lower --lr, or "
-                                                                      "check the data); the weights were not updated");
+  GPT2_REQUIRE_ON_ALL_RANKS(comm, std::isfinite(r.grad_norm),
+                            "the gradient norm is " << r.grad_norm << " at step " << step + 1 << " (loss " << r.loss
+                                                    << "): training diverged (try a lower --lr, or check the data); "
+                                                       "the weights were not updated");
   r.lr = cfg.schedule.at(step);
-  GPT2_REQUIRE(std::isfinite(r.lr), "the learning rate is " << r.lr << " at step " << step + 1 << ": check --lr");
+  GPT2_REQUIRE_ON_ALL_RANKS(comm, std::isfinite(r.lr),
+                            "the learning rate is " << r.lr << " at step " << step + 1 << ": check --lr");
   runner.optimizer_step(r.lr, clip_factor(r.grad_norm, cfg.optim.grad_clip));
   // A finite loss and gradient can still overflow in the update (a huge --lr): stop at this step,
   // before anything is written, rather than at the next one with a NaN checkpoint on disk.
-  GPT2_REQUIRE(runner.update_is_finite(), "the update of step " << step + 1 << " made the weights non-finite (loss "
-                                                                << r.loss << ", gradient norm " << r.grad_norm
-                                                                << ", lr " << r.lr
-                                                                << "): lower --lr (or check the data); no checkpoint "
-                                                                   "holds these weights");
+  GPT2_REQUIRE_ON_ALL_RANKS(comm, runner.update_is_finite(),
+                            "the update of step " << step + 1 << " made the weights non-finite (loss " << r.loss
+                                                  << ", gradient norm " << r.grad_norm << ", lr " << r.lr
+                                                  << "): lower --lr (or check the data); no checkpoint holds these "
+                                                     "weights");
   return r;
 }
 
@@ -220,75 +223,89 @@ Backends resolve_backends(const TrainConfig& cfg, const MpiEnv& env) {
     log_warn("%d ranks share %d GPU(s) on a node: using --comm mpi (host-staged, slow); run one rank per GPU "
              "for NCCL\n", env.local_size(), gpus);
   be.gemm = cfg.gemm;
-  GPT2_REQUIRE(on_gpu || be.precision == Precision::kFp32,
-               "--precision " << name_of(be.precision) << " needs --device cuda (the CPU backend is fp32)");
-  GPT2_REQUIRE(on_gpu || be.comm == Comm::kMpi,
-               "--comm " << name_of(be.comm) << " needs --device cuda (the CPU backend uses --comm mpi)");
-  GPT2_REQUIRE(on_gpu || !cfg.cuda_graph, "--cuda-graph needs --device cuda");
-  GPT2_REQUIRE(on_gpu || cfg.profile_step == 0,
-               "--profile-step times the CUDA backend's kernels: it needs --device cuda");
-  GPT2_REQUIRE(!on_gpu || cfg.zero == 0 || be.comm == Comm::kNccl,
-               "--zero 1 on GPUs needs --comm nccl (one GPU per rank); the host-staged --comm mpi path keeps the "
-               "whole optimizer: use --zero 0 there");
+  GPT2_REQUIRE_OPTIONS(on_gpu || be.precision == Precision::kFp32,
+                       "--precision " << name_of(be.precision) << " needs --device cuda (the CPU backend is fp32)");
+  GPT2_REQUIRE_OPTIONS(on_gpu || be.comm == Comm::kMpi,
+                       "--comm " << name_of(be.comm) << " needs --device cuda (the CPU backend uses --comm mpi)");
+  GPT2_REQUIRE_OPTIONS(on_gpu || !cfg.cuda_graph, "--cuda-graph needs --device cuda");
+  GPT2_REQUIRE_OPTIONS(on_gpu || cfg.profile_step == 0,
+                       "--profile-step times the CUDA backend's kernels: it needs --device cuda");
+  GPT2_REQUIRE_OPTIONS(!on_gpu || cfg.zero == 0 || be.comm == Comm::kNccl,
+                       "--zero 1 on GPUs needs --comm nccl (one GPU per rank); the host-staged --comm mpi path "
+                       "keeps the whole optimizer: use --zero 0 there");
   return be;
+}
+
+// The batch geometry on W ranks: each rank's accum micro-batches of B sequences of T tokens make the global
+// batch. Fills in the default --global-batch-tokens (one micro-batch a rank).
+StepGeometry plan_batch(TrainConfig& cfg, int W) {
+  const int B = cfg.micro_batch, T = cfg.seq_len;
+  GPT2_REQUIRE_OPTIONS(B > 0 && T > 0, "--micro-batch and --seq-len must be positive");
+  GPT2_REQUIRE_OPTIONS(T <= cfg.model.max_seq_len,
+                       "--seq-len " << T << " exceeds the model's --max-seq-len " << cfg.model.max_seq_len);
+  if (cfg.global_batch_tokens == 0) cfg.global_batch_tokens = static_cast<int64_t>(B) * T * W;
+  GPT2_REQUIRE_OPTIONS(cfg.global_batch_tokens % T == 0,
+                       "--global-batch-tokens " << cfg.global_batch_tokens << " is not a multiple of --seq-len " << T);
+  const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
+  GPT2_REQUIRE_OPTIONS(G % (static_cast<int64_t>(B) * W) == 0,
+                       "the global batch of " << G << " sequences (--global-batch-tokens " << cfg.global_batch_tokens
+                                              << ") does not divide into micro-batches of " << B << " on " << W
+                                              << " ranks: make it a multiple of micro-batch x seq-len x ranks = "
+                                              << static_cast<int64_t>(B) * T * W << " tokens");
+  // The kernels index a micro-batch's B*T tokens with int.
+  GPT2_REQUIRE_OPTIONS(static_cast<int64_t>(B) * T <= INT32_MAX,
+                       "--micro-batch " << B << " x --seq-len " << T
+                                        << " tokens is more than one micro-batch can index (2^31)");
+  // 64-bit: never narrowed (it once read past a buffer)
+  return StepGeometry{B, T, G / (static_cast<int64_t>(B) * W), W};
 }
 
 int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   TrainConfig cfg = cfg_in;
   const int W = env.world_size(), rank = env.rank();
-  const int B = cfg.micro_batch, T = cfg.seq_len;
-
-  // ---- backends --------------------------------------------------------------------------------
-  const Backends be = resolve_backends(cfg, env);
-  const bool on_gpu = be.on_gpu();
-  const int threads = choose_threads(cfg, env);
-  kernels::set_cpu_threads(threads);
 
   // Every collective of the run goes through this communicator, so all of them share the timeout (a lost
   // or hung peer ends the job) and the flight record (<out>/flight_rank<R>.json on a timeout or error).
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.comm_timeout_s);
   comm.set_flight_dir(cfg.out_dir);
+  // The start-up checks run alike on every rank, and so usually fail alike: each group of them is a
+  // fail_together(), whose error is printed once for all the ranks it happened on.
+
+  // ---- backends --------------------------------------------------------------------------------
+  Backends be;
+  fail_together(comm, "backends", [&] { be = resolve_backends(cfg, env); });
+  const bool on_gpu = be.on_gpu();
+  const int threads = choose_threads(cfg, env);
+  kernels::set_cpu_threads(threads);
   agree_backends(be, comm);
 
   // ---- which checkpoint, which model ---------------------------------------------------------------
   const std::string resume_path = choose_checkpoint(cfg, comm);
 
-  // ---- batch geometry --------------------------------------------------------------------------
-  GPT2_REQUIRE(B > 0 && T > 0, "--micro-batch and --seq-len must be positive");
-  GPT2_REQUIRE(T <= cfg.model.max_seq_len,
-               "--seq-len " << T << " exceeds the model's --max-seq-len " << cfg.model.max_seq_len);
-  if (cfg.global_batch_tokens == 0) cfg.global_batch_tokens = static_cast<int64_t>(B) * T * W;
-  GPT2_REQUIRE(cfg.global_batch_tokens % T == 0,
-               "--global-batch-tokens " << cfg.global_batch_tokens << " is not a multiple of --seq-len " << T);
-  const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
-  GPT2_REQUIRE(G % (static_cast<int64_t>(B) * W) == 0,
-               "the global batch of " << G << " sequences (--global-batch-tokens " << cfg.global_batch_tokens
-                                      << ") does not divide into micro-batches of " << B << " on " << W
-                                      << " ranks: make it a multiple of micro-batch x seq-len x ranks = "
-                                      << static_cast<int64_t>(B) * T * W << " tokens");
-  const int64_t accum = G / (static_cast<int64_t>(B) * W);  // 64-bit: never narrowed (it once read past a buffer)
-  // The kernels index a micro-batch's B*T tokens with int.
-  GPT2_REQUIRE(static_cast<int64_t>(B) * T <= INT32_MAX,
-               "--micro-batch " << B << " x --seq-len " << T << " tokens is more than one micro-batch can index (2^31)");
-  check_memory(cfg, on_gpu, accum * B, env);
-  const StepGeometry geo{B, T, accum, W};
-
-  // ---- data ------------------------------------------------------------------------------------
+  // ---- batch geometry, memory, data --------------------------------------------------------------
+  StepGeometry geo;
   std::unique_ptr<TokenDataset> train, val;
-  if (!cfg.benchmark) {
-    GPT2_REQUIRE(!cfg.train_data.empty() || cfg.eval_only, "--train-data is required (or use --benchmark)");
-    if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, T);
-  }
-  if (!cfg.val_data.empty() && !cfg.benchmark) val = std::make_unique<TokenDataset>(cfg.val_data, T);
+  fail_together(comm, "batch and data", [&] {
+    geo = plan_batch(cfg, W);
+    check_memory(cfg, on_gpu, geo.accum * geo.B, env);
+    if (!cfg.benchmark) {
+      GPT2_REQUIRE_OPTIONS(!cfg.train_data.empty() || cfg.eval_only, "--train-data is required (or use --benchmark)");
+      if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, geo.T);
+      if (!cfg.val_data.empty()) val = std::make_unique<TokenDataset>(cfg.val_data, geo.T);
+    }
+    GPT2_REQUIRE_OPTIONS(!cfg.eval_only || val, "--eval-only needs --val-data");
+    for (const TokenDataset* ds : {train.get(), val.get()}) {
+      if (ds == nullptr) continue;
+      GPT2_REQUIRE_OPTIONS(ds->vocab_size() <= cfg.model.vocab_size,
+                           ds->pattern() << " has vocab_size " << ds->vocab_size() << " but the model's vocabulary is "
+                                         << cfg.model.vocab_size << " (set --vocab-size " << ds->vocab_size() << ")");
+    }
+  });
+  const int B = geo.B, T = geo.T;
+  const int64_t accum = geo.accum;
+  const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
   require_same_data_on_all_ranks(comm, train.get(), "training", rank, W);
   require_same_data_on_all_ranks(comm, val.get(), "validation", rank, W);
-  for (const TokenDataset* ds : {train.get(), val.get()}) {
-    if (ds == nullptr) continue;
-    GPT2_REQUIRE(ds->vocab_size() <= cfg.model.vocab_size,
-                 ds->pattern() << " has vocab_size " << ds->vocab_size() << " but the model's vocabulary is "
-                               << cfg.model.vocab_size << " (set --vocab-size " << ds->vocab_size() << ")");
-  }
-  GPT2_REQUIRE(!cfg.eval_only || val, "--eval-only needs --val-data");
 
   // ---- model, optimizer, state -------------------------------------------------------------------
   GPT2 model(cfg.model);
@@ -302,7 +319,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
                         (size_t{1} << 20) * elem_scale, zero1 ? W : 1);
   AdamW opt(model.table().segments(),
             zero1 ? plan.owned_by(rank) : std::vector<FlatRange>{{0, model.table().total()}}, cfg.optim);
-  TrainState state = restore_state(cfg, resume_path, model, opt, W);
+  TrainState state;
+  fail_together(comm, "checkpoint", [&] { state = restore_state(cfg, resume_path, model, opt, W); });
   comm.set_step(state.step);
   std::unique_ptr<ModelRunner> runner;
   if (on_gpu) {
@@ -330,8 +348,9 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     comm.allreduce(&hi, 1, ReduceOp::kMax, "initial weights check (max)");
     comm.allreduce(&lo, 1, ReduceOp::kMin, "initial weights check (min)");
     // (--seed is an option the ranks agreed on, and --init-from is rank 0's file on every rank.)
-    GPT2_REQUIRE(hi == lo, "ranks start from different weights: the checkpoint differs from rank to rank (another "
-                           "--resume file, or a node-local copy that differs); give every rank the same file");
+    GPT2_REQUIRE_ON_ALL_RANKS(comm, hi == lo,
+                              "ranks start from different weights: the checkpoint differs from rank to rank (another "
+                              "--resume file, or a node-local copy that differs); give every rank the same file");
   }
 
   if (rank == 0 && !cfg.out_dir.empty()) make_dir(cfg.out_dir);
@@ -369,9 +388,10 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   RankBatch vb;  // one validation micro-batch, reused
   auto validate = [&]() -> double {
     const uint64_t avail = val->num_windows() / static_cast<uint64_t>(B);
-    GPT2_REQUIRE(avail >= 1, "validation data " << val->pattern() << " holds " << val->num_windows()
-                                                << " windows of " << T + 1 << " tokens, fewer than one micro-batch of "
-                                                << B << " sequences");
+    GPT2_REQUIRE_ON_ALL_RANKS(comm, avail >= 1,
+                              "validation data " << val->pattern() << " holds " << val->num_windows() << " windows of "
+                                                 << T + 1 << " tokens, fewer than one micro-batch of " << B
+                                                 << " sequences");
     const uint64_t nb = std::min<uint64_t>(avail, static_cast<uint64_t>(std::max(1, cfg.val_batches)));
     double sum_count[2] = {0.0, 0.0};  // sum of per-token losses, tokens
     for (uint64_t i = static_cast<uint64_t>(rank); i < nb; i += static_cast<uint64_t>(W)) {
@@ -387,9 +407,10 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   auto run_val = [&](int64_t step) {
     const double vl = validate();
     // The same value on every rank (all-reduced): every rank stops here, before the step's checkpoint
-    GPT2_REQUIRE(std::isfinite(vl), "the validation loss is " << vl << " at step " << step
-                                                              << ": the model diverged (try a lower --lr or "
-                                                                 "--grad-clip); no checkpoint of this step is written");
+    GPT2_REQUIRE_ON_ALL_RANKS(comm, std::isfinite(vl),
+                              "the validation loss is " << vl << " at step " << step
+                                                        << ": the model diverged (try a lower --lr or --grad-clip); "
+                                                           "no checkpoint of this step is written");
     log_info("step %6lld | val loss %.4f\n", static_cast<long long>(step), vl);
     if (rank == 0) metrics.val(static_cast<long>(step), vl);
   };
@@ -411,10 +432,12 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   }
 
   // ---- the step loop ---------------------------------------------------------------------------
-  const std::unique_ptr<BatchSource> batches =
-      cfg.benchmark ? make_synthetic_batches(B * accum, T, cfg.model.vocab_size, cfg.seed, rank, W)
-                    : make_file_batches(*train, G, rank, W, state.seed, state.step, cfg.max_steps,
-                                        runner->host_allocator());
+  std::unique_ptr<BatchSource> batches;
+  fail_together(comm, "training data", [&] {
+    batches = cfg.benchmark ? make_synthetic_batches(B * accum, T, cfg.model.vocab_size, cfg.seed, rank, W)
+                            : make_file_batches(*train, G, rank, W, state.seed, state.step, cfg.max_steps,
+                                                runner->host_allocator());
+  });
   if (val && state.step == 0) run_val(0);
 
   const int64_t first_step = state.step;

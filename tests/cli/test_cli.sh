@@ -20,6 +20,7 @@ expect_fail() {
   # which a command killed by SIGKILL also gives: hence the clock)
   local t0=$SECONDS
   out=$(timeout -k 5 60 "$@" 2>&1); rc=$?
+  last_out=$out
   if [[ $rc -eq 124 || ( $rc -eq 137 && $((SECONDS - t0)) -ge 60 ) ]]; then echo "FAIL $name: timed out (hang)"; fails=$((fails+1)); return; fi
   if [[ $rc -eq 0 || ( $want != nz && $rc -ne $want ) ]]; then
     echo "FAIL $name: exit $rc, wanted $want"; echo "$out" | head -5; fails=$((fails+1)); return
@@ -28,6 +29,18 @@ expect_fail() {
     echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -5; fails=$((fails+1)); return
   fi
   echo "ok   $name"
+}
+# expect_fail_once NAME STATUS PATTERN CMD...: as expect_fail, on 2 ranks that both fail alike, and the
+# error is printed once for both, "(on all 2 ranks)", not once by each rank.
+expect_fail_once() {
+  local before=$fails
+  expect_fail "$@"
+  [[ $fails -ne $before ]] && return
+  local n; n=$(grep -c '\] error: ' <<<"$last_out")
+  if [[ $n -ne 1 ]] || ! grep -q '(on all 2 ranks)' <<<"$last_out"; then
+    echo "FAIL $1: the error is printed $n times, wanted once for all 2 ranks:"; grep '\] error: ' <<<"$last_out" | head -3
+    fails=$((fails+1))
+  fi
 }
 expect_ok() {
   local name=$1; shift
@@ -81,10 +94,10 @@ expect_fail heads-divide 2 "n_head \(3\) must divide n_embd \(32\)" "${train[@]}
 expect_fail seq-too-long 2 "--seq-len 64 exceeds --max-seq-len 32" "${train[@]}" "${tiny[@]}" --seq-len 64
 expect_fail bad-device 2 "--device must be cpu, cuda or auto" "${train[@]}" "${tiny[@]}" --device tpu
 # resolve_backends: what the CPU backend does not implement is refused with the option to change.
-expect_fail bf16-on-cpu 1 "--precision bf16 needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --precision bf16 --max-steps 1
-expect_fail nccl-on-cpu 1 "--comm nccl needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --comm nccl --max-steps 1
-expect_fail cuda-graph-on-cpu 1 "--cuda-graph needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --cuda-graph --max-steps 1
-expect_fail profile-on-cpu 1 "--profile-step times the CUDA backend's kernels: it needs --device cuda" \
+expect_fail bf16-on-cpu 2 "--precision bf16 needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --precision bf16 --max-steps 1
+expect_fail nccl-on-cpu 2 "--comm nccl needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --comm nccl --max-steps 1
+expect_fail cuda-graph-on-cpu 2 "--cuda-graph needs --device cuda" "${train[@]}" "${tiny[@]}" --device cpu --cuda-graph --max-steps 1
+expect_fail profile-on-cpu 2 "--profile-step times the CUDA backend's kernels: it needs --device cuda" \
   "${train[@]}" "${tiny[@]}" --device cpu --profile-step 1 --max-steps 1
 expect_fail profile-past-the-end 2 "--profile-step must be a step of the run, 1 to --max-steps \(3\), or 0 for none \(got 4\)" \
   "${train[@]}" "${tiny[@]}" --profile-step 4 --max-steps 3
@@ -109,24 +122,54 @@ expect_fail glob-no-match 1 "no files match" "${train[@]}" "${tiny[@]}" --train-
 expect_fail not-hdf5 1 "not an HDF5 file" "${train[@]}" "${tiny[@]}" --train-data "$work/notes.h5"
 expect_fail truncated 1 "not an HDF5 file|truncated|corrupt" "${train[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
 expect_fail no-tokens 1 "no /tokens dataset" "${train[@]}" "${tiny[@]}" --train-data "$work/notokens.h5"
-expect_fail vocab-too-big 1 "vocab_size 50257 but the model's vocabulary is 256" "${train[@]}" "${tiny[@]}" --train-data "$work/vocab_big.h5"
+expect_fail vocab-too-big 2 "vocab_size 50257 but the model's vocabulary is 256" "${train[@]}" "${tiny[@]}" --train-data "$work/vocab_big.h5"
 expect_fail token-out-of-range 1 "token id 300 at index 5000 of .*oob.h5 is >= the file's vocab_size 256" \
   "${train[@]}" "${tiny[@]}" --train-data "$work/oob.h5" --micro-batch 64 --max-steps 20
 expect_fail too-short 1 "fewer than one global batch" "${train[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
-expect_fail batch-divisibility 1 "does not divide into micro-batches" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --global-batch-tokens 48
-expect_fail missing-data-2-ranks 1 "file not found" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/missing.h5"
-# The same failures on 2 ranks: every rank ends non-zero, nobody hangs.
+expect_fail batch-divisibility 2 "does not divide into micro-batches" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --global-batch-tokens 48
+expect_fail_once missing-data-2-ranks 1 "file not found" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/missing.h5"
+# The same failures on 2 ranks: every rank ends non-zero, nobody hangs; one that every rank finds at start-up
+# is printed once for all (comm/fail_together.hpp), with the status 2 of a bad command line where the
+# options cannot work together.
 expect_fail token-out-of-range-2-ranks 1 "token id 300 at index 5000" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/oob.h5" \
   --micro-batch 32 --max-steps 20
-expect_fail world-size-divides-2-ranks 1 "does not divide into micro-batches of 2 on 2 ranks" "${mpi2[@]}" "${tiny[@]}" \
+expect_fail_once world-size-divides-2-ranks 2 "does not divide into micro-batches of 2 on 2 ranks" "${mpi2[@]}" "${tiny[@]}" \
   --train-data "$work/good.h5" --global-batch-tokens 48
-expect_fail truncated-2-ranks 1 "not an HDF5 file|truncated|corrupt" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
-expect_fail too-short-2-ranks 1 "fewer than one global batch" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
+expect_fail_once truncated-2-ranks 1 "not an HDF5 file|truncated|corrupt" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
+expect_fail_once too-short-2-ranks 1 "fewer than one global batch" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
+# errors_printed NAME N: the last expect_fail's output holds N error lines.
+errors_printed() {
+  local n; n=$(grep -c '\] error: ' <<<"$last_out")
+  [[ $n -eq $2 ]] || { echo "FAIL $1: $n error lines, wanted $2:"; grep '\] error: ' <<<"$last_out" | head -3; fails=$((fails+1)); }
+}
+# A file missing on one rank's node only: that rank says so; two ranks that fail differently: one line each.
+f=$fails; expect_fail missing-on-one-rank 1 "rank 1 .*file not found: $work/missing.h5 \(on this rank only, of 2\)" \
+  mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" : -n 1 "$bin/gpt2-train" "${tiny[@]}" \
+  --train-data "$work/missing.h5"
+[[ $fails -eq $f ]] && errors_printed missing-on-one-rank 1
+f=$fails; expect_fail two-errors-2-ranks 1 "rank 0 .*file not found: $work/missing.h5 \(on this rank only, of 2\)" \
+  mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/missing.h5" : -n 1 "$bin/gpt2-train" "${tiny[@]}" \
+  --train-data "$work/notes.h5"
+if [[ $fails -eq $f ]]; then
+  if grep -Eq "rank 1 .*not an HDF5 file.*\(on this rank only, of 2\)" <<<"$last_out"; then
+    errors_printed two-errors-2-ranks 2
+  else
+    echo "FAIL two-errors-2-ranks: rank 1's own error is missing"; fails=$((fails+1))
+  fi
+fi
+# --resume auto on one rank and none on the other would take different collectives: refused together, once.
+expect_fail_once resume-kind-differs 2 "--resume and --init-from must be given alike on every rank" \
+  mpiexec -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" --out "$work/rk" --resume auto : \
+  -n 1 "$bin/gpt2-train" "${tiny[@]}" --train-data "$work/good.h5" --out "$work/rk"
+# A failure found on values every rank shares (the update overflows): rank 0 reports it, once.
+f=$fails; expect_fail diverged-2-ranks 1 "rank 0 .*the update of step 1 made the weights non-finite" "${mpi2[@]}" "${tiny[@]}" \
+  --train-data "$work/good.h5" --lr 1e38
+[[ $fails -eq $f ]] && errors_printed diverged-2-ranks 1
 # A lost peer: rank 1 dies (SIGKILL) at step 3 of a long run; the job must end, non-zero, promptly
 # (expect_fail's 60 s), with the launcher naming the rank and the signal.
 GPT2_FAULT_INJECT=1:3 expect_fail lost-peer nz "process rank 1 .* exited on signal 9" mpiexec -x GPT2_FAULT_INJECT -n 2 "$bin/gpt2-train" "${tiny[@]}" \
   --train-data "$work/good.h5" --max-steps 100000
-expect_fail eval-only-needs-val 1 "--eval-only needs --val-data" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --eval-only
+expect_fail eval-only-needs-val 2 "--eval-only needs --val-data" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --eval-only
 expect_fail init-from-missing 1 "file not found" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --init-from "$work/none.h5"
 expect_fail data-missing-text 1 "cannot read text file" "$bin/gpt2-data" prepare --text "$work/none.txt" --out "$work/d"
 expect_fail data-inspect-bad 1 "not an HDF5 file" "$bin/gpt2-data" inspect "$work/notes.h5"
@@ -180,9 +223,9 @@ assert val[-1] < val[0] - 1.0, f"val loss did not fall: {val}"
 PY
   ck=$(cat "$work/ci/ckpt/latest" 2>/dev/null)
   expect_ok init-from "${train[@]}" --config configs/ci.ini --out "$work/ci2" --init-from "$work/ci/ckpt/$ck" --max-steps 2
-  expect_fail resume-other-batch 1 "written with --global-batch-tokens 512 and --seq-len 64; resume with the same" \
+  expect_fail resume-other-batch 2 "written with --global-batch-tokens 512 and --seq-len 64; resume with the same" \
     "${train[@]}" --config configs/ci.ini --out "$work/ci4" --resume "$work/ci/ckpt/$ck" --global-batch-tokens 1024
-  expect_fail init-from-wrong-model 1 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
+  expect_fail init-from-wrong-model 2 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
     --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
   # Damaged copies of it, made with h5py: a NaN in a parameter (loads nowhere: training, sampling, export; its
   # crc32 updated as the error message says, so the NaN check is what refuses it), a value changed without

@@ -176,7 +176,7 @@ have_benchmark=$([[ -f /usr/include/benchmark/benchmark.h ]] && echo 1 || echo 0
 # the GPU test build's objects (the kernels, core, model, optimizer) and the rest of src/ (comm, data,
 # train, the options), with MPI and HDF5 as the real build has them and NCCL emulated over MPI
 # (src/nccl_emu.cpp). In BUILD_DIR/train after --train-build.
-train_srcs=(src/core/hdf5.cpp src/comm/mpi_env.cpp src/comm/communicator.cpp src/comm/bucket_plan.cpp
+train_srcs=(src/core/hdf5.cpp src/comm/mpi_env.cpp src/comm/communicator.cpp src/comm/fail_together.cpp src/comm/bucket_plan.cpp
   src/comm/bucket_scheduler.cpp src/comm/nccl_version.cpp src/comm/device_reducer.cpp src/comm/nccl_communicator.cpp
   src/data/token_file.cpp src/data/byte_tokenizer.cpp src/data/sampler.cpp src/data/batch_loader.cpp
   src/data/prepare.cpp src/data/gpt2_tokenizer.cpp src/data/unicode_tables.cpp src/train/batch_source.cpp

@@ -77,7 +77,7 @@ def micro_batch_int_max(work):
     """--micro-batch 2147483647 overflowed B*T (int) and aborted with length_error on every rank; a large
     but indexable micro-batch is refused by the memory estimate instead of the allocator."""
     res = run(mpi(2, TRAIN, *TINY, "--train-data", data(work), "--micro-batch", "2147483647"), timeout=60)
-    expect(res, rc=1, max_s=30, message=r"--micro-batch 2147483647 x --seq-len 16 tokens is more than one "
+    expect(res, rc=2, max_s=30, message=r"--micro-batch 2147483647 x --seq-len 16 tokens is more than one "
                                         r"micro-batch can index")
     no_crash(res)
     res = run(mpi(2, TRAIN, *TINY, "--benchmark", "--micro-batch", "100000000"), timeout=60)
