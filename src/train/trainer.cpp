@@ -56,17 +56,15 @@ void make_dir(const std::string& d) {
 
 // Every rank must read the same files: a node with another copy of the data (other shards, a
 // re-tokenised file) would train on other windows without any error. Compares each rank's file list,
-// token counts and attributes with rank 0's; the lowest differing rank ends the job with both sides.
+// token counts and attributes with rank 0's; each rank that differs names its first differing file
+// beside rank 0's, printed once for the ranks that differ alike (fail_together).
 // Called on every rank for every role, with or without a dataset, so the collectives always match.
-void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, const char* role, int rank,
-                                    int W) {
-  if (W == 1) return;
+void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, const char* role) {
+  if (comm.size() == 1) return;
   const std::string mine = ds != nullptr ? ds->describe_files() : "(no " + std::string(role) + " data)\n";
   const std::string rank0 = broadcast_string(comm, mine, 0, std::string(role) + " data files");
-  int first_bad = mine == rank0 ? W : rank;
-  comm.allreduce(&first_bad, 1, ReduceOp::kMin, std::string(role) + " data check");
-  if (first_bad == W) return;
-  if (rank == first_bad) {
+  fail_together(comm, std::string(role) + " data check", [&] {
+    if (mine == rank0) return;
     auto first_diff = [](const std::string& a, const std::string& b) {
       size_t i = 0;
       while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
@@ -75,15 +73,11 @@ void require_same_data_on_all_ranks(Communicator& comm, const TokenDataset* ds, 
       std::string out = a.substr(from, a.find('\n', from) - from);
       return out.empty() ? std::string("(no more files)") : out;
     };
-    fatal(msg() << "rank " << rank << " sees other " << role << " data files than rank 0 for '"
+    fatal(msg() << "this rank sees other " << role << " data files than rank 0 for '"
                 << (ds != nullptr ? ds->pattern() : "")
-                << "'; every rank must read the same files (same names, token counts and attributes).\n  rank "
-                << rank << ": " << first_diff(mine, rank0) << "\n  rank 0: " << first_diff(rank0, mine));
-  }
-  // Rank first_bad is ending the job with the message above (MPI_Abort); nothing here may end it
-  // first and cut that message off, so wait for the abort.
-  comm.barrier(std::string(role) + " data mismatch: waiting for rank " + std::to_string(first_bad) + "'s error");
-  fatal(msg() << "rank " << first_bad << " sees other " << role << " data files than rank 0");
+                << "'; every rank must read the same files (same names, token counts and attributes).\n"
+                << "  this rank: " << first_diff(mine, rank0) << "\n  rank 0:    " << first_diff(rank0, mine));
+  });
 }
 
 // Prints the per-rank memory estimate (rank 0) and refuses, before anything large is allocated, a
@@ -189,7 +183,7 @@ void report_profile(const StepProfile& p, int64_t step, double step_ms, const St
 // Each rank resolves the backends on its own node, and they must be the same on every rank, or the ranks would
 // run different collectives and hang or corrupt each other: a node without a working GPU driver falls back to
 // --device cpu, one with fewer GPUs than ranks to --comm mpi. One all-reduce of (x, -x) under max gives every
-// decision's highest and lowest value; a job where they differ ends on every rank, each saying what it chose.
+// decision's highest and lowest value; a job where they differ ends on every rank, one line for each choice.
 void agree_backends(const Backends& be, Communicator& comm) {
   const int mine[4] = {static_cast<int>(be.device), static_cast<int>(be.precision), static_cast<int>(be.comm),
                        static_cast<int>(be.gemm)};
@@ -198,11 +192,15 @@ void agree_backends(const Backends& be, Communicator& comm) {
   comm.allreduce(v, 8, ReduceOp::kMax, "backends check");
   bool same = true;
   for (int i = 0; i < 4; ++i) same = same && v[i] == -v[4 + i];
-  GPT2_REQUIRE(same, "the ranks chose different backends; this one: --device " << name_of(be.device) << " --precision "
-                         << name_of(be.precision) << " --comm " << name_of(be.comm) << " --gemm " << name_of(be.gemm)
-                         << ". A node without a working GPU driver falls back to --device cpu, and one with fewer "
-                            "GPUs than ranks to --comm mpi: launch as many ranks per node as it has GPUs, or give "
-                            "--device, --precision and --comm explicitly");
+  // Every rank fails alike here, with its own choice: one line for each choice, with how many ranks made it.
+  fail_together(comm, "backends check", [&] {
+    GPT2_REQUIRE(same, "the ranks chose different backends; this one: --device "
+                           << name_of(be.device) << " --precision " << name_of(be.precision) << " --comm "
+                           << name_of(be.comm) << " --gemm " << name_of(be.gemm)
+                           << ". A node without a working GPU driver falls back to --device cpu, and one with fewer "
+                              "GPUs than ranks to --comm mpi: launch as many ranks per node as it has GPUs, or give "
+                              "--device, --precision and --comm explicitly");
+  });
 }
 
 }  // namespace
@@ -304,8 +302,8 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int B = geo.B, T = geo.T;
   const int64_t accum = geo.accum;
   const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
-  require_same_data_on_all_ranks(comm, train.get(), "training", rank, W);
-  require_same_data_on_all_ranks(comm, val.get(), "validation", rank, W);
+  require_same_data_on_all_ranks(comm, train.get(), "training");
+  require_same_data_on_all_ranks(comm, val.get(), "validation");
 
   // ---- model, optimizer, state -------------------------------------------------------------------
   GPT2 model(cfg.model);

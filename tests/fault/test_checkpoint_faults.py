@@ -400,8 +400,10 @@ def ranks_see_different_data(work):
     r = run([mpiexec, "--oversubscribe", "-n", "1", f"{bin_dir}/gpt2-train", *common, "--train-data",
              f"{data_dir}/train.h5", ":", "-n", "1", f"{bin_dir}/gpt2-train", *common, "--train-data", other],
             timeout=120)
-    expect(r, nonzero=True, max_s=60, message=r"rank 1 sees other training data files than rank 0 for '\S*other\.h5'")
-    expect(r, message=r"rank 1: \S*other\.h5: 12000 tokens.*\n\s*rank 0: \S*train\.h5: 20000 tokens")
+    expect(r, nonzero=True, max_s=60, message=r"rank 1 host \S+\] error: this rank sees other training data files than "
+                                              r"rank 0 for '\S*other\.h5'")
+    expect(r, message=r"this rank: \S*other\.h5: 12000 tokens.*\n\s*rank 0: +\S*train\.h5: 20000 tokens.*"
+                      r"\(on this rank only, of 2\)")
 
 
 def ranks_see_different_validation_attributes(work):
@@ -416,8 +418,9 @@ def ranks_see_different_validation_attributes(work):
     r = run([mpiexec, "--oversubscribe", "-n", "1", "-wdir", f"{work}/a", f"{bin_dir}/gpt2-train", *common, "--out",
              f"{work}/a/run", ":", "-n", "1", "-wdir", f"{work}/b", f"{bin_dir}/gpt2-train", *common, "--out",
              f"{work}/b/run"], timeout=120)
-    expect(r, nonzero=True, max_s=60, message=r"rank 1 sees other validation data files than rank 0 for 'val\.h5'")
-    expect(r, message=r"rank 1: val\.h5: 4000 tokens.*eot_token 32.*\n\s*rank 0: val\.h5: 4000 tokens.*eot_token 10")
+    expect(r, nonzero=True, max_s=60, message=r"rank 1 host \S+\] error: this rank sees other validation data files "
+                                              r"than rank 0 for 'val\.h5'")
+    expect(r, message=r"this rank: val\.h5: 4000 tokens.*eot_token 32.*\n\s*rank 0: +val\.h5: 4000 tokens.*eot_token 10")
 
 
 def main():
