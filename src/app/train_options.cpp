@@ -183,7 +183,11 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("val-every", po::value<int>(&c.val_every)->default_value(0), "steps between validations (0: start and end only)")
       ("val-batches", po::value<int>(&c.val_batches)->default_value(20),
        "micro-batches of --micro-batch windows per validation, split over the ranks (the same on any world size)")
-      ("eval-only", po::bool_switch(&c.eval_only), "write the validation loss of the initial model, then exit");
+      ("eval-only", po::bool_switch(&c.eval_only), "write the validation loss of the initial model, then exit")
+      ("verify-data", po::bool_switch(&c.verify_data),
+       "before the first step, read every token of --train-data and --val-data (each rank a share) and check each "
+       "file's CRC-32 (the crc32 that gpt2-data writes): a byte changed on disk is an error naming the file, not "
+       "tokens trained on silently");
 
   po::options_description ckpt("Checkpoints and distribution");
   ckpt.add_options()

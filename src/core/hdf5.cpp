@@ -128,6 +128,10 @@ std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std
 // The checksums are of little-endian bytes; a big-endian host would need to swap before summing.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "crc32 attributes are defined on little-endian fp32");
 
+uint32_t crc32_join(uint32_t crc_a, uint32_t crc_b, uint64_t bytes_b) {
+  return static_cast<uint32_t>(::crc32_combine(crc_a, crc_b, static_cast<z_off_t>(bytes_b)));
+}
+
 uint32_t crc32_of(const void* data, size_t bytes, bool threads) {
   constexpr size_t kPiece = size_t{4} << 20;
   const auto* p = static_cast<const Bytef*>(data);

@@ -83,6 +83,8 @@ std::vector<hsize_t> dataset_shape(hid_t loc, const std::string& name, const std
 // fraction of its write. `threads` false: on this thread alone, as a forked child must (libgomp's pool
 // does not survive fork(): a parallel region in the child of a process that ran one waits forever).
 uint32_t crc32_of(const void* data, size_t bytes, bool threads = true);
+// The CRC-32 of A then B from A's and B's (zlib's crc32_combine), B being `bytes_b` bytes long.
+uint32_t crc32_join(uint32_t crc_a, uint32_t crc_b, uint64_t bytes_b);
 
 // Writes a float dataset (contiguous, little-endian fp32) and its attribute `crc32`: the CRC-32 of
 // its values as little-endian fp32 bytes, so a byte that changes after the write (a bad disk, a bad

@@ -161,28 +161,38 @@ void TokenFile::read(uint64_t offset, size_t n, int32_t* out) {
   }
 }
 
-bool TokenFile::verify_crc32() {
-  if (!h5::has_attr(dataset_.get(), "crc32")) return false;
-  const int64_t stored = h5::read_attr_i64(dataset_.get(), "crc32", path_);
+bool TokenFile::has_crc32() const { return h5::has_attr(dataset_.get(), "crc32"); }
+
+uint32_t TokenFile::crc32_of_tokens(uint64_t offset, uint64_t n, uint32_t crc) {
   constexpr size_t kPiece = size_t{1} << 20;  // tokens a read
   std::vector<int32_t> piece;
   std::vector<uint16_t> t16;
-  uLong crc = 0;
-  for (uint64_t at = 0; at < num_tokens_; at += kPiece) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, num_tokens_ - at));
-    piece.resize(n);
-    read(at, n, piece.data());  // each token < vocab_size, so it narrows back to its stored width exactly
+  uLong c = crc;
+  for (uint64_t at = offset; at < offset + n; at += kPiece) {
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, offset + n - at));
+    piece.resize(len);
+    read(at, len, piece.data());  // each token < vocab_size, so it narrows back to its stored width exactly
     if (dtype_bits_ == 16) {
       t16.assign(piece.begin(), piece.end());
-      crc = ::crc32(crc, reinterpret_cast<const Bytef*>(t16.data()), static_cast<uInt>(n * 2));
+      c = ::crc32(c, reinterpret_cast<const Bytef*>(t16.data()), static_cast<uInt>(len * 2));
     } else {
-      crc = ::crc32(crc, reinterpret_cast<const Bytef*>(piece.data()), static_cast<uInt>(n * 4));
+      c = ::crc32(c, reinterpret_cast<const Bytef*>(piece.data()), static_cast<uInt>(len * 4));
     }
   }
+  return static_cast<uint32_t>(c);
+}
+
+void TokenFile::require_crc32(uint32_t crc) const {
+  const int64_t stored = h5::read_attr_i64(dataset_.get(), "crc32", path_);
   GPT2_REQUIRE(stored == static_cast<int64_t>(crc),
                path_ << ": /tokens fails its CRC-32 check (attribute crc32 is " << stored << ", the tokens give " << crc
                      << "): the file changed after it was written (a bad disk, copy or transfer); use another copy "
                         "or prepare it again");
+}
+
+bool TokenFile::verify_crc32() {
+  if (!has_crc32()) return false;
+  require_crc32(crc32_of_tokens(0, num_tokens_));
   return true;
 }
 

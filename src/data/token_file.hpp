@@ -1,7 +1,8 @@
 // Token files (DESIGN.md section 5): HDF5, dataset /tokens (1-D uint16 or uint32, chunked), root
 // attributes vocab_size, tokenizer, eot_token (optional), format_version = 1; optional /doc_offsets.
 // gpt2-data writes /tokens with attribute crc32 (zlib's CRC-32 of the tokens as stored, little-endian),
-// which `gpt2-data inspect` verifies; training reads windows at random and does not.
+// which `gpt2-data inspect` verifies, and training with --verify-data (each rank a share of the tokens);
+// otherwise training reads windows at random and checks only each token id.
 // A dataset is one file or a glob of shard files.
 #pragma once
 
@@ -51,6 +52,13 @@ class TokenFile {
   // false when the file has none (written by another tool), true when it matches; a mismatch ends the
   // job naming the file. Caller holds hdf5_mutex().
   bool verify_crc32();
+  // The pieces of that check, for a check split over ranks (train/verify_data.hpp); callers hold
+  // hdf5_mutex(). Whether /tokens has the attribute crc32 at all:
+  bool has_crc32() const;
+  // zlib's CRC-32 of tokens [offset, offset + n) as stored (each checked as read() does), continuing `crc`.
+  uint32_t crc32_of_tokens(uint64_t offset, uint64_t n, uint32_t crc = 0);
+  // Ends the job naming the file when `crc`, the CRC-32 of all its tokens, is not its attribute crc32.
+  void require_crc32(uint32_t crc) const;
 
  private:
   std::string path_;
@@ -94,6 +102,7 @@ class TokenDataset {
   const std::string& tokenizer() const { return tokenizer_; }
   int seq_len() const { return seq_len_; }
   size_t num_files() const { return files_.size(); }
+  TokenFile& file(size_t i) { return *files_[i]; }
   const std::string& pattern() const { return pattern_; }
   // The chunk caches of all shards together (<= kChunkCacheBudgetBytes).
   size_t chunk_cache_bytes() const;

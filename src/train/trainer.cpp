@@ -34,6 +34,7 @@
 #include "train/restore.hpp"
 #include "train/runner.hpp"
 #include "train/stop_signal.hpp"
+#include "train/verify_data.hpp"
 
 namespace gpt2 {
 
@@ -304,6 +305,10 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
   require_same_data_on_all_ranks(comm, train.get(), "training");
   require_same_data_on_all_ranks(comm, val.get(), "validation");
+  if (cfg.verify_data) {
+    if (train) verify_token_crcs(comm, *train, "training");
+    if (val) verify_token_crcs(comm, *val, "validation");
+  }
 
   // ---- model, optimizer, state -------------------------------------------------------------------
   GPT2 model(cfg.model);

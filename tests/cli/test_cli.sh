@@ -182,6 +182,15 @@ if expect_ok data-prepare-crc "$bin/gpt2-data" prepare --tokenizer byte --input 
   else
     echo "FAIL data-inspect-crc: $out"; fails=$((fails+1))
   fi
+  # --verify-data: 2 ranks share the reading and find both files' CRC-32s right
+  if out=$(timeout 120 "${mpi2[@]}" "${tiny[@]}" --max-steps 1 --train-data "$work/tokcrc/train.h5" \
+        --val-data "$work/tokcrc/val.h5" --verify-data 2>&1) \
+      && grep -q "training data verified: .* 1 file(s), 1 of them against their CRC-32 (read on 2 rank(s)" <<<"$out" \
+      && grep -q "validation data verified: .* 1 file(s), 1 of them against their CRC-32" <<<"$out"; then
+    echo "ok   train-verify-data"
+  else
+    echo "FAIL train-verify-data:"; echo "$out" | tail -5; fails=$((fails+1))
+  fi
   /usr/bin/python3 - "$work/tokcrc/train.h5" <<'PY' || { echo "FAIL data-crc-h5py"; fails=$((fails+1)); }
 import sys, zlib
 import h5py
@@ -196,6 +205,16 @@ with open(sys.argv[1], "r+b") as raw:
     raw.write(bytes([b ^ 0x04]))  # stays a byte-level id (< 256): only the CRC-32 can tell
 PY
   expect_fail data-inspect-flipped 1 "train.h5: /tokens fails its CRC-32 check" "$bin/gpt2-data" inspect "$work/tokcrc/train.h5"
+  # The same flipped byte in training: read as a valid id, so only --verify-data tells, once for both ranks
+  expect_fail_once train-verify-data-flipped 1 "train.h5: /tokens fails its CRC-32 check" "${mpi2[@]}" "${tiny[@]}" \
+    --max-steps 1 --train-data "$work/tokcrc/train.h5" --verify-data
+  # A file from another tool (h5py, no crc32): its ids are read and checked, and a warning says what was not
+  if out=$(timeout 120 "${mpi2[@]}" "${tiny[@]}" --max-steps 1 --train-data "$work/good.h5" --verify-data 2>&1) \
+      && grep -q "1 training data file(s) have no crc32 attribute .*good.h5: their token ids were checked" <<<"$out"; then
+    echo "ok   train-verify-data-no-crc"
+  else
+    echo "FAIL train-verify-data-no-crc:"; echo "$out" | tail -5; fails=$((fails+1))
+  fi
 fi
 expect_fail data-unknown-cmd 2 "unknown command" "$bin/gpt2-data" frobnicate
 

@@ -182,7 +182,7 @@ train_srcs=(src/core/hdf5.cpp src/comm/mpi_env.cpp src/comm/communicator.cpp src
   src/data/prepare.cpp src/data/gpt2_tokenizer.cpp src/data/unicode_tables.cpp src/train/batch_source.cpp
   src/train/checkpoint.cpp src/train/checkpointer.cpp src/train/restore.cpp src/train/zero.cpp src/train/metrics.cpp
   src/train/trainer.cpp src/train/stop_signal.cpp src/train/runner_cpu.cpp src/train/runner_cuda.cpp
-  src/train/safetensors.cpp src/train/hf_interop.cpp src/train/memory.cpp src/app/train_options.cpp
+  src/train/safetensors.cpp src/train/hf_interop.cpp src/train/memory.cpp src/train/verify_data.cpp src/app/train_options.cpp
   tests/emu/src/nccl_emu.cpp)
 declare -A train_mains=([gpt2-train]=src/app/train_main.cpp [gpt2-sample]=src/app/sample_main.cpp
   [gpt2-data]=src/app/data_main.cpp [test_device_reducer]=tests/gpu/test_device_reducer.cpp

@@ -18,6 +18,7 @@
 #include "comm/bucket_scheduler.hpp"
 #include "comm/mpi_env.hpp"
 #include "model/params.hpp"
+#include "train/verify_data.hpp"
 
 namespace {
 
@@ -309,6 +310,35 @@ TEST(Communicator, EveryRankIssuesTheSameCollectivesInTheSameOrder) {
       EXPECT_EQ(all.substr(displs[r], lens[r]), trace) << "rank " << r << " differs";
     }
   }
+}
+
+// --verify-data's pieces: each rank reads every W-th piece, and the CRC-32 joined from all of them must be
+// each file's whole CRC-32 (gpt2-data's attribute), for uint16 and uint32 files, pieces that do not divide the
+// file, a file shorter than a piece, and more ranks than pieces. A wrong join ends the run (fail_together),
+// naming the file: the test fails through the exit status.
+TEST(VerifyData, PiecesReadByEveryRankJoinToEachFilesCrc32) {
+  const int rank = world_rank();
+  const std::string dir = "/tmp/gpt2_test_verify_" + std::to_string(getppid());
+  if (rank == 0) {
+    std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+    // Two uint16 shards, the second shorter than a piece, and one uint32 file.
+    for (const char* name : {"shard_0.h5", "shard_1.h5", "wide.h5"}) {
+      gpt2::TokenFileWriteOptions o;
+      const bool wide = name[0] == 'w', short_one = name[6] == '1';
+      o.vocab_size = wide ? 70000 : 50257;
+      std::vector<uint32_t> tokens(short_one ? 500 : 100003);
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 7919 + name[6]) % o.vocab_size);
+      gpt2::write_token_file(dir + "/" + name, tokens, o);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  gpt2::MpiCommunicator comm(MPI_COMM_WORLD, 60.0);
+  for (const char* pattern : {"/shard_0.h5", "/shard_*.h5", "/wide.h5"}) {
+    gpt2::TokenDataset data(dir + pattern, 64);
+    for (uint64_t piece : {uint64_t{997}, uint64_t{1} << 20}) gpt2::verify_token_crcs(comm, data, "test", piece);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace
