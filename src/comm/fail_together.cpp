@@ -3,9 +3,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -60,8 +63,14 @@ void fail_together(Communicator& comm, const std::string& label, const std::func
 void fatal_on_all_ranks(Communicator& comm, const std::string& what) {
   if (comm.rank() == 0) fatal(what);
   // Rank 0 is ending the job with the message (MPI_Abort): nothing here may end it first and cut it off.
-  comm.barrier("waiting for rank 0 to report: " + what);
-  fatal(what);  // not reached unless rank 0's abort failed to end this rank
+  // Should rank 0 not have found it after all (a value thought shared that was not), this rank reports it
+  // itself after kRankZeroWait instead of waiting for a barrier rank 0 never enters.
+  constexpr auto kRankZeroWait = std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + kRankZeroWait;
+  const std::unique_ptr<CommRequest> never = comm.ibarrier("waiting for rank 0 to report: " + what);
+  while (std::chrono::steady_clock::now() < deadline && !never->test())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  fatal(what);
 }
 
 }  // namespace gpt2

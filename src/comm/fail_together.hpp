@@ -22,8 +22,8 @@ namespace gpt2 {
 void fail_together(Communicator& comm, const std::string& label, const std::function<void()>& work);
 
 // A failure that every rank has found alike from values they share (a reduced loss that is NaN, weights
-// that differ between ranks): rank 0 reports it through fatal(), and the others wait for its abort, under
-// the communicator's timeout, instead of each printing it too.
+// that differ between ranks): rank 0 reports it through fatal(), and the others wait for its abort instead
+// of each printing it too (up to 30 s: then, rank 0 having not found it, they report it themselves).
 [[noreturn]] void fatal_on_all_ranks(Communicator& comm, const std::string& what);
 
 }  // namespace gpt2
