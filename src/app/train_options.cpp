@@ -99,7 +99,7 @@ std::string value_text(const boost::any& v) {
 ParsedArgs parse_train_args(int argc, char** argv) {
   ParsedArgs out;
   TrainConfig& c = out.config;
-  std::string model_preset, schedule = "cosine", recompute = "none";
+  std::string model_preset, schedule = "cosine", recompute = "none", verify_data = "none";
   std::string device = "auto", precision = "auto", gemm = "cublaslt", comm = "auto";  // parsed once, below
   int n_layer = 0, n_head = 0, n_embd = 0;
   std::vector<std::string> config_files;
@@ -184,10 +184,12 @@ ParsedArgs parse_train_args(int argc, char** argv) {
       ("val-batches", po::value<int>(&c.val_batches)->default_value(20),
        "micro-batches of --micro-batch windows per validation, split over the ranks (the same on any world size)")
       ("eval-only", po::bool_switch(&c.eval_only), "write the validation loss of the initial model, then exit")
-      ("verify-data", po::bool_switch(&c.verify_data),
-       "before the first step, read every token of --train-data and --val-data (each rank a share) and check each "
-       "file's CRC-32 (the crc32 that gpt2-data writes): a byte changed on disk is an error naming the file, not "
-       "tokens trained on silently");
+      ("verify-data", po::value<std::string>(&verify_data)->default_value("none")->implicit_value("shared"),
+       "none | shared (the default when given alone) | local: before the first step, read every token of "
+       "--train-data and --val-data and check each file's CRC-32 (the crc32 that gpt2-data writes), so that a "
+       "byte changed on disk is an error naming the file, not tokens trained on silently. shared: the data is "
+       "one copy on a file system every node sees, each token read once by one rank; local: each node has its "
+       "own copy (node-local disks), each node's copy read in full by its ranks");
 
   po::options_description ckpt("Checkpoints and distribution");
   ckpt.add_options()
@@ -331,6 +333,10 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   if (!parse_choice(device, &c.device)) return error("--device must be cpu, cuda or auto (got '" + device + "')");
   if (!parse_choice(precision, &c.precision))
     return error("--precision must be bf16, fp32 or auto (got '" + precision + "')");
+  if (verify_data == "none") c.verify_data = DataVerify::kNone;
+  else if (verify_data == "shared") c.verify_data = DataVerify::kShared;
+  else if (verify_data == "local") c.verify_data = DataVerify::kLocal;
+  else return error("--verify-data must be none, shared or local (got '" + verify_data + "')");
   if (recompute == "none") c.recompute = Recompute::kNone;
   else if (recompute == "selective") c.recompute = Recompute::kSelective;
   else if (recompute == "full") c.recompute = Recompute::kFull;

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -33,8 +32,8 @@ void fail_together(Communicator& comm, const std::string& label, const std::func
     FatalAsException as_exception;
     try {
       work();
-    } catch (FatalError& e) {
-      error = std::move(e);
+    } catch (...) {  // fatal()'s FatalError, or any other exception (out of memory, a filesystem_error)
+      error = fatal_error_of(std::current_exception());
     }
   }
   // Under max: the lowest failing rank (negated) and the highest exit status.
@@ -64,12 +63,9 @@ void fatal_on_all_ranks(Communicator& comm, const std::string& what) {
   if (comm.rank() == 0) fatal(what);
   // Rank 0 is ending the job with the message (MPI_Abort): nothing here may end it first and cut it off.
   // Should rank 0 not have found it after all (a value thought shared that was not), this rank reports it
-  // itself after kRankZeroWait instead of waiting for a barrier rank 0 never enters.
+  // itself after kRankZeroWait. No collective meanwhile: rank 0 would be in its next one, which it would match.
   constexpr auto kRankZeroWait = std::chrono::seconds(30);
-  const auto deadline = std::chrono::steady_clock::now() + kRankZeroWait;
-  const std::unique_ptr<CommRequest> never = comm.ibarrier("waiting for rank 0 to report: " + what);
-  while (std::chrono::steady_clock::now() < deadline && !never->test())
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(kRankZeroWait);
   fatal(what);
 }
 

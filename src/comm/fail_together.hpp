@@ -18,7 +18,9 @@ namespace gpt2 {
 // file missing on some nodes and damaged on others is two.
 // Then every rank ends together, MPI_Finalize and exit with status 2 when the failure was fatal_usage()'s
 // (options that cannot work together), else 1: no MPI_Abort, so the message is out before the job ends.
-// `work` must run no collective: a rank that failed before it would leave the others waiting there.
+// `work` must run no collective: a rank that failed before it would leave the others waiting there. Any
+// exception out of `work` counts as its error (out of memory: fatal()'s message for it). Use it before the
+// job starts threads of its own or device communicators: it ends the process without unwinding.
 void fail_together(Communicator& comm, const std::string& label, const std::function<void()>& work);
 
 // A failure that every rank has found alike from values they share (a reduced loss that is NaN, weights

@@ -20,7 +20,10 @@ thread_local int t_fatal_as_exception = 0;  // FatalAsException scopes alive on 
 }  // namespace
 
 FatalAsException::FatalAsException() { ++t_fatal_as_exception; }
-FatalAsException::~FatalAsException() { --t_fatal_as_exception; }
+FatalAsException::~FatalAsException() {
+  if (t_fatal_as_exception > 0) --t_fatal_as_exception;
+}
+void FatalAsException::end_all_on_this_thread() { t_fatal_as_exception = 0; }
 
 void set_error_context_rank(int rank) { g_context.rank = rank; }
 void set_error_context_device(int device) { g_context.device = device; }
@@ -47,7 +50,8 @@ void print_error(const std::string& what) {
 
 namespace {
 [[noreturn]] void end_job(int exit_code, const std::string& what) {
-  if (t_fatal_as_exception > 0 && !omp_in_parallel()) throw FatalError{what, exit_code};
+  // omp_get_level(), not omp_in_parallel(): a region of one thread (--threads 1) is one as well.
+  if (t_fatal_as_exception > 0 && omp_get_level() == 0) throw FatalError{what, exit_code};
   print_error(what);
   if (FatalReporter r = g_fatal_reporter) {
     g_fatal_reporter = nullptr;  // once: a failure inside the reporter must not recurse
@@ -65,26 +69,33 @@ void fatal(const std::string& what, const char* file, int line) {
 
 void fatal_usage(const std::string& what) { end_job(2, what); }
 
+FatalError fatal_error_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const FatalError& x) {
+    return x;
+  } catch (const std::bad_alloc& x) {
+    return {msg() << "out of memory (" << x.what() << "): the model, batch or data do not fit in this process's "
+                     "memory; use a smaller model, batch or fewer ranks per node",
+            1};
+  } catch (const std::length_error& x) {
+    return {msg() << "a buffer size exceeds what can be allocated (std::length_error: " << x.what()
+                  << "); use a smaller model or batch",
+            1};
+  } catch (const std::exception& x) {
+    return {msg() << "uncaught exception: " << x.what(), 1};
+  } catch (...) {
+    return {"uncaught exception of an unknown type", 1};
+  }
+}
+
 namespace {
 [[noreturn]] void on_terminate() {
   t_fatal_as_exception = 0;  // from here on every error ends the job (this handler must not throw)
   const std::exception_ptr e = std::current_exception();
   if (!e) fatal("std::terminate called without an exception (a noexcept function threw, or a joinable thread was destroyed)");
-  try {
-    std::rethrow_exception(e);
-  } catch (const FatalError& x) {  // thrown where nothing catches it (a noexcept function, a destructor)
-    end_job(x.exit_code, x.what);
-  } catch (const std::bad_alloc& x) {
-    fatal(msg() << "out of memory (" << x.what() << "): the model, batch or data do not fit in this process's "
-                   "memory; use a smaller model, batch or fewer ranks per node");
-  } catch (const std::length_error& x) {
-    fatal(msg() << "a buffer size exceeds what can be allocated (std::length_error: " << x.what()
-                << "); use a smaller model or batch");
-  } catch (const std::exception& x) {
-    fatal(msg() << "uncaught exception: " << x.what());
-  } catch (...) {
-    fatal("uncaught exception of an unknown type");
-  }
+  const FatalError error = fatal_error_of(e);  // a FatalError here was thrown where nothing catches it
+  end_job(error.exit_code, error.what);
 }
 }  // namespace
 

@@ -3,6 +3,7 @@
 // failure on one rank never leaves the others waiting.
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <string>
 
@@ -45,16 +46,24 @@ struct FatalError {
   std::string what;   // the message, with "(at FILE:LINE)" for internal checks
   int exit_code = 1;  // 1 or 2 (fatal_usage)
 };
-// While one is alive, fatal() on this thread throws FatalError. Not inside an OpenMP parallel region
-// (an exception must not leave one): there fatal() prints and ends the job as always, as on every other
-// thread. Scopes nest.
+// While one is alive, fatal() on this thread throws FatalError. Not inside an OpenMP parallel region,
+// even one of one thread (an exception must not leave one): there fatal() prints and ends the job as
+// always, as on every other thread. Scopes nest.
 class FatalAsException {
  public:
   FatalAsException();
   ~FatalAsException();
   FatalAsException(const FatalAsException&) = delete;
   FatalAsException& operator=(const FatalAsException&) = delete;
+  // For a child process fork()ed inside a scope: from here on fatal() ends it (it must never unwind into
+  // its parent's stack, which it has a copy of).
+  static void end_all_on_this_thread();
 };
+
+// The error an exception stands for: a FatalError's own, or what fatal() says of any other (out of
+// memory, a buffer too large, an uncaught std::exception). For the places that turn exceptions into
+// errors: the terminate handler and comm/fail_together.hpp.
+FatalError fatal_error_of(std::exception_ptr e);
 
 // Makes an exception that escapes main, or any thread, end the job through fatal() ("[gpt2 rank R host H]
 // error: out of memory ...", MPI_Abort on every rank) instead of std::terminate's abort and backtrace on

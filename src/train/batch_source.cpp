@@ -7,6 +7,13 @@
 
 namespace gpt2 {
 
+void require_one_global_batch(const TokenDataset& data, int64_t seqs_per_step) {
+  GPT2_REQUIRE(data.num_windows() >= static_cast<uint64_t>(seqs_per_step),
+               "training data " << data.pattern() << " holds " << data.num_windows() << " windows of "
+                                << data.seq_len() + 1 << " tokens, fewer than one global batch of " << seqs_per_step
+                                << " sequences: use more data or a smaller --global-batch-tokens");
+}
+
 namespace {
 
 class FileBatches final : public BatchSource {
@@ -14,10 +21,7 @@ class FileBatches final : public BatchSource {
   FileBatches(TokenDataset& data, int64_t seqs_per_step, int rank, int world, uint64_t seed, int64_t first_step,
               int64_t end_step, HostAllocator alloc)
       : sampler_(data.num_windows(), seqs_per_step, rank, world, seed) {
-    GPT2_REQUIRE(sampler_.steps_per_epoch() >= 1,
-                 "training data " << data.pattern() << " holds " << data.num_windows() << " windows of "
-                                  << data.seq_len() + 1 << " tokens, fewer than one global batch of " << seqs_per_step
-                                  << " sequences: use more data or a smaller --global-batch-tokens");
+    require_one_global_batch(data, seqs_per_step);
     log_info("data: %s tokens in %zu file(s), %llu steps per epoch\n",
              format_count(static_cast<double>(data.num_tokens())).c_str(), data.num_files(),
              static_cast<unsigned long long>(sampler_.steps_per_epoch()));

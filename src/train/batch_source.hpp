@@ -17,6 +17,9 @@ class BatchSource {
   virtual const RankBatch& next(int64_t step) = 0;
 };
 
+// Ends the job with a message when `data` holds less than one global batch of seqs_per_step sequences.
+void require_one_global_batch(const TokenDataset& data, int64_t seqs_per_step);
+
 // The training files. seqs_per_step: the global batch in sequences (all ranks). Ends the job with a
 // message when the data holds less than one global batch; logs the data line. Prefetches from
 // first_step on; never reads past end_step - 1.

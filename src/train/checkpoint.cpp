@@ -459,6 +459,9 @@ std::string checkpoint_problem(const std::string& path) {
   }
   if (pid == 0) {  // the child: answer through the pipe and leave without atexit handlers (MPI, HDF5)
     close(fds[0]);
+    // Forked inside a fail_together() (--resume PATH): an error here must end this child, never unwind
+    // into the copy of the parent's stack and take part in its collectives.
+    FatalAsException::end_all_on_this_thread();
     // Test hook: GPT2_FAULT_PROBE_CRASH=TEXT makes the probe of a path containing TEXT crash as libhdf5
     // does on some corrupt files, whatever the libhdf5 version.
     if (const char* f = std::getenv("GPT2_FAULT_PROBE_CRASH"); f != nullptr && *f && path.find(f) != std::string::npos)
@@ -468,6 +471,8 @@ std::string checkpoint_problem(const std::string& path) {
       answer = "=" + probe_checkpoint(path);
     } catch (const std::exception& e) {
       answer = std::string("=cannot be probed: ") + e.what();
+    } catch (...) {
+      answer = "=cannot be probed: an unknown exception";
     }
     for (size_t done = 0; done < answer.size();) {
       const ssize_t n = write(fds[1], answer.data() + done, answer.size() - done);

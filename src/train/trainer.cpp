@@ -290,6 +290,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
     if (!cfg.benchmark) {
       GPT2_REQUIRE_OPTIONS(!cfg.train_data.empty() || cfg.eval_only, "--train-data is required (or use --benchmark)");
       if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, geo.T);
+      if (train && !cfg.eval_only) require_one_global_batch(*train, cfg.global_batch_tokens / geo.T);
       if (!cfg.val_data.empty()) val = std::make_unique<TokenDataset>(cfg.val_data, geo.T);
     }
     GPT2_REQUIRE_OPTIONS(!cfg.eval_only || val, "--eval-only needs --val-data");
@@ -305,9 +306,10 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int64_t G = cfg.global_batch_tokens / T;  // sequences per optimizer step, all ranks
   require_same_data_on_all_ranks(comm, train.get(), "training");
   require_same_data_on_all_ranks(comm, val.get(), "validation");
-  if (cfg.verify_data) {
-    if (train) verify_token_crcs(comm, *train, "training");
-    if (val) verify_token_crcs(comm, *val, "validation");
+  if (cfg.verify_data != DataVerify::kNone) {
+    const bool each_copy = cfg.verify_data == DataVerify::kLocal;
+    if (train) verify_token_crcs(comm, *train, "training", each_copy);
+    if (val) verify_token_crcs(comm, *val, "validation", each_copy);
   }
 
   // ---- model, optimizer, state -------------------------------------------------------------------
@@ -435,12 +437,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   }
 
   // ---- the step loop ---------------------------------------------------------------------------
-  std::unique_ptr<BatchSource> batches;
-  fail_together(comm, "training data", [&] {
-    batches = cfg.benchmark ? make_synthetic_batches(B * accum, T, cfg.model.vocab_size, cfg.seed, rank, W)
-                            : make_file_batches(*train, G, rank, W, state.seed, state.step, cfg.max_steps,
-                                                runner->host_allocator());
-  });
+  // (The data's size was checked with the rest, before anything started: this starts the prefetch thread.)
+  const std::unique_ptr<BatchSource> batches =
+      cfg.benchmark ? make_synthetic_batches(B * accum, T, cfg.model.vocab_size, cfg.seed, rank, W)
+                    : make_file_batches(*train, G, rank, W, state.seed, state.step, cfg.max_steps,
+                                        runner->host_allocator());
   if (val && state.step == 0) run_val(0);
 
   const int64_t first_step = state.step;

@@ -16,6 +16,10 @@ namespace gpt2 {
 
 class MpiEnv;
 
+// --verify-data: none; shared: one copy of the data that every node sees, each token read once by one rank
+// of the job; local: a copy on each node (node-local disks), each copy read in full by the ranks reading it.
+enum class DataVerify { kNone, kShared, kLocal };
+
 struct TrainConfig {
   GPT2Config model;
   int micro_batch = 4;                // B: sequences per rank per micro-step
@@ -34,7 +38,7 @@ struct TrainConfig {
   bool model_from_checkpoint = false; // no model options given: n_layer, n_head, n_embd (and vocab_size,
                                       // max_seq_len when 0) come from the resumed or --init-from checkpoint
   bool eval_only = false;             // validation loss of the initial model, then exit
-  bool verify_data = false;           // read every token once at the start and check the files' CRC-32s
+  DataVerify verify_data = DataVerify::kNone;  // read every token at the start, check the files' CRC-32s
   int log_every = 1;
   // Backends; empty = auto, resolved once by resolve_backends().
   std::optional<Device> device;       // auto: cuda when a GPU is visible (and the build has CUDA)

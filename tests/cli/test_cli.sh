@@ -185,12 +185,13 @@ if expect_ok data-prepare-crc "$bin/gpt2-data" prepare --tokenizer byte --input 
   # --verify-data: 2 ranks share the reading and find both files' CRC-32s right
   if out=$(timeout 120 "${mpi2[@]}" "${tiny[@]}" --max-steps 1 --train-data "$work/tokcrc/train.h5" \
         --val-data "$work/tokcrc/val.h5" --verify-data 2>&1) \
-      && grep -q "training data verified: .* 1 file(s), 1 of them against their CRC-32 (read on 2 rank(s)" <<<"$out" \
+      && grep -q "training data verified: .* 1 file(s), 1 of them against their CRC-32 (read by 2 rank(s)" <<<"$out" \
       && grep -q "validation data verified: .* 1 file(s), 1 of them against their CRC-32" <<<"$out"; then
     echo "ok   train-verify-data"
   else
     echo "FAIL train-verify-data:"; echo "$out" | tail -5; fails=$((fails+1))
   fi
+  mkdir -p "$work/copy_a" "$work/copy_b" && cp "$work/tokcrc/train.h5" "$work/copy_a/" && cp "$work/tokcrc/val.h5" "$work/copy_a/"
   /usr/bin/python3 - "$work/tokcrc/train.h5" <<'PY' || { echo "FAIL data-crc-h5py"; fails=$((fails+1)); }
 import sys, zlib
 import h5py
@@ -208,6 +209,13 @@ PY
   # The same flipped byte in training: read as a valid id, so only --verify-data tells, once for both ranks
   expect_fail_once train-verify-data-flipped 1 "train.h5: /tokens fails its CRC-32 check" "${mpi2[@]}" "${tiny[@]}" \
     --max-steps 1 --train-data "$work/tokcrc/train.h5" --verify-data
+  # Two copies at the same relative path, as on two nodes' local disks, one of them damaged: --verify-data local
+  # reads each copy in full and names the rank (and host) with the damaged one; each rank runs in its copy's folder.
+  cp "$work/tokcrc/train.h5" "$work/copy_b/" && cp "$work/tokcrc/val.h5" "$work/copy_b/"
+  f=$fails; expect_fail train-verify-data-local 1 "rank 1 host [^]]+\] error: train.h5: /tokens fails its CRC-32 check.*\(on this rank only, of 2\)" \
+    mpiexec -n 1 -wdir "$work/copy_a" "$bin/gpt2-train" "${tiny[@]}" --max-steps 1 --train-data train.h5 --verify-data local : \
+    -n 1 -wdir "$work/copy_b" "$bin/gpt2-train" "${tiny[@]}" --max-steps 1 --train-data train.h5 --verify-data local
+  [[ $fails -eq $f ]] && errors_printed train-verify-data-local 1
   # A file from another tool (h5py, no crc32): its ids are read and checked, and a warning says what was not
   if out=$(timeout 120 "${mpi2[@]}" "${tiny[@]}" --max-steps 1 --train-data "$work/good.h5" --verify-data 2>&1) \
       && grep -q "1 training data file(s) have no crc32 attribute .*good.h5: their token ids were checked" <<<"$out"; then

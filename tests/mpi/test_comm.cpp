@@ -335,7 +335,10 @@ TEST(VerifyData, PiecesReadByEveryRankJoinToEachFilesCrc32) {
   gpt2::MpiCommunicator comm(MPI_COMM_WORLD, 60.0);
   for (const char* pattern : {"/shard_0.h5", "/shard_*.h5", "/wide.h5"}) {
     gpt2::TokenDataset data(dir + pattern, 64);
-    for (uint64_t piece : {uint64_t{997}, uint64_t{1} << 20}) gpt2::verify_token_crcs(comm, data, "test", piece);
+    for (size_t f = 0; f < data.num_files(); ++f) ASSERT_TRUE(data.file(f).has_crc32()) << data.file(f).path();
+    for (const bool each_copy : {false, true})
+      for (uint64_t piece : {uint64_t{997}, uint64_t{1} << 20})
+        gpt2::verify_token_crcs(comm, data, "test", each_copy, piece);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) std::system(("rm -rf " + dir).c_str());
