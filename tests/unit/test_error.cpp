@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.hpp"
@@ -35,6 +37,19 @@ TEST(FatalAsException, ThrowsTheMessageAndStatusInsteadOfEndingTheProcess) {
   EXPECT_NE(check.what.find("test_error.cpp:"), std::string::npos) << check.what;
 }
 
+TEST(FatalAsException, AnyExceptionStandsForTheErrorFatalWouldReport) {
+  // fail_together() takes any exception out of its work as that rank's error, in fatal()'s words.
+  const FatalError oom = fatal_error_of(std::make_exception_ptr(std::bad_alloc()));
+  EXPECT_EQ(oom.what.rfind("out of memory (std::bad_alloc)", 0), 0u) << oom.what;
+  EXPECT_EQ(oom.exit_code, 1);
+  const FatalError other = fatal_error_of(std::make_exception_ptr(std::runtime_error("permission denied")));
+  EXPECT_EQ(other.what, "uncaught exception: permission denied");
+  const FatalError own = fatal_error_of(std::make_exception_ptr(FatalError{"--lr is wrong", 2}));
+  EXPECT_EQ(own.what, "--lr is wrong");
+  EXPECT_EQ(own.exit_code, 2);
+  EXPECT_EQ(fatal_error_of(std::make_exception_ptr(42)).what, "uncaught exception of an unknown type");
+}
+
 TEST(FatalAsException, ScopesNestAndEndWithTheOutermost) {
   testing::FLAGS_gtest_death_test_style = "threadsafe";
   {
@@ -47,9 +62,9 @@ TEST(FatalAsException, ScopesNestAndEndWithTheOutermost) {
 }
 
 // (A function: a pragma inside a macro's argument is not one.)
-void fatal_in_a_parallel_region_of_a_scope() {
+void fatal_in_a_parallel_region_of_a_scope(int threads) {
   FatalAsException scope;
-#pragma omp parallel num_threads(2)
+#pragma omp parallel num_threads(threads)
   {
     if (omp_get_thread_num() == 0) fatal("inside a parallel region");
   }
@@ -60,8 +75,11 @@ TEST(FatalAsException, AnotherThreadOrAnOpenMPRegionStillEndsTheProcess) {
   // process with its own message, as it does on any thread other than the scope's. Threadsafe: the
   // process may hold an OpenMP thread pool, which does not survive fork() alone.
   testing::FLAGS_gtest_death_test_style = "threadsafe";
-  EXPECT_EXIT(fatal_in_a_parallel_region_of_a_scope(),
-              ::testing::ExitedWithCode(1), "error: inside a parallel region");
+  // One thread (--threads 1, OMP_THREAD_LIMIT=1) is a parallel region too, if not for omp_in_parallel().
+  for (const int threads : {2, 1})
+    EXPECT_EXIT(fatal_in_a_parallel_region_of_a_scope(threads), ::testing::ExitedWithCode(1),
+                "error: inside a parallel region")
+        << threads << " thread(s)";
 }
 
 TEST(FatalAsException, OneThatEscapesToTerminateStillEndsTheProcessWithItsStatus) {
