@@ -31,9 +31,11 @@ const char* kUsage =
     "      Tokenizes the documents (each text file, or each JSON line's field), in parallel, with\n"
     "      <|endoftext|> between documents (gpt2), and writes DIR/train.h5 and DIR/val.h5 (or shards\n"
     "      DIR/train_000000.h5, ...). Every 1/val-fraction-th document goes to validation.\n"
-    "  gpt2-data inspect FILE|RUN_DIR\n"
+    "  gpt2-data inspect FILE|RUN_DIR...\n"
     "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt, and\n"
     "      reads every token back, verifying its id and the file's CRC-32 (exit 1 if damaged).\n"
+    "      Several files, or a quoted glob ('data/train_*.h5'), are inspected one after another, to\n"
+    "      the first damaged one (gpt2-train --verify-data does the same check on its ranks).\n"
     "      A checkpoint (or a run's --out directory: the checkpoint its ckpt/latest names): prints its\n"
     "      model and step, and reads every tensor back, verifying its CRC-32 and that it is finite;\n"
     "      exits 1 naming the first damaged tensor (e.g. after copying checkpoints between clusters).\n"
@@ -211,11 +213,21 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "prepare") return prepare(argc - 1, argv + 1);
   if (cmd == "inspect") {
-    if (argc != 3) {
-      std::fprintf(stderr, "usage: gpt2-data inspect FILE|RUN_DIR\n");
+    if (argc < 3) {
+      std::fprintf(stderr, "usage: gpt2-data inspect FILE|RUN_DIR...\n");
       return 2;
     }
-    return inspect(argv[2]);
+    int shown = 0;
+    for (int i = 2; i < argc; ++i) {
+      // A glob the shell did not expand (quoted, as gpt2-train takes them) names its shards in order.
+      const std::string arg = argv[i];
+      const bool glob = arg.find_first_of("*?[") != std::string::npos && !std::filesystem::exists(arg);
+      for (const std::string& path : glob ? expand_data_glob(arg) : std::vector<std::string>{arg}) {
+        if (shown++ > 0) std::printf("\n");
+        inspect(path);
+      }
+    }
+    return 0;
   }
   if (cmd == "export-hf") {
     const bool help = argc == 3 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h");

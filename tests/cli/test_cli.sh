@@ -206,6 +206,10 @@ with open(sys.argv[1], "r+b") as raw:
     raw.write(bytes([b ^ 0x04]))  # stays a byte-level id (< 256): only the CRC-32 can tell
 PY
   expect_fail data-inspect-flipped 1 "train.h5: /tokens fails its CRC-32 check" "$bin/gpt2-data" inspect "$work/tokcrc/train.h5"
+  # Several files and a quoted glob, in order, to the first damaged one: val.h5 verified, then train.h5 refused
+  f=$fails; expect_fail data-inspect-several 1 "train.h5: /tokens fails its CRC-32 check" "$bin/gpt2-data" inspect \
+    "$work/tokcrc/val.h5" "$work/tokcrc/t*.h5"
+  [[ $fails -eq $f ]] && ! grep -q "CRC-32 verified" <<<"$last_out" && { echo "FAIL data-inspect-several: val.h5 not inspected first"; fails=$((fails+1)); }
   # The same flipped byte in training: read as a valid id, so only --verify-data tells, once for both ranks
   expect_fail_once train-verify-data-flipped 1 "train.h5: /tokens fails its CRC-32 check" "${mpi2[@]}" "${tiny[@]}" \
     --max-steps 1 --train-data "$work/tokcrc/train.h5" --verify-data
