@@ -277,6 +277,20 @@ stopped = err.count("the update of step 2 made the weights non-finite")
 check(f"{name}: one rank's non-finite update stops both ranks at that step, after the step before's checkpoint",
       rc != 0 and stopped == 1 and ckpts == ["step_00000001.h5"],
       f": exit {rc}, the error {stopped} time(s), checkpoints {ckpts}")
+# ... and without ZeRO-1 the flag is taken as every rank's alike (replicated weights, one update): should rank 1
+# alone say so after all (the same fault), rank 0 never reports it, and rank 1 does after waiting 30 s for it
+# (fatal_on_all_ranks), instead of waiting for a report that never comes until --comm-timeout-s
+name = "overflow_one_rank_unshared"
+cmd = [mpiexec, "--oversubscribe", "-n", "2", "-x", "EMU_DEVICES", "-x", "GPT2_FAULT_NONFINITE_UPDATE",
+       f"{bin_dir}/gpt2-train", *common, "--micro-batch", "2", "--max-steps", "3", "--out", f"{work}/{name}", *cuda,
+       *fp32, "--comm", "nccl"]
+t0 = time.monotonic()
+rc, _, err = launch(cmd, {**two_devices, "GPT2_FAULT_NONFINITE_UPDATE": "1:2"})
+seconds = time.monotonic() - t0
+line = next((l for l in err.splitlines() if "error:" in l), "no error line")
+check(f"{name}: a failure only rank 1 found is reported by rank 1 after its 30 s wait for rank 0",
+      rc != 0 and "rank 1 " in line and "the update of step 2 made the weights non-finite" in line and 30 <= seconds < 90,
+      f": exit {rc} after {seconds:.0f} s, {line}")
 # A device smaller than the estimate (most of it the GEMM workspace, 32 MiB) refuses the run before anything
 # is allocated, with the numbers, on every rank, quickly
 small = int(estimate) - 1
