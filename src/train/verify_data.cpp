@@ -49,7 +49,12 @@ void verify_token_crcs(Communicator& comm, TokenDataset& data, const char* role,
   std::vector<Piece> pieces;
   std::vector<std::string> without_crc;
   uint64_t bytes = 0;
-  fail_together(comm, std::string(role) + " data verification (files)", [&] {
+  const std::unique_ptr<MpiCommunicator> own_copy = each_copy ? copy_group(comm, data) : nullptr;
+  Communicator& readers = own_copy ? *own_copy : comm;
+  const int W = readers.size(), rank = readers.rank();
+  // Each piece's CRC-32 (exact in a double), -1 where another rank reads it: the all-reduce's max is every one.
+  std::vector<double> crc;
+  fail_together(comm, std::string(role) + " data verification (reading)", [&] {
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     for (size_t f = 0; f < data.num_files(); ++f) {
       TokenFile& file = data.file(f);
@@ -58,14 +63,7 @@ void verify_token_crcs(Communicator& comm, TokenDataset& data, const char* role,
         pieces.push_back({f, at, std::min(piece_tokens, file.size() - at)});
       bytes += file.size() * static_cast<uint64_t>(file.dtype_bits() / 8);
     }
-  });
-  const std::unique_ptr<MpiCommunicator> own_copy = each_copy ? copy_group(comm, data) : nullptr;
-  Communicator& readers = own_copy ? *own_copy : comm;
-  const int W = readers.size(), rank = readers.rank();
-  // Each piece's CRC-32 (exact in a double), -1 where another rank reads it: the all-reduce's max is every one.
-  std::vector<double> crc(pieces.size(), -1.0);
-  fail_together(comm, std::string(role) + " data verification (reading)", [&] {
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    crc.assign(pieces.size(), -1.0);
     for (size_t j = static_cast<size_t>(rank); j < pieces.size(); j += static_cast<size_t>(W))
       crc[j] = data.file(pieces[j].file).crc32_of_tokens(pieces[j].offset, pieces[j].n);
   });
