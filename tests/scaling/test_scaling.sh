@@ -4,7 +4,8 @@
 # 1. the model formula against hand-computed values (tools/scaling_report --predict);
 # 2. slurm/scaling.sh --dry-run writes SLURM job scripts with the right node/rank layout;
 # 3. a local sweep (1 and 2 ranks, weak and strong, configs/ci.ini, few steps) with scaling.sh --local;
-# 4. tools/scaling_report on it: report.md, report.csv (columns, efficiencies in (0, 1.5]), scaling.png.
+# 4. tools/scaling_report on it: report.md, report.csv (columns, efficiencies in (0, 1.5]), scaling.png;
+# 5. the gradients' precision read from train.log (a GPU run's bf16 halves the bytes), and --grad-dtype.
 # Everything is written under WORK_DIR.
 set -euo pipefail
 src=$(cd "$1" && pwd); bin=$(cd "$2" && pwd); work=$3
@@ -137,4 +138,19 @@ assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000, "scaling.png is not
 print("report ok")
 PY
 cat "$work/sweep/report.md"
+
+echo "== 5. the gradients' precision from train.log"
+# A GPU run all-reduces bf16 gradients: half the bytes of the CPU's fp32 and, in the same --bucket-mb, the
+# same number of buckets of twice the elements. The same sweep with its header lines as the CUDA device
+# writes them must give a bf16 gradient of half the size.
+cp -r "$work/sweep" "$work/sweep_bf16"
+for log in "$work"/sweep_bf16/*/train.log; do
+  sed -i 's/| device cpu, 1 thread(s)$/| device cuda:0 NVIDIA H100 80GB HBM3 | bf16 | gemm cublaslt | comm nccl/' "$log"
+done
+grep -q '| bf16 | gemm' "$work/sweep_bf16/weak-1/train.log" || fail "the header line was not rewritten"
+$py "$report" "$work/sweep_bf16" --no-plot >/dev/null
+grep -q 'gradient 0.23 MiB bf16 in 1 bucket' "$work/sweep_bf16/report.md" || fail "bf16: $(grep gradient "$work/sweep_bf16/report.md")"
+grep -q 'gradient 0.46 MiB fp32 in 1 bucket' "$work/sweep/report.md" || fail "fp32: $(grep gradient "$work/sweep/report.md")"
+$py "$report" "$work/sweep_bf16" --no-plot --grad-dtype fp32 --out "$work/bf16_as_fp32" >/dev/null
+grep -q 'gradient 0.46 MiB fp32' "$work/bf16_as_fp32/report.md" || fail "--grad-dtype fp32 did not override the log"
 echo "PASS"
