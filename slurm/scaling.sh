@@ -3,7 +3,9 @@
 # (fixed micro-batch per rank, global batch grows with the ranks) and strong scaling (fixed global
 # batch, gradient accumulation shrinks as ranks grow). Each point is its own sbatch job and output
 # directory <sweep>/<mode>-<n>/, running `gpt2-train --benchmark` and then `bench_allreduce` with the same
-# ranks. tools/scaling_report turns the sweep into report.md, report.csv and scaling.png.
+# ranks, on the path training takes (GPUs: NCCL on device buffers in bf16, or fp32 with --precision fp32;
+# CPUs and --comm mpi: MPI on the host). tools/scaling_report turns the sweep into report.md, report.csv
+# and scaling.png.
 #
 # Submit from the repository root (each job runs there):
 #   slurm/scaling.sh --max-gpus 64 --config configs/gpt2-124m.ini --out runs/scaling-124m    # 8 GPUs/node
@@ -157,6 +159,19 @@ write_manifest() {
 }
 
 q() { printf '%q ' "$@"; }
+# bench_allreduce measures the path training takes: the device reducer over NCCL in the run's precision on
+# GPUs (bf16 unless --precision fp32), the host's MPI all-reduce of fp32 on CPUs or with --comm mpi.
+bench_device=$device bench_dtype=bf16
+prev=
+for a in "${extra[@]+"${extra[@]}"}"; do
+  case "$prev|$a" in
+    "--precision|fp32" | *"|--precision=fp32") bench_dtype=fp32 ;;
+    "--comm|mpi" | *"|--comm=mpi") bench_device=cpu ;;
+    "--device|cpu" | *"|--device=cpu") bench_device=cpu ;;
+  esac
+  prev=$a
+done
+
 fails=0
 for m in "${mode_list[@]}"; do
   for n in "${counts[@]}"; do
@@ -202,7 +217,7 @@ for m in "${mode_list[@]}"; do
       echo "  mpirun) launch=(mpirun -np \"\${SLURM_NTASKS:-$n}\" --map-by \"ppr:\${SLURM_NTASKS_PER_NODE:-$rpn}:node\") ;;"
       echo "  *) launch=($default_launch) ;;"
       echo "esac"
-      echo "export GPT2_BENCH_MAX_MB=$armax GPT2_BENCH_BUCKET_MB=$bucket"
+      echo "export GPT2_BENCH_MAX_MB=$armax GPT2_BENCH_BUCKET_MB=$bucket GPT2_BENCH_DEVICE=$bench_device GPT2_BENCH_DTYPE=$bench_dtype"
       echo "\"\${launch[@]}\" $(q "$train_bin" "${targs[@]}")> $(q "$dir/train.log") 2>&1"
       echo "train_rc=\$?"
       echo "\"\${launch[@]}\" $(q "$ar_bin" "--benchmark_out=$dir/allreduce.json" --benchmark_out_format=json)> $(q "$dir/allreduce.log") 2>&1"

@@ -27,6 +27,13 @@ BucketPlan::BucketPlan(size_t total_floats, size_t bucket_bytes, size_t first_bu
   }
 }
 
+BucketPlan BucketPlan::in_bytes(size_t elements, size_t element_bytes, size_t bucket_bytes, size_t first_bucket_bytes,
+                                int shards) {
+  GPT2_CHECK(element_bytes == 2 || element_bytes == 4, "BucketPlan: elements of " << element_bytes << " bytes");
+  const size_t scale = sizeof(float) / element_bytes;
+  return BucketPlan(elements, bucket_bytes * scale, first_bucket_bytes * scale, shards);
+}
+
 BucketPlan::Split BucketPlan::split(size_t bucket) const {
   const Bucket& b = buckets_.at(bucket);
   const size_t w = static_cast<size_t>(shards_);

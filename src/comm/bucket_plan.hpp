@@ -25,6 +25,10 @@ class BucketPlan {
   // bucket_bytes; the last bucket takes whatever remains at the start of the buffer. Sizes are in
   // 4-byte elements. shards: the ranks a bucket is reduce-scattered over (1: all-reduce only).
   BucketPlan(size_t total_floats, size_t bucket_bytes, size_t first_bucket_bytes = 1 << 20, int shards = 1);
+  // The same plan with the sizes in bytes of the elements all-reduced (element_bytes 4 for fp32, 2 for
+  // bf16): a bf16 bucket of --bucket-mb holds twice the elements of an fp32 one, as DDP's bucket_cap_mb.
+  static BucketPlan in_bytes(size_t elements, size_t element_bytes, size_t bucket_bytes,
+                             size_t first_bucket_bytes = 1 << 20, int shards = 1);
 
   // In issue order, identical on every rank: buckets()[0] ends at total_floats, the last begins at 0.
   // Because wte (tied with the LM head) sits at offset 0, the bucket holding it is always the last

@@ -316,12 +316,12 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   GPT2 model(cfg.model);
   model.set_recompute(cfg.recompute);
   model.init(cfg.seed);
-  // Buckets are planned in elements: bf16 gradients fit twice as many in the same --bucket-mb. Under
-  // ZeRO-1 every bucket splits over the W ranks, and each rank's optimizer owns its piece of each.
-  const size_t elem_scale = be.precision == Precision::kBf16 ? 2 : 1;
+  // --bucket-mb counts the bytes all-reduced: bf16 gradients fit twice as many elements. Under ZeRO-1
+  // every bucket splits over the W ranks, and each rank's optimizer owns its piece of each.
   const bool zero1 = cfg.zero == 1;
-  const BucketPlan plan(model.table().total(), static_cast<size_t>(cfg.bucket_mb * (1 << 20)) * elem_scale,
-                        (size_t{1} << 20) * elem_scale, zero1 ? W : 1);
+  const BucketPlan plan = BucketPlan::in_bytes(model.table().total(), be.precision == Precision::kBf16 ? 2 : 4,
+                                               static_cast<size_t>(cfg.bucket_mb * (1 << 20)), size_t{1} << 20,
+                                               zero1 ? W : 1);
   AdamW opt(model.table().segments(),
             zero1 ? plan.owned_by(rank) : std::vector<FlatRange>{{0, model.table().total()}}, cfg.optim);
   TrainState state;

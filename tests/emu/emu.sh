@@ -207,6 +207,13 @@ build_train() {
   for name in "${!train_mains[@]}"; do
     "${cxx[@]}" -fopenmp -o "$t/$name" "$t/main_$name.o" "${train_lib_objs[@]}" "${train_link[@]}" || return 1
   done
+  # bench_allreduce's CUDA path (the DeviceGradReducer over NCCL, as the scaling sweep runs it on GPUs)
+  if ((have_benchmark)); then
+    "${cxx[@]}" "${inc[@]}" "${gpu_flags[@]}" "${train_flags[@]}" -c "$repo/tools/bench/bench_allreduce.cpp" \
+      -o "$t/main_bench_allreduce.o" &&
+      "${cxx[@]}" -fopenmp -o "$t/bench_allreduce" "$t/main_bench_allreduce.o" "${train_lib_objs[@]}" -lbenchmark \
+        "${train_link[@]}" || return 1
+  fi
 }
 # The training code's stream-ordering mutants (--mutants nccl_comm device_reducer model_cuda): the object each
 # one's file replaces

@@ -419,6 +419,28 @@ for ranks in (1, 2):
     check(f"device reducer, {ranks} rank(s), NCCL and MPI transports", rc == 0 and cases == 13,
           f": exit {rc}, {cases} of 13 cases ok" + ("" if rc == 0 else "\n" + out[-2000:]))
 
+# bench_allreduce's CUDA path, which the scaling sweep measures on GPUs: 2 ranks with a device each choose it on
+# their own (GPT2_BENCH_DEVICE unset: auto), the DeviceGradReducer over NCCL in bf16 (the default) and fp32,
+# several buckets at the largest size, and every size's result checked inside the benchmark (an error row).
+if os.path.exists(f"{bin_dir}/bench_allreduce"):
+    for dtype in ("bf16", "fp32"):
+        js = f"{work}/allreduce_{dtype}.json"
+        benv = dict(two_devices, GPT2_BENCH_MAX_MB="0.25", GPT2_BENCH_BUCKET_MB="0.0625", GPT2_BENCH_DTYPE=dtype,
+                    EMU_COLLECTIVE_DELAY_US="200")
+        cmd = [mpiexec, "--oversubscribe", "-n", "2"] + [a for k in benv for a in ("-x", k)] + \
+              [f"{bin_dir}/bench_allreduce", "--benchmark_filter=BucketedAllreduce", f"--benchmark_out={js}",
+               "--benchmark_out_format=json"]
+        rc, out, err = launch(cmd, benv)
+        rows = json.load(open(js))["benchmarks"] if rc == 0 and os.path.exists(js) else []
+        labels = sorted({r.get("label", "") for r in rows})
+        errors = [r.get("error_message") for r in rows if r.get("error_occurred")]
+        check(f"bench_allreduce's device path, 2 ranks, {dtype}: 5 sizes checked, several buckets at 256 KiB",
+              rc == 0 and len(rows) == 5 and labels == [f"nccl {dtype} device"] and not errors and
+              max(r.get("buckets", 0) for r in rows) == 4,
+              f": exit {rc}, {len(rows)} sizes, labels {labels}, errors {errors[:1]}" + ("" if rc == 0 else "\n" + (out + err)[-2000:]))
+else:
+    print("SKIP bench_allreduce's device path: built without Google Benchmark", flush=True)
+
 
 
 def nccl_fault(name, tag, timeout_s, extra_env, want, flight_file="flight_rank0.nccl.json"):

@@ -65,6 +65,23 @@ TEST(BucketPlan, CoversTheBufferFromItsEnd) {
   }
 }
 
+
+// --bucket-mb counts bytes on the wire: a bf16 plan's buckets hold twice the elements of an fp32 one, and
+// each is at most bucket_bytes of bf16 (the first, 1 MiB of it).
+TEST(BucketPlan, InBytesOfTheElementsSent) {
+  const size_t total = 40000003;  // 80 MB of bf16: 1 MiB, three of 25 MiB, then the rest
+  const gpt2::BucketPlan fp32 = gpt2::BucketPlan::in_bytes(total, 4, size_t{25} << 20);
+  const gpt2::BucketPlan bf16 = gpt2::BucketPlan::in_bytes(total, 2, size_t{25} << 20);
+  const gpt2::BucketPlan plain(total, size_t{25} << 20);
+  ASSERT_EQ(fp32.buckets().size(), plain.buckets().size());
+  for (size_t i = 0; i < fp32.buckets().size(); ++i) EXPECT_EQ(fp32.buckets()[i].begin, plain.buckets()[i].begin);
+  ASSERT_GE(bf16.buckets().size(), 2u);
+  EXPECT_EQ(bf16.buckets()[0].size() * 2, size_t{1} << 20);   // the first bucket: 1 MiB of bf16
+  EXPECT_EQ(bf16.buckets()[1].size() * 2, size_t{25} << 20);  // then 25 MiB of bf16
+  EXPECT_EQ(bf16.buckets()[2].size() * 2, size_t{25} << 20);
+  EXPECT_EQ(bf16.buckets().size(), 5u);
+  EXPECT_EQ(fp32.buckets().size(), 1 + (total * 4 - (size_t{1} << 20) + (size_t{25} << 20) - 1) / (size_t{25} << 20));
+}
 // ZeRO-1 geometry: every bucket but the last splits evenly over the ranks; over all ranks the owned
 // runs cover the buffer, each element once, except the replicated head (< W elements), which all own.
 TEST(BucketPlan, ShardsCoverTheBufferOnce) {

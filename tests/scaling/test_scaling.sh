@@ -82,6 +82,15 @@ grep -q '^#SBATCH --gpus-per-node=8$' "$work/dry/weak-16/job.sh" || fail "weak-1
 grep -q 'srun --mpi=pmix' "$work/dry/weak-16/job.sh" || fail "job script does not use srun --mpi=pmix"
 $py -c "import json,sys; m=json.load(open(sys.argv[1])); assert [p['ranks'] for p in m['points']]==[1,2,4,8,16], m" \
   "$work/dry/sweep.json"
+# bench_allreduce takes the path training takes: NCCL on the device in bf16 by default (auto: where every rank
+# has a GPU of its own), fp32 with --precision fp32, the host's MPI with --comm mpi or on CPUs.
+grep -q '^export .*GPT2_BENCH_DEVICE=auto GPT2_BENCH_DTYPE=bf16$' "$work/dry/weak-16/job.sh" || fail "weak-16: $(grep GPT2_BENCH "$work/dry/weak-16/job.sh")"
+bash "$src/slurm/scaling.sh" --dry-run --bin-dir "$bin" --max-gpus 2 --config "$src/configs/ci.ini" --modes weak \
+  --out "$work/dry_fp32" -- --precision fp32 --comm=mpi >/dev/null
+grep -q '^export .*GPT2_BENCH_DEVICE=cpu GPT2_BENCH_DTYPE=fp32$' "$work/dry_fp32/weak-2/job.sh" || fail "fp32/mpi: $(grep GPT2_BENCH "$work/dry_fp32/weak-2/job.sh")"
+bash "$src/slurm/scaling.sh" --dry-run --bin-dir "$bin" --cpu --max-ranks 2 --config "$src/configs/ci.ini" --modes weak \
+  --out "$work/dry_cpu" >/dev/null
+grep -q '^export .*GPT2_BENCH_DEVICE=cpu ' "$work/dry_cpu/weak-2/job.sh" || fail "--cpu: $(grep GPT2_BENCH "$work/dry_cpu/weak-2/job.sh")"
 
 echo "== 3. local sweep"
 bash "$src/slurm/scaling.sh" --local --bin-dir "$bin" --max-ranks 2 --config "$src/configs/ci.ini" --steps 6 \
