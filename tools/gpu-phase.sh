@@ -548,6 +548,10 @@ phase_A() {
   fi
   step decode_kv_cache 120 "== CPU decode" gtest test_gpu_decode
   step reducer_1rank 60 "exact" "$bin/mpirun" -n 1 "$bin/test_gpu_reducer"
+  # bench_allreduce's device path, what slurm/scaling.sh measures on GPUs: NCCL on one rank, every size checked
+  # (a wrong result exits 1); the figure is its 64 MiB row, a device copy at one rank
+  gpu_step allreduce_nccl_1rank 60 "nccl bf16 device, checked" env GPT2_BENCH_DEVICE=cuda GPT2_BENCH_MAX_MB=64 \
+    "$bin/mpirun" -n 1 "$bin/bench_allreduce"
 }
 
 # ---- phase B: races and the whole program -------------------------------------------------------
@@ -730,6 +734,10 @@ sass_sm90a() {
 figure_sass_sm90a() { grep -o '[0-9]* HGMMA,' "$1" | tr -d , | paste -sd/ | sed 's/$/ (attention fwd\/bwd\/gemm)/'; }
 figure_ceilings() { python3 "$repo/tools/gpu/bench_table.py" --ceilings-only "$logs/ceilings.json"; }
 figure_kernel_table() { grep -m1 '^kernels at target' "$1"; }
+figure_allreduce_nccl_1rank() {
+  echo "$(grep -c 'nccl bf16 device' "$1") sizes on nccl bf16 device, 64 MiB: $(grep -m1 'BM_BucketedAllreduce/67108864' "$1" |
+    grep -oE '[0-9.]+ us' | head -1)"
+}
 figure_step_table() { grep -m1 '^targets: ' "$1" | sed 's/^targets: //'; }
 figure_attention_order() {
   python3 - "$repo/tools/gpu" "$(dirname "$1")/attention_order.json" <<'PY'

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -46,6 +47,14 @@ double env_or(const char* name, double fallback) {
 std::string env_str(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
+}
+
+// A wrong result is an error row in the JSON and, at the end, exit status 1 on every rank: a sweep's
+// done.json and a GPU phase's step see it, not only a reader of the table.
+bool g_wrong = false;
+void wrong(benchmark::State& state, const char* what) {
+  g_wrong = true;
+  state.SkipWithError(what);
 }
 
 size_t bench_bucket_bytes() { return static_cast<size_t>(env_or("GPT2_BENCH_BUCKET_MB", 25.0) * (1 << 20)); }
@@ -78,7 +87,7 @@ void BM_BucketedAllreduce(benchmark::State& state) {
   }
   int ok = correct ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) state.SkipWithError("all-reduce result is wrong");
+  if (!ok) wrong(state, "all-reduce result is wrong");
   state.SetLabel("mpi fp32 host");
   state.counters["ranks"] = W;
   state.counters["buckets"] = static_cast<double>(plan.buckets().size());
@@ -128,7 +137,7 @@ void BM_ReduceScatter(benchmark::State& state) {
   }
   int ok = correct ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) state.SkipWithError("reduce-scatter result is wrong");
+  if (!ok) wrong(state, "reduce-scatter result is wrong");
   state.counters["ranks"] = W;
   state.SetLabel(how == 0 ? "MPI_Ireduce_scatter_block" : how == 1 ? "MPI_Iallreduce" : how == 2 ? "Communicator" : "Communicator, in place");
 }
@@ -188,7 +197,7 @@ void BM_DeviceAllreduce(benchmark::State& state) {
   for (size_t i = 0; i < n; i += 997) bad += std::abs(out[i] - want) > tol ? 1 : 0;
   int ok = bad == 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) state.SkipWithError("all-reduce result is wrong");
+  if (!ok) wrong(state, "all-reduce result is wrong");
   state.SetLabel(std::string("nccl ") + (g_device->bf16 ? "bf16" : "fp32") + " device");
   state.counters["ranks"] = W;
   state.counters["buckets"] = static_cast<double>(plan.buckets().size());
@@ -290,5 +299,8 @@ int main(int argc, char** argv) {
     NullReporter display;
     benchmark::RunSpecifiedBenchmarks(&display);
   }
-  env.exit_all(0);
+  int any_wrong = g_wrong ? 1 : 0;  // every rank found the same (each check ends in an all-reduce)
+  MPI_Allreduce(MPI_IN_PLACE, &any_wrong, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_wrong && env.rank() == 0) std::fprintf(stderr, "bench_allreduce: error: a result was wrong (the ERROR rows)\n");
+  env.exit_all(any_wrong ? 1 : 0);
 }
