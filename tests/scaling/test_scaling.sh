@@ -126,6 +126,11 @@ for r in rows:
         assert abs(e - 1.0) < 1e-9
     else:
         assert float(r["busbw_GBps"]) > 0, r
+        # the cluster model at the same message and ranks: 2 ranks on one node are nvlink's ring, cut into the
+        # same buckets (one, for a message under 1 MiB): 2(n-1)/n * S / (S/B*2(n-1)/n + 8.4 + 2 * 3.4 us)
+        S = int(r["busbw_bytes"])
+        want_bw = S / (S / 360e9 + (8.4 + 2 * 3.4) * 1e-6) / 1e9
+        assert abs(float(r["cluster_model_busbw_GBps"]) - want_bw) <= 1e-3 * want_bw, (r, want_bw)
     assert 0 < float(r["model_efficiency"]) <= 1.0 + 1e-9
 # The strong points really are strong scaling: the same global batch at 1 and 2 ranks.
 gb = {(r["mode"], r["ranks"]): int(r["global_batch_tokens"]) for r in rows}
