@@ -160,17 +160,26 @@ write_manifest() {
 
 q() { printf '%q ' "$@"; }
 # bench_allreduce measures the path training takes: the device reducer over NCCL in the run's precision on
-# GPUs (bf16 unless --precision fp32), the host's MPI all-reduce of fp32 on CPUs or with --comm mpi.
-bench_device=$device bench_dtype=bf16
+# GPUs (bf16 unless --precision fp32), the host's MPI all-reduce of fp32 on CPUs or with --comm mpi, whose
+# GPU runs stage bf16 buckets through the host as fp32 (twice the bytes). Read from the options after --
+# (the last one of each wins); a precision or comm set in the --config file is not seen here.
+bench_device=$device bench_dtype=bf16 host_comm=0
 prev=
 for a in "${extra[@]+"${extra[@]}"}"; do
   case "$prev|$a" in
     "--precision|fp32" | *"|--precision=fp32") bench_dtype=fp32 ;;
-    "--comm|mpi" | *"|--comm=mpi") bench_device=cpu ;;
+    "--precision|bf16" | *"|--precision=bf16") bench_dtype=bf16 ;;
+    "--comm|mpi" | *"|--comm=mpi") host_comm=1 ;;
+    "--comm|nccl" | *"|--comm=nccl") host_comm=0 ;;
     "--device|cpu" | *"|--device=cpu") bench_device=cpu ;;
   esac
   prev=$a
 done
+bench_bucket=$bucket
+if ((host_comm)) && [[ $bench_device != cpu ]]; then
+  [[ $bench_dtype == bf16 ]] && bench_bucket=$(awk -v b="$bucket" 'BEGIN { print 2 * b }')
+  bench_device=cpu
+fi
 
 fails=0
 for m in "${mode_list[@]}"; do
@@ -217,7 +226,7 @@ for m in "${mode_list[@]}"; do
       echo "  mpirun) launch=(mpirun -np \"\${SLURM_NTASKS:-$n}\" --map-by \"ppr:\${SLURM_NTASKS_PER_NODE:-$rpn}:node\") ;;"
       echo "  *) launch=($default_launch) ;;"
       echo "esac"
-      echo "export GPT2_BENCH_MAX_MB=$armax GPT2_BENCH_BUCKET_MB=$bucket GPT2_BENCH_DEVICE=$bench_device GPT2_BENCH_DTYPE=$bench_dtype"
+      echo "export GPT2_BENCH_MAX_MB=$armax GPT2_BENCH_BUCKET_MB=$bench_bucket GPT2_BENCH_DEVICE=$bench_device GPT2_BENCH_DTYPE=$bench_dtype"
       echo "\"\${launch[@]}\" $(q "$train_bin" "${targs[@]}")> $(q "$dir/train.log") 2>&1"
       echo "train_rc=\$?"
       echo "\"\${launch[@]}\" $(q "$ar_bin" "--benchmark_out=$dir/allreduce.json" --benchmark_out_format=json)> $(q "$dir/allreduce.log") 2>&1"

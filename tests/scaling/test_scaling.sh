@@ -16,60 +16,82 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 $py -c 'import matplotlib' 2>/dev/null || fail "python3-matplotlib missing (tools/install-deps.sh installs it)"
 
 echo "== 1. model formula"
-# 100 MiB of gradients, 25 MiB buckets -> 1 MiB, 25, 25, 25, 24 MiB (BucketPlan: 1 MiB first, rest last).
-# The expected values below are NCCL's cost model written out by hand (docs/scaling.md), not the tool's code:
-# 8 GPUs, one node on nvlink (360e9 B/s, ring step 3.4 us, 8.4 us a collective): a ring, per bucket
-#   1.75 * S/B + 8.4 + 14 * 3.4 us. 16 GPUs, 2 nodes of 8 ports of ndr-ib (45e9 each: B = min(360e9, 8 * 45e9)):
-#   ring 1.875 * S/B + 1.4 * (8.4 + 2*14 * 3.4 + 2 * 14) us, tree S / (B/2 * 0.92 * c(S)) + 8.4 + 2 * (7 * 4 + 1 * 14) us
-#   with c = 0.5 for 1 MiB (64 B x 2^14) and 0.7 for 24 and 25 MiB (2^18): the tree, every bucket.
-# With one port a node (B = 45e9) the ring wins the 25 and 24 MiB buckets, the tree the 1 MiB one; at 4096 GPUs (512 nodes) the tree's log2 term is 9 steps,
-# at 24 (3 nodes) floor(log2 3) = 1; 12 GPUs on 2 nodes are 6 a node, so 6 ports: B = min(360e9, 6 * 45e9).
-$py "$report" --predict --grad-bytes 104857600 --step-ms 100 --bucket-mb 25 --gpus 1,8,12,16,24,4096 >"$work/predict.json"
-$py "$report" --predict --grad-bytes 104857600 --step-ms 100 --bucket-mb 25 --gpus 16 --ports-per-node 1 \
-  >"$work/predict_1port.json"
-$py - "$work/predict.json" "$work/predict_1port.json" <<'PY'
-import json, sys
+# NCCL's cost model (docs/scaling.md) written out again here, not the tool's code: per bucket the cheapest of
+# ring and tree in the LL, LL128 and Simple protocols. Three values by hand first, each a 25 MiB bucket (the
+# second of a 26 MiB gradient: 1 MiB first, then 25), on nvlink nodes of 8 GPUs and 8 ndr-ib ports:
+#   8 GPUs, one node, ring LL128: 1.75 * S / (0.92 * 360e9) + 14 + 14 * 1.9 us              = 179.11 us
+#   16 GPUs, 2 nodes, ring LL128: 1.875 * S / (0.92 * 360e9) + 14 + 28 * 1.9 + 2 * 4.0 us   = 223.61 us
+#   4096 GPUs, 512 nodes, tree LL128: S / (0.5 * 0.92 * 360e9 * 120/128 * 0.9) + 14 + 2 * (7 * 1.25 + 9 * 8.5) us
+#                                                                                           = 372.11 us
+$py "$report" --predict --grad-bytes $((26 << 20)) --step-ms 100 --bucket-mb 25 --gpus 1,8,16,4096 >"$work/predict.json"
+$py - "$work/predict.json" "$report" <<'PY'
+import importlib.machinery, importlib.util, json, math, sys
 d = json.load(open(sys.argv[1]))
-one_port = json.load(open(sys.argv[2]))["points"][0]
 MiB = 1 << 20
-sizes = [1 * MiB, 25 * MiB, 25 * MiB, 25 * MiB, 24 * MiB]
-assert d["buckets"] == sizes, d["buckets"]
-p1, p8, p12, p16, p24, p4096 = d["points"]
-def close(a, b, what):
-    assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), f"{what}: {a} != {b}"
-us = 1e-6
+assert d["buckets"] == [1 * MiB, 25 * MiB], d["buckets"]
+p1, p8, p16, p4096 = d["points"]
+def close(a, b, what, rel=1e-6):
+    assert abs(a - b) <= rel * max(1.0, abs(b)), f"{what}: {a} != {b}"
+S = 25 * MiB
 close(p1["step_overlap_ms"], 100.0, "1 GPU step"); close(p1["comm_ms"], 0.0, "1 GPU comm")
-ring8 = [1.75 * s / 360e9 + (8.4 + 14 * 3.4) * us for s in sizes]
-close(p8["comm_ms"], sum(ring8) * 1e3, "8 GPU comm")
-close(p8["comm_ms"], 0.78972444444, "8 GPU comm, by hand")
-close(p8["last_bucket_ms"], ring8[-1] * 1e3, "8 GPU last bucket")
-close(p8["step_no_overlap_ms"], 100 + sum(ring8) * 1e3, "8 GPU step, no overlap")
-close(p8["step_overlap_ms"], 100 + ring8[-1] * 1e3, "8 GPU step, overlap (the window hides all but the last)")
-close(p8["eff_overlap"], 100 / (100 + ring8[-1] * 1e3), "8 GPU efficiency")
-assert (p8["nodes"], p8["link"], p8["algorithm"], p8["bus_bw"]) == (1, "nvlink", "ring", 360e9), p8
-c = {1 * MiB: 0.5, 24 * MiB: 0.7, 25 * MiB: 0.7}
-tree16 = [s / (360e9 / 2 * 0.92 * c[s]) + (8.4 + 2 * (7 * 4.0 + 1 * 14)) * us for s in sizes]
-ring16 = [1.875 * s / 360e9 + 1.4 * (8.4 + 28 * 3.4 + 2 * 14) * us for s in sizes]
-assert all(t < r for t, r in zip(tree16, ring16)), (tree16, ring16)
-close(p16["comm_ms"], sum(tree16) * 1e3, "16 GPU comm (2 nodes, tree)")
-assert (p16["nodes"], p16["link"], p16["algorithm"], p16["bus_bw"]) == (2, "ndr-ib", "tree", 360e9), p16
-ring1p = [1.875 * s / 45e9 + 1.4 * (8.4 + 28 * 3.4 + 2 * 14) * us for s in sizes]
-tree1p = [s / (45e9 / 2 * 0.92 * c[s]) + (8.4 + 2 * (7 * 4.0 + 1 * 14)) * us for s in sizes]
-assert tree1p[0] < ring1p[0] and all(r < t for r, t in zip(ring1p[1:], tree1p[1:])), (ring1p, tree1p)
-close(one_port["comm_ms"], (tree1p[0] + sum(ring1p[1:])) * 1e3, "16 GPU comm, one port a node (ring and tree)")
-assert (one_port["algorithm"], one_port["bus_bw"]) == ("ring+tree", 45e9), one_port
-tree4096 = [s / (360e9 / 2 * 0.92 * c[s]) + (8.4 + 2 * (7 * 4.0 + 9 * 14)) * us for s in sizes]
-close(p4096["comm_ms"], sum(tree4096) * 1e3, "4096 GPU comm (512 nodes, tree)")
-assert p4096["nodes"] == 512 and p4096["algorithm"] == "tree", p4096
-tree24 = [s / (360e9 / 2 * 0.92 * c[s]) + (8.4 + 2 * (7 * 4.0 + 1 * 14)) * us for s in sizes]
-close(p24["comm_ms"], sum(tree24) * 1e3, "24 GPU comm (3 nodes, tree)")
-assert p24["nodes"] == 3 and p24["algorithm"] == "tree", p24
-B12 = 6 * 45e9
-tree12 = [s / (B12 / 2 * 0.92 * c[s]) + (8.4 + 2 * (5 * 4.0 + 1 * 14)) * us for s in sizes]
-ring12 = [22 / 12 * s / B12 + 1.4 * (8.4 + 20 * 3.4 + 2 * 14) * us for s in sizes]
-close(p12["comm_ms"], sum(min(t, r) for t, r in zip(tree12, ring12)) * 1e3, "12 GPU comm (2 nodes of 6)")
-assert p12["bus_bw"] == B12, p12
-print("model formula ok")
+close(p8["last_bucket_ms"], (1.75 * S / (0.92 * 360e9) + (14 + 14 * 1.9) * 1e-6) * 1e3, "8 GPUs, 25 MiB")
+close(p8["last_bucket_ms"], 0.17911, "8 GPUs, 25 MiB, by hand", 1e-4)
+close(p16["last_bucket_ms"], 0.22361, "16 GPUs, 25 MiB, by hand", 1e-4)
+close(p4096["last_bucket_ms"], 0.37211, "4096 GPUs, 25 MiB, by hand", 1e-4)
+assert (p8["nodes"], p8["link"], p8["bus_bw"]) == (1, "nvlink", 360e9), p8
+assert (p16["nodes"], p16["link"], p16["bus_bw"]) == (2, "ndr-ib", 360e9), p16
+assert p8["algorithm"] == "ring LL+ring LL128" and p16["algorithm"] == "ring LL128+tree LL128", (p8, p16)
+assert p4096["nodes"] == 512 and p4096["algorithm"] == "tree LL128", p4096
+# With overlap only the last bucket shows (the window, 2/3 of 100 ms, hides the rest): step = 100 + last.
+close(p8["step_overlap_ms"], 100 + p8["last_bucket_ms"], "8 GPU step, overlap")
+close(p8["step_no_overlap_ms"], 100 + p8["comm_ms"], "8 GPU step, no overlap")
+close(p8["eff_overlap"], 100 / p8["step_overlap_ms"], "8 GPU efficiency")
+
+# The same model again, over sizes whose tree correction sits between two classes (3 and 6 MiB: a ceil or a
+# round in place of the floor shows), 2 and 3 nodes (floor(log2 3) = 1), 12 GPUs on 2 nodes (6 ports), one
+# port a node, and PCIe nodes (no LL128).
+loader = importlib.machinery.SourceFileLoader("scaling_report", sys.argv[2])
+spec = importlib.util.spec_from_loader("scaling_report", loader)
+tool = importlib.util.module_from_spec(spec)
+loader.exec_module(tool)
+us = 1e-6
+base = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4}}
+hop = {"nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}},
+       "pci": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}},
+       "net": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}}}
+corr = {"LL": {14: .5, 15: .6, 16: .7, 18: .9, 19: 1.0}, "LL128": {14: .6, 15: .6, 16: .8, 18: .9, 19: .9},
+        "Simple": {14: .5, 15: .6, 16: .7, 18: .7, 19: .7}}
+def expect(S, n, gpn, intra_bw, intra_hw, ports, port_bw):
+    N = -(-n // gpn); ppn = n // N
+    B = intra_bw if N == 1 else min(intra_bw, min(ports, ppn) * port_bw)
+    cap = [141e9, 39e9, 20.4e9][min(N, 3) - 1]
+    cls = int(math.floor(math.log2(S / 64)))
+    best = []
+    for p in (["LL", "LL128", "Simple"] if intra_hw == "nvlink" else ["LL", "Simple"]):
+        ring_bw = B if p == "Simple" else 0.92 * B if p == "LL128" else min(cap, B / 2)
+        if N == 1:
+            lat = base["ring"][p] + 2 * (n - 1) * hop[intra_hw]["ring"][p]
+        else:
+            step = max(hop[intra_hw]["ring"][p], 3.0 if p == "Simple" else 1.0)
+            lat = base["ring"][p] + 2 * (n - N) * step + 2 * (N - 1) * hop["net"]["ring" if ppn > 1 else "tree"][p]
+            if p == "Simple" and S / (16 * n) >= 64:
+                lat *= 1.4
+        best.append((2 * (n - 1) / n * S / ring_bw + lat * us, "ring " + p))
+        tree_bw = 0.92 * B * (1 if p == "Simple" else (7 / 9 if N == 1 else 120 / 128)) if p != "LL" else min(0.92 * B / 3.8, cap)
+        lat = base["tree"][p] + 2 * ((ppn - 1) * hop[intra_hw]["tree"][p] + int(math.log2(N)) * hop["net"]["tree"][p])
+        best.append((S / (0.5 * tree_bw * corr[p][cls]) + lat * us, "tree " + p))
+    return min(best)
+cases = 0
+for intra, ihw, ibw in (("nvlink", "nvlink", 360e9), ("pcie", "pci", 24e9)):
+    for ports in (8, 1):
+        cl = tool.Cluster(8, intra, "ndr-ib", ports)
+        for n in (2, 8, 12, 16, 24, 4096):
+            for S in (1 * MiB, 3 * MiB, 6 * MiB, 25 * MiB, 49 * MiB):
+                got, want = cl.allreduce_s(S, n), expect(S, n, 8, ibw, ihw, ports, 45e9)
+                close(got[0], want[0], f"{intra}, {ports} port(s), {n} GPUs, {S >> 20} MiB: {got[1]} against {want[1]}")
+                assert got[1] == want[1], (intra, ports, n, S, got, want)
+                cases += 1
+print(f"model formula ok ({cases} cases against the model written out again)")
 PY
 
 echo "== 2. SLURM job scripts (dry run)"
@@ -87,7 +109,13 @@ $py -c "import json,sys; m=json.load(open(sys.argv[1])); assert [p['ranks'] for 
 grep -q '^export .*GPT2_BENCH_DEVICE=auto GPT2_BENCH_DTYPE=bf16$' "$work/dry/weak-16/job.sh" || fail "weak-16: $(grep GPT2_BENCH "$work/dry/weak-16/job.sh")"
 bash "$src/slurm/scaling.sh" --dry-run --bin-dir "$bin" --max-gpus 2 --config "$src/configs/ci.ini" --modes weak \
   --out "$work/dry_fp32" -- --precision fp32 --comm=mpi >/dev/null
-grep -q '^export .*GPT2_BENCH_DEVICE=cpu GPT2_BENCH_DTYPE=fp32$' "$work/dry_fp32/weak-2/job.sh" || fail "fp32/mpi: $(grep GPT2_BENCH "$work/dry_fp32/weak-2/job.sh")"
+grep -q '^export .*GPT2_BENCH_BUCKET_MB=25 GPT2_BENCH_DEVICE=cpu GPT2_BENCH_DTYPE=fp32$' "$work/dry_fp32/weak-2/job.sh" ||
+  fail "fp32/mpi: $(grep GPT2_BENCH "$work/dry_fp32/weak-2/job.sh")"
+# --comm mpi in bf16: the host all-reduces fp32 copies of bf16 buckets, twice --bucket-mb on the wire
+bash "$src/slurm/scaling.sh" --dry-run --bin-dir "$bin" --max-gpus 2 --config "$src/configs/ci.ini" --modes weak \
+  --out "$work/dry_mpi" -- --precision fp32 --comm mpi --precision bf16 >/dev/null
+grep -q '^export .*GPT2_BENCH_BUCKET_MB=50 GPT2_BENCH_DEVICE=cpu GPT2_BENCH_DTYPE=bf16$' "$work/dry_mpi/weak-2/job.sh" ||
+  fail "bf16/mpi: $(grep GPT2_BENCH "$work/dry_mpi/weak-2/job.sh")"
 bash "$src/slurm/scaling.sh" --dry-run --bin-dir "$bin" --cpu --max-ranks 2 --config "$src/configs/ci.ini" --modes weak \
   --out "$work/dry_cpu" >/dev/null
 grep -q '^export .*GPT2_BENCH_DEVICE=cpu ' "$work/dry_cpu/weak-2/job.sh" || fail "--cpu: $(grep GPT2_BENCH "$work/dry_cpu/weak-2/job.sh")"
@@ -126,10 +154,11 @@ for r in rows:
         assert abs(e - 1.0) < 1e-9
     else:
         assert float(r["busbw_GBps"]) > 0, r
-        # the cluster model at the same message and ranks: 2 ranks on one node are nvlink's ring, cut into the
-        # same buckets (one, for a message under 1 MiB): 2(n-1)/n * S / (S/B*2(n-1)/n + 8.4 + 2 * 3.4 us)
+        # the cluster model at the same message and ranks: the gradient's nearest size is 256 KiB, one bucket,
+        # which 2 ranks on an nvlink node all-reduce fastest by the LL ring: S / (S / 141e9 + 6.6 + 2 * 0.6 us)
         S = int(r["busbw_bytes"])
-        want_bw = S / (S / 360e9 + (8.4 + 2 * 3.4) * 1e-6) / 1e9
+        assert S == 256 * 1024, r
+        want_bw = S / (S / 141e9 + (6.6 + 2 * 0.6) * 1e-6) / 1e9
         assert abs(float(r["cluster_model_busbw_GBps"]) - want_bw) <= 1e-3 * want_bw, (r, want_bw)
     assert 0 < float(r["model_efficiency"]) <= 1.0 + 1e-9
 # The strong points really are strong scaling: the same global batch at 1 and 2 ranks.
@@ -140,12 +169,12 @@ model = list(csv.DictReader(open(os.path.join(d, "model.csv"))))
 weak = {int(r["gpus"]): r for r in model if r["mode"] == "weak" and r["curve"] == "cluster"}
 assert 8 in weak and 4096 in weak, sorted(weak)
 assert weak[8]["link"] == "nvlink" and weak[16]["link"] == "ndr-ib"
-assert weak[8]["algorithm"] == "ring" and weak[4096]["algorithm"] in ("tree", "ring+tree"), weak[4096]
+assert weak[8]["algorithm"].startswith("ring") and "tree" in weak[4096]["algorithm"], (weak[8], weak[4096])
 for r in weak.values():
     assert float(r["step_overlap_ms"]) <= float(r["step_no_overlap_ms"]) + 1e-9, r
 md = open(os.path.join(d, "report.md")).read()
 for s in ["| mode | GPUs | nodes | tokens/s | tokens/s/GPU | efficiency |", "| weak | 2 | 1 |", "| strong | 2 | 1 |",
-          "### weak scaling", "| 4096 | 512 | ndr-ib | tree |", "scaling.png"]:
+          "### weak scaling", "| 4096 | 512 | ndr-ib | tree ", "scaling.png"]:
     assert s in md, f"report.md lacks {s!r}"
 png = open(os.path.join(d, "scaling.png"), "rb").read()
 assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000, "scaling.png is not a PNG"
@@ -159,7 +188,8 @@ echo "== 5. the gradients' precision from train.log"
 # writes them must give a bf16 gradient of half the size.
 cp -r "$work/sweep" "$work/sweep_bf16"
 for log in "$work"/sweep_bf16/*/train.log; do
-  sed -i 's/| device cpu, 1 thread(s)$/| device cuda:0 NVIDIA H100 80GB HBM3 | bf16 | gemm cublaslt | comm nccl/' "$log"
+  sed -i 's/| device cpu, 1 thread(s)$/| device cuda:0 NVIDIA H100 80GB HBM3 | bf16 | gemm cublaslt/' "$log"
+  [[ $log == */*-2/train.log ]] && sed -i 's/| gemm cublaslt$/| gemm cublaslt | comm nccl/' "$log"
 done
 grep -q '| bf16 | gemm' "$work/sweep_bf16/weak-1/train.log" || fail "the header line was not rewritten"
 $py "$report" "$work/sweep_bf16" --no-plot >/dev/null
@@ -167,4 +197,10 @@ grep -q 'gradient 0.23 MiB bf16 in 1 bucket' "$work/sweep_bf16/report.md" || fai
 grep -q 'gradient 0.46 MiB fp32 in 1 bucket' "$work/sweep/report.md" || fail "fp32: $(grep gradient "$work/sweep/report.md")"
 $py "$report" "$work/sweep_bf16" --no-plot --grad-dtype fp32 --out "$work/bf16_as_fp32" >/dev/null
 grep -q 'gradient 0.46 MiB fp32' "$work/bf16_as_fp32/report.md" || fail "--grad-dtype fp32 did not override the log"
+# --comm mpi on GPUs stages bf16 gradients through the host as fp32: the buckets of the bf16 plan, twice the bytes
+cp -r "$work/sweep_bf16" "$work/sweep_mpi"
+sed -i 's/| comm nccl$/| comm mpi/' "$work"/sweep_mpi/*-2/train.log
+$py "$report" "$work/sweep_mpi" --no-plot >/dev/null
+grep -q 'gradient 0.46 MiB fp32 (bf16 staged through the host) in 1 bucket(s) (2 MiB first, then 50 MiB)' \
+  "$work/sweep_mpi/report.md" || fail "--comm mpi: $(grep gradient "$work/sweep_mpi/report.md")"
 echo "PASS"

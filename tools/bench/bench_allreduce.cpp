@@ -143,15 +143,18 @@ void BM_ReduceScatter(benchmark::State& state) {
 }
 
 #ifdef GPT2_HAVE_CUDA
-// The average each element must come back as: rank r puts 1 in element i when r is i mod W or (i+1) mod
-// W, else 0, so every element sums two contributions (W >= 2) whatever the order; the partial sums are 0,
-// 1 or 2, exact in bf16 at any W, and a reduction that lost, repeated or misplaced a contribution or a
-// bucket is off by at least half. The average 2/W is rounded once to the element type.
+// The average each element must come back as: rank r puts 3 in element i when r is i mod W, 1 when r is
+// (i+1) mod W, else 0, so every element sums two unequal contributions (W >= 2) to 4, whatever the order;
+// the partial sums are at most 4, exact in bf16 at any W. No rank holds the average 4/W before the
+// reduction (at W = 2 each holds 3 or 1 of an average 2), so a bucket lost or reduced over the wrong range
+// is off by half or more, and so is a contribution lost or counted twice. The average is rounded once to
+// the element type. (At W = 1 an all-reduce changes nothing, and nothing can be checked.)
 float pattern_value(size_t i, int rank, int W) {
-  const size_t w = static_cast<size_t>(W);
-  return W == 1 || static_cast<size_t>(rank) == i % w || static_cast<size_t>(rank) == (i + 1) % w ? 1.0f : 0.0f;
+  const size_t w = static_cast<size_t>(W), r = static_cast<size_t>(rank);
+  if (W == 1) return 4.0f;
+  return r == i % w ? 3.0f : r == (i + 1) % w ? 1.0f : 0.0f;
 }
-double pattern_average(int W) { return W == 1 ? 1.0 : 2.0 / W; }
+double pattern_average(int W) { return 4.0 / W; }
 
 // The CUDA path, made once: NCCL's communicator is the expensive part, and every size shares it.
 struct DevicePath {
@@ -216,9 +219,10 @@ bool use_device(gpt2::Communicator& comm, const gpt2::MpiEnv& env) {
   int own_gpu = 0;
   bool want_cpu = false;
   gpt2::fail_together(comm, "GPT2_BENCH_DEVICE", [&] {
-    const std::string want = env_str("GPT2_BENCH_DEVICE", "auto");
+    const std::string want = env_str("GPT2_BENCH_DEVICE", "auto"), dtype = env_str("GPT2_BENCH_DTYPE", "bf16");
     GPT2_REQUIRE(want == "auto" || want == "cuda" || want == "cpu",
                  "GPT2_BENCH_DEVICE=" << want << ": use auto, cuda or cpu");
+    GPT2_REQUIRE(dtype == "bf16" || dtype == "fp32", "GPT2_BENCH_DTYPE=" << dtype << ": use bf16 or fp32");
     want_cpu = want == "cpu";
     if (want_cpu) return;
 #ifdef GPT2_HAVE_CUDA
@@ -254,8 +258,7 @@ int main(int argc, char** argv) {
 #ifdef GPT2_HAVE_CUDA
   std::unique_ptr<DevicePath> path;
   if (device) {
-    const std::string dtype = env_str("GPT2_BENCH_DTYPE", "bf16");
-    GPT2_REQUIRE(dtype == "bf16" || dtype == "fp32", "GPT2_BENCH_DTYPE=" << dtype << ": use bf16 or fp32");
+    const std::string dtype = env_str("GPT2_BENCH_DTYPE", "bf16");  // checked in use_device
     gpt2::select_device(env.local_rank(), env.local_size(), gpt2::Comm::kNccl);
     path = std::make_unique<DevicePath>();
     path->stream = std::make_unique<gpt2::CudaStream>();
@@ -299,6 +302,9 @@ int main(int argc, char** argv) {
     NullReporter display;
     benchmark::RunSpecifiedBenchmarks(&display);
   }
+#ifdef GPT2_HAVE_CUDA
+  path.reset();  // NCCL's communicator ends here, on every rank, before MPI does
+#endif
   int any_wrong = g_wrong ? 1 : 0;  // every rank found the same (each check ends in an all-reduce)
   MPI_Allreduce(MPI_IN_PLACE, &any_wrong, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (any_wrong && env.rank() == 0) std::fprintf(stderr, "bench_allreduce: error: a result was wrong (the ERROR rows)\n");
