@@ -57,6 +57,24 @@ void wrong(benchmark::State& state, const char* what) {
   state.SkipWithError(what);
 }
 
+// Every rank's verdict joined (a wrong result anywhere is an error row), then nccl-tests' figures:
+// algbw = bytes / time, busbw = algbw x 2(W-1)/W; the label names the path measured.
+void report_allreduce(benchmark::State& state, bool correct, const std::string& path, size_t bytes, int W,
+                      size_t buckets) {
+  int ok = correct ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!ok) wrong(state, "all-reduce result is wrong");
+  state.SetLabel(path);
+  state.counters["ranks"] = W;
+  state.counters["buckets"] = static_cast<double>(buckets);
+  state.counters["algbw_GBps"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["busbw_GBps"] = benchmark::Counter(
+      static_cast<double>(bytes) * state.iterations() / 1e9 * (W > 1 ? 2.0 * (W - 1) / W : 1.0),
+      benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+}
+
 size_t bench_bucket_bytes() { return static_cast<size_t>(env_or("GPT2_BENCH_BUCKET_MB", 25.0) * (1 << 20)); }
 
 void BM_BucketedAllreduce(benchmark::State& state) {
@@ -85,18 +103,7 @@ void BM_BucketedAllreduce(benchmark::State& state) {
     }
     state.ResumeTiming();
   }
-  int ok = correct ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) wrong(state, "all-reduce result is wrong");
-  state.SetLabel("mpi fp32 host");
-  state.counters["ranks"] = W;
-  state.counters["buckets"] = static_cast<double>(plan.buckets().size());
-  state.counters["algbw_GBps"] =
-      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
-  state.counters["busbw_GBps"] = benchmark::Counter(
-      static_cast<double>(bytes) * state.iterations() / 1e9 * (W > 1 ? 2.0 * (W - 1) / W : 1.0),
-      benchmark::Counter::kIsRate);
-  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  report_allreduce(state, correct, "mpi fp32 host", bytes, W, plan.buckets().size());
 }
 
 void BM_ReduceScatter(benchmark::State& state) {
@@ -198,18 +205,8 @@ void BM_DeviceAllreduce(benchmark::State& state) {
   const double want = pattern_average(W), tol = want * (g_device->bf16 ? 1.0 / 128 : 1e-6);
   size_t bad = std::abs(out[n - 1] - want) > tol ? 1 : 0;  // the last element: the first bucket's end
   for (size_t i = 0; i < n; i += 997) bad += std::abs(out[i] - want) > tol ? 1 : 0;
-  int ok = bad == 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) wrong(state, "all-reduce result is wrong");
-  state.SetLabel(std::string("nccl ") + (g_device->bf16 ? "bf16" : "fp32") + " device");
-  state.counters["ranks"] = W;
-  state.counters["buckets"] = static_cast<double>(plan.buckets().size());
-  state.counters["algbw_GBps"] =
-      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
-  state.counters["busbw_GBps"] = benchmark::Counter(
-      static_cast<double>(bytes) * state.iterations() / 1e9 * (W > 1 ? 2.0 * (W - 1) / W : 1.0),
-      benchmark::Counter::kIsRate);
-  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  report_allreduce(state, bad == 0, std::string("nccl ") + (g_device->bf16 ? "bf16" : "fp32") + " device", bytes, W,
+                   plan.buckets().size());
 }
 #endif
 
