@@ -23,6 +23,17 @@ using namespace gpt2;
 
 namespace {
 
+// inspect's part of the usage, which `gpt2-data inspect --help` prints alone
+#define GPT2_DATA_INSPECT_USAGE                                                                              \
+  "  gpt2-data inspect FILE|RUN_DIR...\n"                                                                   \
+  "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt, and\n"        \
+  "      reads every token back, verifying its id and the file's CRC-32 (exit 1 if damaged).\n"              \
+  "      Several files, or a quoted glob ('data/train_*.h5'), are inspected one after another, to\n"         \
+  "      the first damaged one (gpt2-train --verify-data does the same check on its ranks).\n"              \
+  "      A checkpoint (or a run's --out directory: the checkpoint its ckpt/latest names): prints its\n"      \
+  "      model and step, and reads every tensor back, verifying its CRC-32 and that it is finite;\n"         \
+  "      exits 1 naming the first damaged tensor (e.g. after copying checkpoints between clusters).\n"
+
 const char* kUsage =
     "gpt2-data: token files for gpt2-train.\n"
     "\n"
@@ -31,14 +42,7 @@ const char* kUsage =
     "      Tokenizes the documents (each text file, or each JSON line's field), in parallel, with\n"
     "      <|endoftext|> between documents (gpt2), and writes DIR/train.h5 and DIR/val.h5 (or shards\n"
     "      DIR/train_000000.h5, ...). Every 1/val-fraction-th document goes to validation.\n"
-    "  gpt2-data inspect FILE|RUN_DIR...\n"
-    "      A token file: prints token count, vocabulary, dtype, documents and a decoded excerpt, and\n"
-    "      reads every token back, verifying its id and the file's CRC-32 (exit 1 if damaged).\n"
-    "      Several files, or a quoted glob ('data/train_*.h5'), are inspected one after another, to\n"
-    "      the first damaged one (gpt2-train --verify-data does the same check on its ranks).\n"
-    "      A checkpoint (or a run's --out directory: the checkpoint its ckpt/latest names): prints its\n"
-    "      model and step, and reads every tensor back, verifying its CRC-32 and that it is finite;\n"
-    "      exits 1 naming the first damaged tensor (e.g. after copying checkpoints between clusters).\n"
+    GPT2_DATA_INSPECT_USAGE
     "  gpt2-data export-hf CKPT DIR\n"
     "      Writes the model of checkpoint CKPT (a step_*.h5 file, or a run's --out directory for its\n"
     "      latest checkpoint) as DIR/model.safetensors and DIR/config.json, which Hugging Face\n"
@@ -64,7 +68,7 @@ int prepare(int argc, char** argv) {
       "directory with GPT-2's encoder.json and vocab.bpe (tools/get-gpt2-vocab.sh fills it)")(
       "jsonl-field", po::value<std::string>(&p.jsonl_field)->default_value(""),
       "inputs are JSON lines: one document per line, the text in this string field (e.g. text)")(
-      "val-fraction", po::value<double>(&p.val_fraction)->default_value(0.1),
+      "val-fraction", po::value<double>(&p.val_fraction)->default_value(0.1, "0.1"),
       "fraction of the documents for validation, spread evenly (a single document: of its tokens)")(
       "shard-tokens", po::value<int64_t>(&shard_tokens)->default_value(0),
       "tokens per file: train_000000.h5, ... (0: one train.h5 and one val.h5); at least 1025, one window of "
@@ -129,7 +133,7 @@ int prepare(int argc, char** argv) {
   p.progress = !no_progress;
   const PrepareResult r = prepare_dataset(p);
   std::printf("wrote %llu train tokens in %zu file(s) and %llu val tokens in %zu file(s) to %s: %llu document(s), "
-              "tokenizer %s, vocab %d, %.1f MB in %.1f s (%.1f MB/s)\n",
+              "tokenizer %s, vocab %d, %.3g MB in %.3g s (%.1f MB/s)\n",
               static_cast<unsigned long long>(r.train_tokens), r.train_files.size(),
               static_cast<unsigned long long>(r.val_tokens), r.val_files.size(), out.c_str(),
               static_cast<unsigned long long>(r.documents), tokenizer.c_str(), p.vocab_size,
@@ -213,10 +217,17 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "prepare") return prepare(argc - 1, argv + 1);
   if (cmd == "inspect") {
-    if (argc < 3) {
-      std::fprintf(stderr, "usage: gpt2-data inspect FILE|RUN_DIR...\n");
-      return 2;
+    static const char* const kInspectUsage = "usage:\n" GPT2_DATA_INSPECT_USAGE;
+    const bool help = argc == 3 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h");
+    if (help || argc < 3) {
+      std::fputs(kInspectUsage, help ? stdout : stderr);
+      return help ? 0 : 2;
     }
+    for (int i = 2; i < argc; ++i)
+      if (argv[i][0] == '-' && !std::filesystem::exists(argv[i])) {
+        std::fprintf(stderr, "gpt2-data inspect: error: unknown option '%s'\n%s", argv[i], kInspectUsage);
+        return 2;
+      }
     int shown = 0;
     for (int i = 2; i < argc; ++i) {
       // A glob the shell did not expand (quoted, as gpt2-train takes them) names its shards in order.

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -130,10 +131,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2-sample: error: %s\nRun 'gpt2-sample --help' for the options.\n", gpt2::option_error_message(e).c_str());
     return 2;
   }
-  if (opt.max_new_tokens < 0 || opt.top_k < 0 || n_head < 0 || threads < 0) {
-    std::fprintf(stderr, "gpt2-sample: error: --max-new-tokens, --top-k, --n-head and --threads must not be negative\n");
-    return 2;
-  }
+  for (const auto& [name, value] : {std::pair<const char*, int>{"max-new-tokens", opt.max_new_tokens},
+                                    {"top-k", opt.top_k}, {"n-head", n_head}, {"threads", threads}})
+    if (value < 0) {
+      std::fprintf(stderr, "gpt2-sample: error: --%s must not be negative (got %d)\n", name, value);
+      return 2;
+    }
   if (!(std::isfinite(opt.temperature) && opt.temperature >= 0.0f)) {
     std::fprintf(stderr, "gpt2-sample: error: --temperature must be a finite number >= 0 (got %g)\n",
                  static_cast<double>(opt.temperature));

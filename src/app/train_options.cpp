@@ -31,7 +31,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-std::string suggest(const std::string& name, const po::options_description& all) {
+// The option nearest to `name` (its dashes aside) within 3 edits, or "".
+std::string closest_option(const std::string& name, const po::options_description& all) {
   std::string bare = name;
   while (!bare.empty() && bare[0] == '-') bare.erase(0, 1);
   std::string best;
@@ -44,7 +45,22 @@ std::string suggest(const std::string& name, const po::options_description& all)
       best = n;
     }
   }
+  return best;
+}
+
+std::string suggest(const std::string& name, const po::options_description& all) {
+  const std::string best = closest_option(name, all);
   return best.empty() ? "" : " (did you mean --" + best + "?)";
+}
+
+// The same for a key of a config file, where options are written without their dashes ("lr = 6e-4").
+std::string suggest_in_file(const std::string& key, const po::options_description& all) {
+  std::string bare = key;
+  while (!bare.empty() && bare[0] == '-') bare.erase(0, 1);
+  if (bare != key && all.find_nothrow(bare, /*approx=*/false) != nullptr)
+    return " (a config file names options without their dashes: '" + bare + " = ...')";
+  const std::string best = closest_option(bare, all);
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
 }
 
 const char* kUsage =
@@ -230,6 +246,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   all.add(general).add(model).add(batch).add(optim).add(data).add(ckpt).add(logging);
 
   po::variables_map vm;
+  std::set<std::string> on_cmdline;  // the options the command line gave (it overrides every file)
   try {
     // No prefix guessing: a misspelled option is an error, never silently another option.
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
@@ -248,6 +265,7 @@ ParsedArgs parse_train_args(int argc, char** argv) {
         }
     }
     po::store(cmdline, vm);
+    for (const auto& o : cmdline.options) on_cmdline.insert(o.string_key);
     if (vm.count("help")) {
       std::ostringstream os;
       os << kUsage << "\n" << all;
@@ -269,11 +287,12 @@ ParsedArgs parse_train_args(int argc, char** argv) {
           reject_negative_unsigned(parsed, {"seed", "sample-seed"});
           for (const auto& o : parsed.options)
             if (o.string_key == "config" || o.string_key == "help")
-              throw po::error("'" + o.string_key + "' is not allowed inside a config file (give --config on the command line)");
+              throw po::error("'" + o.string_key + "' is not allowed inside a config file (give --" + o.string_key +
+                              " on the command line)");
           po::store(parsed, vm);
         } catch (const po::unknown_option& e) {
           throw po::error("in config file '" + *it + "': unknown option '" + e.get_option_name() + "'" +
-                          suggest(e.get_option_name(), all));
+                          suggest_in_file(e.get_option_name(), all));
         } catch (const po::error& e) {
           throw po::error("in config file '" + *it + "': " + option_error_message(e));
         }
@@ -308,9 +327,13 @@ ParsedArgs parse_train_args(int argc, char** argv) {
   };
   if (!model_preset.empty() && !apply_model_preset(model_preset, &c.model))
     return error("unknown --model '" + model_preset + "'; presets: " + model_preset_names());
-  if (vm.count("n-layer")) c.model.n_layer = n_layer;
-  if (vm.count("n-head")) c.model.n_head = n_head;
-  if (vm.count("n-embd")) c.model.n_embd = n_embd;
+  // --n-layer/--n-head/--n-embd refine a preset given beside them or in a file, but a --model on the command
+  // line overrides the shape a config file gives, as the command line overrides every file.
+  const bool preset_on_cmdline = on_cmdline.count("model") > 0;
+  auto refines = [&](const char* key) { return vm.count(key) > 0 && (!preset_on_cmdline || on_cmdline.count(key) > 0); };
+  if (refines("n-layer")) c.model.n_layer = n_layer;
+  if (refines("n-head")) c.model.n_head = n_head;
+  if (refines("n-embd")) c.model.n_embd = n_embd;
   if (c.model.n_layer == 0 && c.model.n_head == 0 && c.model.n_embd == 0) {
     // As from_pretrained: with --init-from (or a resume) the checkpoint gives the architecture;
     // the trainer reads it (an explicit --vocab-size / --max-seq-len must then match it).

@@ -14,6 +14,14 @@ void require_one_global_batch(const TokenDataset& data, int64_t seqs_per_step) {
                                 << " sequences: use more data or a smaller --global-batch-tokens");
 }
 
+void require_one_val_micro_batch(const TokenDataset& data, int micro_batch) {
+  GPT2_REQUIRE(data.num_windows() >= static_cast<uint64_t>(micro_batch),
+               "validation data " << data.pattern() << " holds " << data.num_windows() << " windows of "
+                                  << data.seq_len() + 1 << " tokens, fewer than one micro-batch of " << micro_batch
+                                  << " sequences: use more validation data (gpt2-data prepare --val-fraction) or a "
+                                     "smaller --micro-batch");
+}
+
 namespace {
 
 class FileBatches final : public BatchSource {

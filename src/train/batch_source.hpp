@@ -19,6 +19,9 @@ class BatchSource {
 
 // Ends the job with a message when `data` holds less than one global batch of seqs_per_step sequences.
 void require_one_global_batch(const TokenDataset& data, int64_t seqs_per_step);
+// The validation data's size, checked at start-up as the training data's is: at least one micro-batch of
+// micro_batch windows (the validation set is the first --val-batches of them).
+void require_one_val_micro_batch(const TokenDataset& data, int micro_batch);
 
 // The training files. seqs_per_step: the global batch in sequences (all ranks). Ends the job with a
 // message when the data holds less than one global batch; logs the data line. Prefetches from

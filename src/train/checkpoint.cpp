@@ -541,10 +541,12 @@ std::string find_resume_checkpoint(const std::string& out_dir) {
     }
     skipped += "\n  skipped " + *it + ": " + problem;
   }
-  GPT2_REQUIRE(names.empty() && named.empty(),
-               why << ", and none of the " << names.size() << " checkpoint(s) in " << out_dir << "/ckpt loads:"
-                   << (skipped.empty() ? std::string(" there are none") : skipped)
-                   << "\nMove them away to start afresh, or pass --resume PATH");
+  GPT2_REQUIRE(!names.empty() || named.empty(),
+               why << ", and " << out_dir << "/ckpt holds no checkpoint (step_*.h5) to resume from instead: remove "
+                   << latest_file << " to start afresh, or pass --resume PATH");
+  GPT2_REQUIRE(names.empty(), why << ", and none of the " << names.size() << " checkpoint(s) in " << out_dir
+                                  << "/ckpt loads:" << skipped
+                                  << "\nMove them away to start afresh, or pass --resume PATH");
   return "";
 }
 

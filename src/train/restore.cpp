@@ -96,7 +96,7 @@ TrainState restore_state(const TrainConfig& cfg, const std::string& resume_path,
                                << cfg.global_batch_tokens << " and " << T << ") to continue the same data order");
     if (state.seed != cfg.seed) log_warn("resuming with the checkpoint's seed %llu (not --seed %llu) to keep the data order\n",
                                          static_cast<unsigned long long>(state.seed), static_cast<unsigned long long>(cfg.seed));
-    log_info("resumed from %s at step %lld (written by %d ranks)\n", resume_path.c_str(),
+    log_info("resumed from %s at step %lld (written by %d rank(s))\n", resume_path.c_str(),
              static_cast<long long>(state.step), state.world_size);
   } else if (!cfg.out_dir.empty() && !read_latest(cfg.out_dir).empty() && !cfg.eval_only) {
     log_warn("%s already holds checkpoints of another run (ckpt/latest); this fresh run will overwrite its "

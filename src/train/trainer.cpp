@@ -277,6 +277,17 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
   agree_backends(be, comm);
+  if (!on_gpu && cfg.threads > 0) {
+    // Bound ranks see their own cores; unbound ones see the node's and share them.
+    const int visible = omp_get_num_procs();
+    const bool bound = visible < static_cast<int>(std::thread::hardware_concurrency());
+    const int want = bound ? cfg.threads : cfg.threads * env.local_size();
+    if (want > visible)
+      log_warn("--threads %d%s asks for %d cores, and %s %d: threads share cores, each step is slower, and the MFU "
+               "(its peak counts every thread) reads low; --threads 0 shares the cores out\n",
+               cfg.threads, bound ? "" : (" x " + std::to_string(env.local_size()) + " rank(s) on this node").c_str(),
+               want, bound ? "this rank is bound to" : "the node has", visible);
+  }
 
   // ---- which checkpoint, which model ---------------------------------------------------------------
   const std::string resume_path = choose_checkpoint(cfg, comm);
@@ -292,6 +303,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
       if (!cfg.train_data.empty()) train = std::make_unique<TokenDataset>(cfg.train_data, geo.T);
       if (train && !cfg.eval_only) require_one_global_batch(*train, cfg.global_batch_tokens / geo.T);
       if (!cfg.val_data.empty()) val = std::make_unique<TokenDataset>(cfg.val_data, geo.T);
+      if (val) require_one_val_micro_batch(*val, geo.B);
     }
     GPT2_REQUIRE_OPTIONS(!cfg.eval_only || val, "--eval-only needs --val-data");
     for (const TokenDataset* ds : {train.get(), val.get()}) {
@@ -327,6 +339,13 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   TrainState state;
   fail_together(comm, "checkpoint", [&] { state = restore_state(cfg, resume_path, model, opt, W); });
   comm.set_step(state.step);
+  // A finished run resumed again (a requeued job, or --max-steps not raised): nothing to train, and its
+  // last checkpoint stays as it is rather than being written again by this job's ranks.
+  if (!resume_path.empty() && !cfg.eval_only && state.step >= cfg.max_steps) {
+    log_info("step %6lld | %s already reaches --max-steps %lld: nothing to train (raise --max-steps to go on)\n",
+             static_cast<long long>(state.step), resume_path.c_str(), static_cast<long long>(cfg.max_steps));
+    return 0;
+  }
   std::unique_ptr<ModelRunner> runner;
   if (on_gpu) {
     CudaRunnerOptions o;
@@ -393,10 +412,7 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   RankBatch vb;  // one validation micro-batch, reused
   auto validate = [&]() -> double {
     const uint64_t avail = val->num_windows() / static_cast<uint64_t>(B);
-    GPT2_REQUIRE_ON_ALL_RANKS(comm, avail >= 1,
-                              "validation data " << val->pattern() << " holds " << val->num_windows() << " windows of "
-                                                 << T + 1 << " tokens, fewer than one micro-batch of " << B
-                                                 << " sequences");
+    GPT2_CHECK(avail >= 1, "validation data smaller than a micro-batch (require_one_val_micro_batch passed it)");
     const uint64_t nb = std::min<uint64_t>(avail, static_cast<uint64_t>(std::max(1, cfg.val_batches)));
     double sum_count[2] = {0.0, 0.0};  // sum of per-token losses, tokens
     for (uint64_t i = static_cast<uint64_t>(rank); i < nb; i += static_cast<uint64_t>(W)) {
@@ -445,6 +461,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   if (val && state.step == 0) run_val(0);
 
   const int64_t first_step = state.step;
+  if (!cfg.benchmark && cfg.schedule.kind != ScheduleKind::kConstant && cfg.schedule.warmup_steps >= cfg.max_steps)
+    log_warn("--warmup-steps %ld reaches --max-steps %lld: the learning rate rises for the whole run and never "
+             "decays (the last step at %.3g, %.0f%% of --lr); lower --warmup-steps, or give --schedule constant\n",
+             cfg.schedule.warmup_steps, static_cast<long long>(cfg.max_steps), cfg.schedule.at(cfg.max_steps - 1),
+             100.0 * cfg.schedule.at(cfg.max_steps - 1) / cfg.schedule.lr);
   if (cfg.profile_step > 0 && cfg.profile_step <= first_step)
     log_warn("--profile-step %lld: this run starts after it (at step %lld), so no step is profiled\n",
              static_cast<long long>(cfg.profile_step), static_cast<long long>(first_step + 1));

@@ -60,6 +60,11 @@ expect_fail unknown-option 2 "unknown option '--lrr'.*did you mean --lr" "${trai
 expect_fail no-prefix-guessing 2 "unknown option '--micro'" "${train[@]}" "${tiny[@]}" --micro 4
 printf 'n-layer = 1\nlearning-rate = 3\n' > "$work/bad.ini"
 expect_fail config-unknown-key 2 "bad.ini.*unknown option 'learning-rate'" "${train[@]}" --config "$work/bad.ini"
+printf -- '--lr = 0.001\n' > "$work/dashes.ini"
+expect_fail config-key-with-dashes 2 "dashes.ini.*unknown option '--lr' \(a config file names options without their dashes: 'lr = \.\.\.'\)" \
+  "${train[@]}" --config "$work/dashes.ini"
+printf 'lrr = 0.001\n' > "$work/typo.ini"
+expect_fail config-key-typo 2 "typo.ini.*unknown option 'lrr' \(did you mean 'lr'\?\)" "${train[@]}" --config "$work/typo.ini"
 printf 'config = other.ini\n' > "$work/nested.ini"
 expect_fail config-nested 2 "'config' is not allowed inside a config file" "${train[@]}" --config "$work/nested.ini"
 # Ranks that disagree about the options (rank 1 alone gets a bad one) still all exit 2, no hang.
@@ -84,6 +89,7 @@ printf 'seed = -5\n' > "$work/negseed.ini"
 expect_fail negative-seed-in-config 2 "negseed.ini.*--seed must be a whole number >= 0" "${train[@]}" "${tiny[@]}" \
   --config "$work/negseed.ini"
 expect_fail negative-seed-sample 2 "--seed must be a whole number >= 0" "$bin/gpt2-sample" --ckpt "$work/none.h5" --seed -1
+expect_fail negative-top-k-sample 2 "--top-k must not be negative \(got -5\)" "$bin/gpt2-sample" --ckpt "$work/none.h5" --top-k -5
 expect_fail benchmark-eval-only 2 "--benchmark and --eval-only cannot be combined" "${train[@]}" "${tiny[@]}" \
   --benchmark --eval-only --val-data "$work/good.h5"
 expect_fail config-missing 2 "cannot read config file" "${train[@]}" --config "$work/nope.ini"
@@ -137,6 +143,11 @@ expect_fail_once world-size-divides-2-ranks 2 "does not divide into micro-batche
   --train-data "$work/good.h5" --global-batch-tokens 48
 expect_fail_once truncated-2-ranks 1 "not an HDF5 file|truncated|corrupt" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
 expect_fail_once too-short-2-ranks 1 "fewer than one global batch" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
+# validation data shorter than a micro-batch: refused at start-up with the training data's checks, once, before
+# anything is printed of the run (it was found at the first validation, after the banner, with MPI's abort)
+expect_fail_once val-too-short-2-ranks 1 "validation data .*tiny.h5 holds 0 windows of 17 tokens, fewer than one micro-batch of 2" \
+  "${mpi2[@]}" "${tiny[@]}" --train-data "$work/good.h5" --val-data "$work/tiny.h5"
+if grep -q "gpt2-train | model" <<<"$last_out"; then echo "FAIL val-too-short-2-ranks: found after the banner"; fails=$((fails+1)); fi
 # errors_printed NAME N: the last expect_fail's output holds N error lines.
 errors_printed() {
   local n; n=$(grep -c '\] error: ' <<<"$last_out")
@@ -173,6 +184,9 @@ expect_fail eval-only-needs-val 2 "--eval-only needs --val-data" "${train[@]}" "
 expect_fail init-from-missing 1 "file not found" "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --init-from "$work/none.h5"
 expect_fail data-missing-text 1 "cannot read text file" "$bin/gpt2-data" prepare --text "$work/none.txt" --out "$work/d"
 expect_fail data-inspect-bad 1 "not an HDF5 file" "$bin/gpt2-data" inspect "$work/notes.h5"
+out=$("$bin/gpt2-data" inspect --help) && grep -q "A checkpoint (or a run's --out directory" <<<"$out" \
+  && echo "ok   data-inspect-help" || { echo "FAIL data-inspect-help: $out"; fails=$((fails+1)); }
+expect_fail data-inspect-unknown-option 2 "unknown option '--verbose'" "$bin/gpt2-data" inspect --verbose "$work/notes.h5"
 # gpt2-data writes /tokens with its CRC-32 (zlib's over the stored uint16s, as Python computes it); inspect reads
 # every token back and verifies it, and fails on a token file one of whose bytes changed on disk
 if expect_ok data-prepare-crc "$bin/gpt2-data" prepare --tokenizer byte --input "$src/README.md" --out "$work/tokcrc" \
@@ -258,6 +272,23 @@ PY
     "${train[@]}" --config configs/ci.ini --out "$work/ci4" --resume "$work/ci/ckpt/$ck" --global-batch-tokens 1024
   expect_fail init-from-wrong-model 2 "holds a model .* but this run builds" "${train[@]}" --config configs/ci.ini \
     --n-embd 32 --out "$work/ci3" --init-from "$work/ci/ckpt/$ck"
+  # A finished run resumed again (a requeued job): nothing to train, said so, exit 0, its checkpoint not rewritten
+  cp "$work/ci/ckpt/$ck" "$work/ck_before_rerun.h5"
+  out=$(timeout 120 "${train[@]}" --config configs/ci.ini --out "$work/ci" --resume auto --max-steps 10 2>&1)
+  if [[ $? -eq 0 ]] && grep -q "already reaches --max-steps 10: nothing to train" <<<"$out" &&
+      cmp -s "$work/ci/ckpt/$ck" "$work/ck_before_rerun.h5" && ! grep -q "checkpoint " <<<"$(grep '^step' <<<"$out")"; then
+    echo "ok   resume-finished-run"
+  else
+    echo "FAIL resume-finished-run: $(tail -3 <<<"$out")"; fails=$((fails+1))
+  fi
+  # --model on the command line overrides the shape a config file gives (the command line overrides files)
+  printf 'n-layer = 2\n' > "$work/nlayer.ini"
+  out=$(timeout 60 "${train[@]}" --config "$work/nlayer.ini" --model d4 --vocab-size 256 --max-seq-len 16 --seq-len 16 \
+    --micro-batch 1 --benchmark --max-steps 1 2>&1)
+  out2=$(timeout 60 "${train[@]}" --config "$work/nlayer.ini" --model d4 --n-layer 3 --vocab-size 256 --max-seq-len 16 \
+    --seq-len 16 --micro-batch 1 --benchmark --max-steps 1 2>&1)
+  if grep -q "model L4 H4 C256" <<<"$out" && grep -q "model L3 H4 C256" <<<"$out2"; then echo "ok   cmdline-model-over-file"
+  else echo "FAIL cmdline-model-over-file: $(grep -m1 'model L' <<<"$out") / $(grep -m1 'model L' <<<"$out2")"; fails=$((fails+1)); fi
   # Damaged copies of it, made with h5py: a NaN in a parameter (loads nowhere: training, sampling, export; its
   # crc32 updated as the error message says, so the NaN check is what refuses it), a value changed without
   # that, one byte flipped on disk, a tensor's crc32 dropped, no optimizer state (--resume refuses,
