@@ -92,6 +92,24 @@ for intra, ihw, ibw in (("nvlink", "nvlink", 360e9), ("pcie", "pci", 24e9)):
                 assert got[1] == want[1], (intra, ports, n, S, got, want)
                 cases += 1
 print(f"model formula ok ({cases} cases against the model written out again)")
+
+# The 'measured' model: the cluster model fitted to a bench_allreduce run. Runs made by the model itself with
+# known scales (16 GPUs on 2 nodes: node and network bandwidths x 0.5, latencies x 2; 4 GPUs on one node: the
+# node's bandwidth x 0.1, latencies x 3) must give those scales back, and the fitted model their times.
+for n, bw, lat in ((16, 0.5, 2.0), (4, 0.1, 3.0)):
+    truth = tool.Cluster(8, "nvlink", "ndr-ib").calibrated(bw, lat, intra_only=(n <= 8))
+    rows = [{"bytes": b, "ranks": n, "path": "nccl bf16 device"} for b in (1024, 65536, 4 * MiB, 64 * MiB)]
+    for r in rows:
+        r["time_s"] = tool.bench_time_s(truth, r, n, 25 * MiB)
+    fitted, got_bw, got_lat = tool.calibrate(tool.Cluster(8, "nvlink", "ndr-ib"), rows, 25 * MiB)
+    close(got_bw, bw, f"{n} GPUs: fitted bandwidth scale", 1e-3)
+    close(got_lat, lat, f"{n} GPUs: fitted latency scale", 1e-3)
+    for r in rows:
+        close(tool.bench_time_s(fitted, r, n, 25 * MiB), r["time_s"], f"{n} GPUs: the fitted model's {r['bytes']} B", 1e-3)
+    # beyond the node the one-node fit keeps the network's preset: at 16 GPUs the bus is min(node x bw, 8 ports)
+    if n <= 8:
+        close(fitted.bus_bw(16), min(360e9 * got_bw, 8 * 45e9), "the one-node fit across 2 nodes")
+print("measured model ok")
 PY
 
 echo "== 2. SLURM job scripts (dry run)"
@@ -127,7 +145,7 @@ bash "$src/slurm/scaling.sh" --local --bin-dir "$bin" --max-ranks 2 --config "$s
 echo "== 4. report"
 $py "$report" "$work/sweep" >"$work/report.out"
 for f in report.md report.csv model.csv scaling.png; do [[ -s "$work/sweep/$f" ]] || fail "$f missing or empty"; done
-$py - "$work/sweep" <<'PY'
+$py - "$work/sweep" "$report" <<'PY'
 import csv, os, sys
 d = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(d, "report.csv"))))
@@ -160,6 +178,17 @@ for r in rows:
         assert S == 256 * 1024, r
         want_bw = S / (S / 141e9 + (6.6 + 2 * 0.6) * 1e-6) / 1e9
         assert abs(float(r["cluster_model_busbw_GBps"]) - want_bw) <= 1e-3 * want_bw, (r, want_bw)
+# the 'measured' model meets the 2-rank bench's smallest and largest times (it is fitted to them)
+import importlib.machinery, importlib.util, json as _json
+loader = importlib.machinery.SourceFileLoader("scaling_report", sys.argv[2])
+spec = importlib.util.spec_from_loader("scaling_report", loader)
+tool = importlib.util.module_from_spec(spec)
+loader.exec_module(tool)
+bench = tool.read_allreduce(os.path.join(d, "weak-2", "allreduce.json"))
+fitted, _, _ = tool.calibrate(tool.Cluster(8, "nvlink", "ndr-ib"), bench, 25 << 20)
+for row in (bench[0], bench[-1]):
+    got = tool.bench_time_s(fitted, row, 2, 25 << 20)
+    assert abs(got - row["time_s"]) <= 1e-2 * row["time_s"], (row, got)
     assert 0 < float(r["model_efficiency"]) <= 1.0 + 1e-9
 # The strong points really are strong scaling: the same global batch at 1 and 2 ranks.
 gb = {(r["mode"], r["ranks"]): int(r["global_batch_tokens"]) for r in rows}
