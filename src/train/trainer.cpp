@@ -40,13 +40,22 @@ namespace gpt2 {
 
 namespace {
 
+// The cores this rank may use: those it sees (omp_get_num_procs respects the launcher's CPU binding), and
+// how many ranks share them. A bound rank sees only its own cores; unbound ranks see every core of the node.
+struct RankCores {
+  int visible, sharers;
+  bool bound;
+};
+RankCores rank_cores(const MpiEnv& env) {
+  const int visible = omp_get_num_procs();
+  const bool bound = visible < static_cast<int>(std::thread::hardware_concurrency());
+  return {visible, bound ? 1 : env.local_size(), bound};
+}
+
 int choose_threads(const TrainConfig& cfg, const MpiEnv& env) {
   if (cfg.threads > 0) return cfg.threads;
-  const int visible = omp_get_num_procs();  // respects the launcher's CPU binding
-  const int hw = static_cast<int>(std::thread::hardware_concurrency());
-  // Unbound ranks see every core of the node: share them. A bound rank sees only its own cores.
-  const int n = (visible >= hw && env.local_size() > 1) ? visible / env.local_size() : visible;
-  return std::max(1, n);
+  const RankCores c = rank_cores(env);
+  return std::max(1, c.visible / c.sharers);
 }
 
 void make_dir(const std::string& d) {
@@ -277,17 +286,11 @@ int run_training(const TrainConfig& cfg_in, MpiEnv& env) {
   const int threads = choose_threads(cfg, env);
   kernels::set_cpu_threads(threads);
   agree_backends(be, comm);
-  if (!on_gpu && cfg.threads > 0) {
-    // Bound ranks see their own cores; unbound ones see the node's and share them.
-    const int visible = omp_get_num_procs();
-    const bool bound = visible < static_cast<int>(std::thread::hardware_concurrency());
-    const int want = bound ? cfg.threads : cfg.threads * env.local_size();
-    if (want > visible)
-      log_warn("--threads %d%s asks for %d cores, and %s %d: threads share cores, each step is slower, and the MFU "
-               "(its peak counts every thread) reads low; --threads 0 shares the cores out\n",
-               cfg.threads, bound ? "" : (" x " + std::to_string(env.local_size()) + " rank(s) on this node").c_str(),
-               want, bound ? "this rank is bound to" : "the node has", visible);
-  }
+  if (const RankCores c = rank_cores(env); !on_gpu && cfg.threads > 0 && cfg.threads * c.sharers > c.visible)
+    log_warn("--threads %d%s asks for %d cores, and %s %d: threads share cores, each step is slower, and the MFU "
+             "(its peak counts every thread) reads low; --threads 0 shares the cores out\n",
+             cfg.threads, c.bound ? "" : (" x " + std::to_string(c.sharers) + " rank(s) on this node").c_str(),
+             cfg.threads * c.sharers, c.bound ? "this rank is bound to" : "the node has", c.visible);
 
   // ---- which checkpoint, which model ---------------------------------------------------------------
   const std::string resume_path = choose_checkpoint(cfg, comm);

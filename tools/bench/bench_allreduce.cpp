@@ -165,7 +165,7 @@ double pattern_average(int W) { return 4.0 / W; }
 
 // The CUDA path, made once: NCCL's communicator is the expensive part, and every size shares it.
 struct DevicePath {
-  gpt2::MpiCommunicator host{MPI_COMM_WORLD, 300.0};
+  gpt2::Communicator* host = nullptr;  // main's, NCCL's bootstrap
   std::unique_ptr<gpt2::CudaStream> stream;
   std::unique_ptr<gpt2::NcclCommunicator> nccl;
   bool bf16 = true;
@@ -176,7 +176,7 @@ template <class T>
 void BM_DeviceAllreduce(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   const size_t n = bytes / sizeof(T);
-  const int W = g_device->host.size(), rank = g_device->host.rank();
+  const int W = g_device->host->size(), rank = g_device->host->rank();
   std::vector<float> host(n);
   for (size_t i = 0; i < n; ++i) host[i] = pattern_value(i, rank, W);
   gpt2::DeviceBuffer<T> pattern, grads(n);
@@ -210,16 +210,22 @@ void BM_DeviceAllreduce(benchmark::State& state) {
 }
 #endif
 
-// cuda when GPT2_BENCH_DEVICE says so, or (auto) when every rank has a GPU of its own; the same on
-// every rank. A wrong setting is one error line for all ranks (fail_together).
-bool use_device(gpt2::Communicator& comm, const gpt2::MpiEnv& env) {
+// The path to measure: the device when GPT2_BENCH_DEVICE says cuda, or (auto) when every rank has a GPU of its
+// own, the same on every rank; and the device's precision (GPT2_BENCH_DTYPE). A wrong setting is one error
+// line for all ranks (fail_together).
+struct BenchPath {
+  bool device = false, bf16 = true;
+};
+BenchPath choose_path(gpt2::Communicator& comm, const gpt2::MpiEnv& env) {
   int own_gpu = 0;
   bool want_cpu = false;
+  BenchPath path;
   gpt2::fail_together(comm, "GPT2_BENCH_DEVICE", [&] {
     const std::string want = env_str("GPT2_BENCH_DEVICE", "auto"), dtype = env_str("GPT2_BENCH_DTYPE", "bf16");
     GPT2_REQUIRE(want == "auto" || want == "cuda" || want == "cpu",
                  "GPT2_BENCH_DEVICE=" << want << ": use auto, cuda or cpu");
     GPT2_REQUIRE(dtype == "bf16" || dtype == "fp32", "GPT2_BENCH_DTYPE=" << dtype << ": use bf16 or fp32");
+    path.bf16 = dtype == "bf16";
     want_cpu = want == "cpu";
     if (want_cpu) return;
 #ifdef GPT2_HAVE_CUDA
@@ -235,7 +241,8 @@ bool use_device(gpt2::Communicator& comm, const gpt2::MpiEnv& env) {
 #endif
   });
   MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return !want_cpu && own_gpu == 1;
+  path.device = !want_cpu && own_gpu == 1;
+  return path;
 }
 
 class NullReporter : public benchmark::BenchmarkReporter {
@@ -249,23 +256,23 @@ class NullReporter : public benchmark::BenchmarkReporter {
 int main(int argc, char** argv) {
   gpt2::MpiEnv env(&argc, &argv);
   const double max_mb = env_or("GPT2_BENCH_MAX_MB", 64.0);
-  gpt2::MpiCommunicator control;
-  const bool device = use_device(control, env);
+  gpt2::MpiCommunicator control(MPI_COMM_WORLD, 300.0);
+  const BenchPath chosen = choose_path(control, env);
   void (*allreduce)(benchmark::State&) = BM_BucketedAllreduce;
 #ifdef GPT2_HAVE_CUDA
   std::unique_ptr<DevicePath> path;
-  if (device) {
-    const std::string dtype = env_str("GPT2_BENCH_DTYPE", "bf16");  // checked in use_device
+  if (chosen.device) {
     gpt2::select_device(env.local_rank(), env.local_size(), gpt2::Comm::kNccl);
     path = std::make_unique<DevicePath>();
+    path->host = &control;
     path->stream = std::make_unique<gpt2::CudaStream>();
-    path->nccl = std::make_unique<gpt2::NcclCommunicator>(path->host, 300.0, path->stream->get());
-    path->bf16 = dtype == "bf16";
+    path->nccl = std::make_unique<gpt2::NcclCommunicator>(control, 300.0, path->stream->get());
+    path->bf16 = chosen.bf16;
     g_device = path.get();
     allreduce = path->bf16 ? BM_DeviceAllreduce<gpt2::bf16> : BM_DeviceAllreduce<float>;
   }
 #else
-  (void)device;
+  (void)chosen;
 #endif
   // Fixed iteration counts (a function of the size only): every rank must run the same collectives,
   // which Google Benchmark's adaptive iteration count would not guarantee.
