@@ -143,6 +143,16 @@ expect_fail_once world-size-divides-2-ranks 2 "does not divide into micro-batche
   --train-data "$work/good.h5" --global-batch-tokens 48
 expect_fail_once truncated-2-ranks 1 "not an HDF5 file|truncated|corrupt" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/truncated.h5"
 expect_fail_once too-short-2-ranks 1 "fewer than one global batch" "${mpi2[@]}" "${tiny[@]}" --train-data "$work/tiny.h5"
+# Runs that work but not as the user meant: a warning says so (a warmup that never ends, threads beyond the cores)
+out=$(timeout 60 "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --warmup-steps 3 --threads 1 2>&1)
+if [[ $? -eq 0 ]] && grep -q "warning: --warmup-steps 3 reaches --max-steps 3: the learning rate rises for the whole run" <<<"$out"; then
+  echo "ok   warmup-reaches-max-steps"
+else echo "FAIL warmup-reaches-max-steps: $(tail -3 <<<"$out")"; fails=$((fails+1)); fi
+out=$(timeout 60 "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --threads 4096 --max-steps 1 2>&1)
+if [[ $? -eq 0 ]] && grep -q "warning: --threads 4096 .*asks for [0-9]* cores, and .* [0-9]*: threads share cores" <<<"$out" &&
+    ! grep -q "warning: --threads" <<<"$(timeout 60 "${train[@]}" "${tiny[@]}" --train-data "$work/good.h5" --threads 1 --max-steps 1 2>&1)"; then
+  echo "ok   threads-beyond-cores"
+else echo "FAIL threads-beyond-cores: $(grep -m1 warning <<<"$out")"; fails=$((fails+1)); fi
 # validation data shorter than a micro-batch: refused at start-up with the training data's checks, once, before
 # anything is printed of the run (it was found at the first validation, after the banner, with MPI's abort)
 expect_fail_once val-too-short-2-ranks 1 "validation data .*tiny.h5 holds 0 windows of 17 tokens, fewer than one micro-batch of 2" \
